@@ -1,0 +1,83 @@
+"""``march serve [options]``: parse arguments, build the Config, run the server. Nothing else.
+
+Every option is also a TOML key and a ``MARCH_<NAME>`` environment variable (see ``config``).
+SIGTERM/SIGINT stop the server gracefully; a second signal forces an immediate exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from . import config as config_mod
+from .app import VERSION
+from .store.base import StoreError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="march", description="March: an ID sequencer that speaks the Redis protocol.")
+    parser.add_argument("--version", action="version", version=f"march {VERSION}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a March node", description="Run a March node.")
+    serve.add_argument("--config", metavar="FILE", help="TOML config file (also MARCH_CONFIG)")
+    for o in config_mod.OPTIONS:
+        flag = "--" + o.name.replace("_", "-")
+        metavar = {"bool": "yes|no"}.get(o.type.__name__, o.type.__name__.upper())
+        serve.add_argument(flag, dest=o.name, metavar=metavar, default=None, help=f"{o.help} (default: {o.default})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    flags = {o.name: getattr(args, o.name) for o in config_mod.OPTIONS}
+    try:
+        config = config_mod.load(args.config, os.environ, flags)
+    except config_mod.ConfigError as exc:
+        print(f"march: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper()),
+        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
+        runner = asyncio.run
+    try:
+        runner(_serve(config))
+    except StoreError as exc:
+        print(f"march: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"march: cannot listen on {config.bind}:{config.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(config: config_mod.Config) -> None:
+    from .server import serve
+
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            logging.getLogger("march").info("received %s, shutting down", signal.Signals(signum).name)
+            if not stop.done():
+                stop.set_result(None)
+        else:
+            os._exit(1)  # a second signal: the operator wants out now
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, on_signal, s)
+    await serve(config, stop)

@@ -1,0 +1,236 @@
+"""Connection commands: PING, ECHO, HELLO, AUTH, SELECT, CLIENT, QUIT, RESET.
+
+AUTH checks the ``requirepass`` of the default user (ACL users come later). HELLO reports
+``server: redis`` and a Redis version (the command set March follows) because clients and tools
+branch on them; INFO shows March's own version.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..app import REDIS_COMPAT_VERSION
+from ..errors import CommandError
+from .registry import command
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+_CONN = ("@fast", "@connection")
+
+
+@command("ping", -1, ("fast", "stale"), _CONN, summary="Reply PONG, or the message given.", group="connection")
+def ping(client: Client, args: list[bytes]) -> Any:
+    if len(args) > 2:
+        raise errors.wrong_arity("ping")
+    return "PONG" if len(args) == 1 else args[1]
+
+
+@command("echo", 2, ("fast",), _CONN, summary="Reply the message given.", group="connection")
+def echo(client: Client, args: list[bytes]) -> Any:
+    return args[1]
+
+
+def _check_password(client: Client, user: bytes, password: bytes) -> None:
+    required = client.app.config.requirepass
+    if not required:
+        raise CommandError(errors.AUTH_NOT_CONFIGURED)
+    if user != b"default" or not hmac.compare_digest(password, required.encode()):
+        raise CommandError(errors.WRONGPASS)
+    client.authenticated = True
+    client.user = "default"
+
+
+@command("auth", -2, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
+         summary="Authenticate: AUTH password, or AUTH default password.", group="connection")
+def auth(client: Client, args: list[bytes]) -> Any:
+    if len(args) > 3:
+        raise CommandError(errors.SYNTAX)
+    if len(args) == 2:
+        if not client.app.config.requirepass:
+            raise CommandError(errors.AUTH_NOT_CONFIGURED)
+        _check_password(client, b"default", args[1])
+    else:
+        if not client.app.config.requirepass:
+            # Redis: with no password set, only `AUTH default <anything>` is accepted
+            if args[1] != b"default":
+                raise CommandError(errors.WRONGPASS)
+            return "OK"
+        _check_password(client, args[1], args[2])
+    return "OK"
+
+
+@command("hello", -1, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
+         summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].", group="connection")
+def hello(client: Client, args: list[bytes]) -> Any:
+    proto = client.proto
+    i = 1
+    if len(args) > 1:
+        try:
+            proto = int(args[1])
+        except ValueError:
+            raise CommandError("ERR Protocol version is not an integer or out of range") from None
+        if proto not in (2, 3):
+            raise CommandError(errors.PROTOCOL_VERSION)
+        i = 2
+    name: bytes | None = None
+    auth_pair: tuple[bytes, bytes] | None = None
+    while i < len(args):
+        opt = args[i].lower()
+        more = len(args) - i - 1
+        if opt == b"auth" and more >= 2:
+            auth_pair = (args[i + 1], args[i + 2])
+            i += 3
+        elif opt == b"setname" and more >= 1:
+            name = args[i + 1]
+            i += 2
+        else:
+            raise CommandError(f"ERR Syntax error in HELLO option '{args[i].decode('utf-8', 'replace')}'")
+    if auth_pair is not None:
+        if not client.app.config.requirepass:
+            if auth_pair[0] != b"default":
+                raise CommandError(errors.WRONGPASS)
+        else:
+            _check_password(client, *auth_pair)
+    if not client.authenticated:
+        raise CommandError(errors.HELLO_NOAUTH)
+    if name is not None:
+        _set_name(client, name)
+    client.proto = proto
+    return {
+        "server": "redis",
+        "version": REDIS_COMPAT_VERSION,
+        "proto": proto,
+        "id": client.id,
+        "mode": "standalone",
+        "role": "master",
+        "modules": [],
+    }
+
+
+@command("select", 2, ("loading", "stale", "fast"), _CONN, summary="Select database 0 (the only one).",
+         group="connection")
+def select(client: Client, args: list[bytes]) -> Any:
+    try:
+        index = int(args[1])
+    except ValueError:
+        raise CommandError(errors.NOT_INTEGER) from None
+    if index != 0:
+        raise CommandError(errors.DB_INDEX)
+    return "OK"
+
+
+@command("quit", -1, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
+         summary="Close the connection after the reply.", group="connection")
+def quit_(client: Client, args: list[bytes]) -> Any:
+    client.close_after = True
+    return "OK"
+
+
+@command("reset", 1, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
+         summary="Reset the connection's state (protocol, name, transaction, authentication).",
+         group="connection")
+def reset(client: Client, args: list[bytes]) -> Any:
+    client.reset()
+    return "RESET"
+
+
+def _set_name(client: Client, name: bytes) -> None:
+    if any(c <= 32 or c > 126 for c in name):
+        raise CommandError("ERR Client names cannot contain spaces, newlines or special characters.")
+    client.name = name.decode()
+
+
+_CLIENT_SUBS = (
+    ("id", 2, "This connection's id."),
+    ("setname", 3, "Name this connection."),
+    ("getname", 2, "This connection's name, or nil."),
+    ("setinfo", 4, "Record the client library's name or version."),
+    ("info", 2, "One line about this connection."),
+    ("list", -2, "One line per connection."),
+    ("kill", -3, "Close connections: CLIENT KILL ID n | ADDR ip:port."),
+    ("no-evict", 3, "Accepted, no effect."),
+    ("no-touch", 3, "Accepted, no effect."),
+)
+
+
+@command("client", -2, ("noscript", "loading", "stale"), ("@slow", "@connection"),
+         summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
+         group="connection", subcommands=_CLIENT_SUBS)
+def client_(client: Client, args: list[bytes]) -> Any:
+    sub = args[1].lower()
+    n = len(args)
+    if sub == b"id" and n == 2:
+        return client.id
+    if sub == b"setname" and n == 3:
+        _set_name(client, args[2])
+        return "OK"
+    if sub == b"getname" and n == 2:
+        return client.name.encode() if client.name else None
+    if sub == b"setinfo" and n == 4:
+        attr = args[2].lower()
+        value = args[3].decode("utf-8", "replace")
+        if any(c in value for c in " \n\r"):
+            raise CommandError(f"ERR {args[2].decode()} cannot contain spaces, newlines or special characters.")
+        if attr == b"lib-name":
+            client.lib_name = value
+        elif attr == b"lib-ver":
+            client.lib_ver = value
+        else:
+            raise CommandError(f"ERR Unrecognized option '{args[2].decode('utf-8', 'replace')}'")
+        return "OK"
+    if sub == b"info" and n == 2:
+        from ..resp import Verbatim
+
+        return Verbatim(client.info_line() + "\n")
+    if sub == b"list":
+        from ..resp import Verbatim
+
+        lines = [c.info_line() for c in client.app.clients.values()]
+        if n > 2:
+            if n < 5 or args[2].lower() != b"id":
+                raise CommandError(errors.SYNTAX)
+            wanted = {int(a) for a in args[3:] if a.isdigit()}
+            lines = [c.info_line() for c in client.app.clients.values() if c.id in wanted]
+        return Verbatim("".join(line + "\n" for line in lines))
+    if sub == b"kill" and n >= 3:
+        return _kill(client, args)
+    if sub in (b"no-evict", b"no-touch") and n == 3:
+        return "OK"
+    if sub == b"help":
+        return [f"CLIENT {s.upper()}: {text}".encode() for s, _, text in _CLIENT_SUBS]
+    raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "CLIENT"))
+
+
+def _kill(client: Client, args: list[bytes]) -> Any:
+    app = client.app
+    if len(args) == 3:  # old form: CLIENT KILL ip:port
+        targets = [c for c in app.clients.values() if c.addr == args[2].decode()]
+        if not targets:
+            raise CommandError("ERR No such client")
+        for c in targets:
+            app.closers[c.id]()
+        return "OK"
+    if len(args) % 2 != 0:
+        raise CommandError(errors.SYNTAX)
+    chosen = list(app.clients.values())
+    for i in range(2, len(args), 2):
+        opt, val = args[i].lower(), args[i + 1].decode("utf-8", "replace")
+        if opt == b"id":
+            if not val.isdigit():
+                raise CommandError("ERR client-id should be greater than 0")
+            chosen = [c for c in chosen if c.id == int(val)]
+        elif opt == b"addr":
+            chosen = [c for c in chosen if c.addr == val]
+        elif opt == b"laddr":
+            chosen = [c for c in chosen if c.laddr == val]
+        elif opt == b"skipme":
+            if val.lower() == "yes":
+                chosen = [c for c in chosen if c is not client]
+        else:
+            raise CommandError(errors.SYNTAX)
+    for c in chosen:
+        app.closers[c.id]()
+    return len(chosen)

@@ -1,0 +1,50 @@
+"""From a parsed request to a handler's result: lookup, arity, authentication, MULTI queueing.
+
+``call`` returns what the handler returned (a value, or a coroutine to await) or raises
+``CommandError``. The server encodes; EXEC calls ``call`` for each queued request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..errors import CommandError
+from .registry import TABLE
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+
+def call(client: Client, args: list[bytes]) -> Any:
+    spec = TABLE.get(args[0])
+    if spec is None:
+        spec = TABLE.get(args[0].lower())
+        if spec is None:
+            if client.multi is not None:
+                client.multi_error = True
+            raise errors.unknown_command(args)
+    a = spec.arity
+    if (len(args) != a) if a > 0 else (len(args) < -a):
+        if client.multi is not None:
+            client.multi_error = True
+        raise errors.wrong_arity(spec.name)
+    if not client.authenticated and "no_auth" not in spec.flags:
+        if client.multi is not None:
+            client.multi_error = True
+        raise CommandError(errors.NOAUTH)
+    client.last_command = spec.name
+    if client.multi is not None and not spec.in_multi:
+        client.multi.append(args)
+        return "QUEUED"
+    spec.calls += 1
+    return spec.handler(client, args)
+
+
+def as_error(client: Client, args: list[bytes], exc: Exception) -> CommandError:
+    """The error a client sees for a failed request (``NotServing`` becomes a retryable error)."""
+    if isinstance(exc, CommandError):
+        return exc
+    if client.app.shutdown_requested is not None and client.app.shutdown_requested.is_set():
+        return CommandError(errors.SHUTTING_DOWN)
+    return CommandError(errors.NOT_SERVING)

@@ -1,0 +1,105 @@
+"""The command registry: ``@command(...)`` fills it; the dispatcher, ``COMMAND`` and the README read it.
+
+A handler is ``fn(client, args) -> value`` where ``args`` is the whole request (``args[0]`` is the
+command name as sent). It returns a value for ``resp.encode`` (int, bytes, str status, list, dict,
+None, ...) or a coroutine when it must wait (the dispatcher awaits it and keeps replies in order),
+or raises ``CommandError``. A handler never touches the transport.
+
+``arity`` follows Redis: N means exactly N arguments including the name, -N means at least N.
+``keys`` is (first, last, step) as in ``COMMAND INFO``: cluster clients read key positions from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+Handler = Callable[["Client", list[bytes]], Any]
+
+
+@dataclass(eq=False)
+class CommandSpec:
+    name: str
+    handler: Handler
+    arity: int
+    flags: tuple[str, ...]
+    categories: tuple[str, ...]
+    keys: tuple[int, int, int]
+    summary: str
+    group: str
+    subcommands: tuple[tuple[str, int, str], ...] = ()  # (name, arity, summary)
+    calls: int = field(default=0)
+
+    @property
+    def noauth(self) -> bool:
+        return "no_auth" in self.flags
+
+    @property
+    def in_multi(self) -> bool:
+        """Commands that act at once inside MULTI instead of being queued."""
+        return "no_multi" in self.flags or self.name in ("exec", "discard", "multi", "quit", "reset")
+
+    def arity_ok(self, n: int) -> bool:
+        a = self.arity
+        return n == a if a > 0 else n >= -a
+
+    def key_positions(self, n_args: int) -> list[int]:
+        first, last, step = self.keys
+        if first == 0:
+            return []
+        end = n_args + last if last < 0 else min(last, n_args - 1)
+        return list(range(first, end + 1, step))
+
+
+REGISTRY: dict[str, CommandSpec] = {}
+# Dispatch table keyed by the name as sent; filled with lower- and upper-case spellings so the
+# common case needs no ``.lower()``; anything else falls back to a lower-cased lookup.
+TABLE: dict[bytes, CommandSpec] = {}
+
+
+def command(
+    name: str,
+    arity: int,
+    flags: tuple[str, ...] = (),
+    categories: tuple[str, ...] = (),
+    keys: tuple[int, int, int] = (0, 0, 0),
+    summary: str = "",
+    group: str = "generic",
+    subcommands: tuple[tuple[str, int, str], ...] = (),
+) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        spec = CommandSpec(name, fn, arity, flags, categories, keys, summary or (fn.__doc__ or "").strip(), group, subcommands)
+        REGISTRY[name] = spec
+        TABLE[name.encode()] = spec
+        TABLE[name.upper().encode()] = spec
+        return fn
+
+    return register
+
+
+def lookup(name: bytes) -> CommandSpec | None:
+    spec = TABLE.get(name)
+    if spec is None:
+        spec = TABLE.get(name.lower())
+    return spec
+
+
+def refuse(name: str, arity: int, group: str = "generic") -> None:
+    """Register a Redis command March refuses, so clients get a reason, not 'unknown command'."""
+    from ..errors import REFUSAL_REASONS, REFUSED, CommandError
+
+    reason = REFUSAL_REASONS[name]
+
+    def handler(client: Client, args: list[bytes]) -> Any:
+        raise CommandError(REFUSED.format(name.upper(), reason))
+
+    keys = (1, 1, 1) if name not in ("flushdb", "flushall") else (0, 0, 0)
+    if name in ("del", "unlink"):
+        keys = (1, -1, 1)
+    if name in ("rename", "renamenx", "copy"):
+        keys = (1, 2, 1)
+    command(name, arity, ("write",), ("@write",), keys, f"refused: {reason}", group)(handler)

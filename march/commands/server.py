@@ -1,0 +1,244 @@
+"""Server commands: COMMAND, CONFIG GET, INFO, TIME, SHUTDOWN.
+
+``COMMAND`` is generated from the registry in Redis 7's shape (name, arity, flags, first key, last
+key, step, ACL categories, tips, key specs, subcommands): cluster clients read key positions from
+it. ``CONFIG`` is a read-only view of the Config (``CONFIG SET`` is refused: restart to change).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..app import REDIS_COMPAT_VERSION, VERSION
+from ..errors import CommandError
+from ..resp import Verbatim
+from .args import glob_to_regex
+from .registry import REGISTRY, CommandSpec, command, lookup
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+_ADMIN = ("@admin", "@slow", "@dangerous")
+
+
+def _key_specs(spec: CommandSpec) -> list[Any]:
+    first, last, step = spec.keys
+    if first == 0:
+        return []
+    flags = ["RW", "UPDATE"] if "write" in spec.flags else ["RO", "ACCESS"]
+    return [
+        {
+            "flags": flags,
+            "begin_search": {"type": "index", "spec": {"index": first}},
+            "find_keys": {"type": "range", "spec": {"lastkey": last - first if last >= 0 else last,
+                                                    "keystep": step, "limit": 0}},
+        }
+    ]
+
+
+def _info(spec: CommandSpec) -> list[Any]:
+    first, last, step = spec.keys
+    subs = [
+        [f"{spec.name}|{name}".encode(), arity, [], 0, 0, 0, list(spec.categories), [], [], []]
+        for name, arity, _ in spec.subcommands
+    ]
+    return [
+        spec.name.encode(), spec.arity, list(spec.flags), first, last, step,
+        list(spec.categories), [], _key_specs(spec), subs,
+    ]
+
+
+def _docs(spec: CommandSpec) -> dict[str, Any]:
+    doc: dict[str, Any] = {"summary": spec.summary.encode(), "since": b"0.1.0", "group": spec.group.encode()}
+    if spec.subcommands:
+        doc["subcommands"] = {
+            f"{spec.name}|{name}".encode(): {"summary": text.encode(), "since": b"0.1.0", "group": spec.group.encode()}
+            for name, _, text in spec.subcommands
+        }
+    return doc
+
+
+@command("command", -1, ("loading", "stale"), ("@slow", "@connection"),
+         summary="The command table: COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS cmd args...].",
+         group="server",
+         subcommands=(("count", 2, "How many commands."), ("info", -2, "Details of commands."),
+                      ("docs", -2, "Documentation of commands."), ("list", -2, "Command names."),
+                      ("getkeys", -3, "The keys of a full command.")))
+def command_(client: Client, args: list[bytes]) -> Any:
+    if len(args) == 1:
+        return [_info(s) for s in REGISTRY.values()]
+    sub = args[1].lower()
+    if sub == b"count" and len(args) == 2:
+        return len(REGISTRY)
+    if sub == b"info":
+        if len(args) == 2:
+            return [_info(s) for s in REGISTRY.values()]
+        found = [lookup(a) for a in args[2:]]
+        return [_info(s) if s is not None else None for s in found]
+    if sub == b"docs":
+        specs = list(REGISTRY.values()) if len(args) == 2 else [s for s in map(lookup, args[2:]) if s is not None]
+        return {s.name.encode(): _docs(s) for s in specs}
+    if sub == b"list":
+        names = [s.name.encode() for s in REGISTRY.values()]
+        if len(args) == 2:
+            return names
+        if len(args) == 5 and args[2].lower() == b"filterby":
+            how, what = args[3].lower(), args[4]
+            if how == b"pattern":
+                rx = glob_to_regex(what)
+                return [n for n in names if rx.match(n)]
+            if how == b"aclcat":
+                cat = "@" + what.decode().lower()
+                return [s.name.encode() for s in REGISTRY.values() if cat in s.categories]
+            if how == b"module":
+                return []
+        raise CommandError(errors.SYNTAX)
+    if sub == b"getkeys" and len(args) >= 3:
+        spec = lookup(args[2])
+        if spec is None:
+            raise CommandError("ERR Invalid command specified")
+        if not spec.arity_ok(len(args) - 2):
+            raise CommandError("ERR Invalid number of arguments specified for command")
+        positions = spec.key_positions(len(args) - 2)
+        if not positions:
+            raise CommandError("ERR The command has no key arguments")
+        return [args[2 + p] for p in positions]
+    if sub == b"help":
+        return [b"COMMAND [COUNT | INFO name... | DOCS name... | LIST [FILTERBY ...] | GETKEYS cmd args...]"]
+    raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "COMMAND"))
+
+
+@command("config", -2, ("admin", "noscript", "loading", "stale"), _ADMIN,
+         summary="CONFIG GET pattern...: the running configuration (read-only).", group="server",
+         subcommands=(("get", -3, "Options matching glob patterns."),))
+def config(client: Client, args: list[bytes]) -> Any:
+    sub = args[1].lower()
+    if sub == b"get":
+        if len(args) < 3:
+            raise errors.wrong_arity("config|get")
+        items = client.app.config.public_items()
+        items["maxclients"] = items["max-clients"]
+        items["save"] = ""  # tools such as redis-benchmark ask; persistence is always on, per write
+        items["appendonly"] = "no"
+        out: dict[bytes, bytes] = {}
+        for pattern in args[2:]:
+            rx = glob_to_regex(pattern.lower())
+            for name, value in items.items():
+                if rx.match(name.encode()) or rx.match(name.replace("-", "_").encode()):
+                    out[name.encode()] = value.encode()
+        return out
+    if sub in (b"set", b"rewrite", b"resetstat"):
+        raise CommandError(errors.CONFIG_READONLY.format(sub.decode().upper()))
+    raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "CONFIG"))
+
+
+@command("time", 1, ("loading", "stale", "fast"), ("@fast",), summary="Server time: [seconds, microseconds].",
+         group="server")
+def time_(client: Client, args: list[bytes]) -> Any:
+    now = time.time_ns() // 1000
+    return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
+
+
+@command("shutdown", -1, ("admin", "noscript", "loading", "stale", "no_multi", "allow_busy"), _ADMIN,
+         summary="Stop the server gracefully (state is always durable; NOSAVE/SAVE are accepted).", group="server")
+def shutdown(client: Client, args: list[bytes]) -> Any:
+    for a in args[1:]:
+        if a.lower() not in (b"nosave", b"save", b"now", b"force", b"abort"):
+            raise CommandError(errors.SYNTAX)
+        if a.lower() == b"abort":
+            raise CommandError("ERR No shutdown in progress.")
+    client.app.request_shutdown()
+    client.close_after = True
+    return _NO_REPLY
+
+
+class _NoReply:
+    """SHUTDOWN sends no reply when it succeeds: the connection just closes, as in Redis."""
+
+
+_NO_REPLY = _NoReply()
+NO_REPLY = _NO_REPLY
+
+_SECTIONS = ("server", "clients", "stats", "persistence", "replication", "keyspace", "sequences", "cluster")
+
+
+@command("info", -1, ("loading", "stale"), ("@slow", "@dangerous"),
+         summary="INFO [section...]: server, clients, stats, persistence, replication, keyspace, sequences.",
+         group="server")
+def info(client: Client, args: list[bytes]) -> Any:
+    wanted = [a.decode("utf-8", "replace").lower() for a in args[1:]]
+    if not wanted or any(w in ("all", "everything", "default") for w in wanted):
+        wanted = list(_SECTIONS)
+    parts = []
+    for section in _SECTIONS:
+        if section in wanted:
+            lines = _section(client, section)
+            parts.append(f"# {section.capitalize()}\r\n" + "".join(f"{k}:{v}\r\n" for k, v in lines.items()))
+    return Verbatim("\r\n".join(parts))
+
+
+def _section(client: Client, section: str) -> dict[str, Any]:
+    app = client.app
+    if section == "server":
+        up = time.monotonic() - app.started_mono
+        return {
+            "redis_version": REDIS_COMPAT_VERSION,
+            "march_version": VERSION,
+            "redis_mode": "standalone",
+            "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+            "arch_bits": 64,
+            "process_id": os.getpid(),
+            "python_version": sys.version.split()[0],
+            "run_id": app.run_id,
+            "tcp_port": app.port,
+            "uptime_in_seconds": int(up),
+            "uptime_in_days": int(up // 86400),
+            "executable": sys.argv[0],
+            "config_file": app.config.config_file,
+        }
+    if section == "clients":
+        return {"connected_clients": len(app.clients), "maxclients": app.config.max_clients,
+                "blocked_clients": 0}
+    if section == "stats":
+        s = app.stats
+        return {
+            "total_connections_received": s.connections,
+            "total_commands_processed": s.commands,
+            "rejected_connections": s.rejected,
+            "total_error_replies": s.errors,
+            "protocol_errors": s.protocol_errors,
+            "idle_timeouts": s.timeouts_closed,
+        }
+    if section == "persistence":
+        gens = app.keyspace.generators.values()
+        out: dict[str, Any] = {"loading": 0 if app.keyspace.serving else 1}
+        out.update(app.store.describe())
+        out["store_writes"] = sum(g.writes for g in gens)
+        out["store_write_failures"] = sum(g.write_failures for g in gens)
+        out["aof_enabled"] = 0
+        out["rdb_changes_since_last_save"] = 0
+        return out
+    if section == "replication":
+        return {"role": "master", "connected_slaves": 0}
+    if section == "keyspace":
+        n = len(app.keyspace.generators)
+        return {"db0": f"keys={n},expires=0,avg_ttl=0"} if n else {}
+    if section == "sequences":
+        gens = list(app.keyspace.generators.values())
+        return {
+            "sequences": len(gens),
+            "ids_issued": sum(g.issued for g in gens),
+            "waits": sum(g.waits for g in gens),
+            "wait_timeouts": sum(g.wait_timeouts for g in gens),
+            "auto_create": "yes" if app.config.auto_create else "no",
+            "min_batch": app.config.min_batch,
+            "max_batch": app.config.max_batch,
+        }
+    if section == "cluster":
+        return {"cluster_enabled": 0}
+    return {}

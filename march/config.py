@@ -1,0 +1,196 @@
+"""One frozen ``Config``, built once from a TOML file < environment ``MARCH_*`` < command-line flags.
+
+Every option is declared once, in ``OPTIONS``: its name, type, default, the one-line help that
+the CLI, ``CONFIG GET`` and the README's configuration reference all show. Nothing else in March
+reads the environment or a file for settings; constructors receive the ``Config``.
+
+Names: ``data_dir`` in Python and TOML (``data-dir`` is accepted too), ``--data-dir`` on the
+command line, ``MARCH_DATA_DIR`` in the environment, ``data-dir`` in ``CONFIG GET``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MAX_ID = (1 << 63) - 1  # IDs are signed 64-bit integers, as Redis INCR replies are
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or out of range; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Config:
+    bind: str = "127.0.0.1"
+    port: int = 7379
+    data_dir: str = "./data"
+    requirepass: str = ""
+    protected_mode: bool = True
+    log_level: str = "info"
+    shutdown_timeout: float = 5.0
+    max_clients: int = 10000
+    max_args: int = 4096
+    max_bulk_len: int = 1 << 20
+    max_inline_len: int = 64 << 10
+    max_output_buffer: int = 64 << 20
+    timeout: float = 0.0
+    auto_create: bool = True
+    min_batch: int = 1000
+    max_batch: int = 1_000_000
+    batch_interval: float = 1.0
+    watermark: float = 0.5
+    max_wait: float = 2.0
+    store_timeout: float = 5.0
+    max_incrby: int = 1_000_000
+    config_file: str = ""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def public_items(self) -> dict[str, str]:
+        """``CONFIG GET`` view: dashed names, string values, the password masked."""
+        out: dict[str, str] = {}
+        for o in OPTIONS:
+            value = getattr(self, o.name)
+            if o.name == "requirepass" and value:
+                text = "********"
+            elif isinstance(value, bool):
+                text = "yes" if value else "no"
+            else:
+                text = str(value)
+            out[o.name.replace("_", "-")] = text
+        return out
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    help: str
+    section: str = "server"
+
+    @property
+    def default(self) -> Any:
+        return Config.__dataclass_fields__[self.name].default
+
+    @property
+    def type(self) -> type:
+        return _TYPES[str(Config.__dataclass_fields__[self.name].type)]
+
+
+OPTIONS: tuple[Option, ...] = (
+    # server
+    Option("bind", "address to listen on (0.0.0.0 for every interface)"),
+    Option("port", "TCP port for RESP clients (0 picks a free port, printed at start)"),
+    Option("data_dir", "directory of the embedded store (march.sqlite3) and its lock"),
+    Option("requirepass", "password of the default user; empty = no AUTH needed (loopback only)"),
+    Option("protected_mode", "with no password, refuse clients that are not on the loopback interface"),
+    Option("log_level", "debug, info, warning or error"),
+    Option("shutdown_timeout", "seconds that SHUTDOWN/SIGTERM wait for in-flight requests"),
+    # limits
+    Option("max_clients", "connections beyond this get 'ERR max number of clients reached'", "limits"),
+    Option("max_args", "most arguments in one request (protocol error beyond)", "limits"),
+    Option("max_bulk_len", "largest argument in bytes (protocol error beyond)", "limits"),
+    Option("max_inline_len", "longest inline command line in bytes", "limits"),
+    Option("max_output_buffer", "bytes of unread replies before a client is disconnected", "limits"),
+    Option("timeout", "close a client idle this many seconds (0 = never)", "limits"),
+    # sequences
+    Option("auto_create", "INCR on an unknown key creates a sequence (off: SEQ.CREATE first)", "sequences"),
+    Option("min_batch", "smallest range of IDs persisted at a time", "sequences"),
+    Option("max_batch", "largest range of IDs persisted at a time", "sequences"),
+    Option("batch_interval", "target seconds one batch lasts; the batch adapts to it", "sequences"),
+    Option("watermark", "extend when less than this fraction of the batch is left", "sequences"),
+    Option("max_wait", "seconds a request waits for a store write before TRYAGAIN", "sequences"),
+    Option("store_timeout", "seconds before one store write is given up (and retried)", "sequences"),
+    Option("max_incrby", "largest n in INCRBY key n", "sequences"),
+)
+
+_BY_NAME = {o.name: o for o in OPTIONS}
+_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def _validate(c: Config) -> None:
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise ConfigError(message)
+
+    need(0 <= c.port <= 65535, "port must be between 0 and 65535")
+    need(c.log_level in ("debug", "info", "warning", "error"), "log_level must be debug, info, warning or error")
+    need(c.max_clients >= 1, "max_clients must be >= 1")
+    need(c.max_args >= 3, "max_args must be >= 3")
+    need(c.max_bulk_len >= 1024, "max_bulk_len must be >= 1024")
+    need(c.max_inline_len >= 1024, "max_inline_len must be >= 1024")
+    need(c.max_output_buffer >= 1 << 16, "max_output_buffer must be >= 65536")
+    need(c.timeout >= 0, "timeout must be >= 0")
+    need(1 <= c.min_batch <= c.max_batch <= MAX_ID, "need 1 <= min_batch <= max_batch")
+    need(c.batch_interval > 0, "batch_interval must be > 0")
+    need(0 < c.watermark < 1, "watermark must be between 0 and 1 (exclusive)")
+    need(c.max_wait > 0, "max_wait must be > 0")
+    need(c.store_timeout > 0, "store_timeout must be > 0")
+    need(1 <= c.max_incrby <= MAX_ID, "max_incrby must be >= 1")
+    need(c.shutdown_timeout >= 0, "shutdown_timeout must be >= 0")
+
+
+def parse_value(option: Option, raw: Any, origin: str) -> Any:
+    """Turn a TOML, environment or flag value into the option's type, or say what is wrong."""
+    try:
+        if option.type is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("yes", "true", "1", "on"):
+                return True
+            if text in ("no", "false", "0", "off"):
+                return False
+            raise ValueError(text)
+        if option.type is int:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(str(raw).replace("_", "")) if not isinstance(raw, int) else raw
+        if option.type is float:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return float(raw)
+        return str(raw)
+    except ValueError:
+        raise ConfigError(f"{origin}: {option.name} expects {option.type.__name__}, got {raw!r}") from None
+
+
+def load(file: str | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None) -> Config:
+    """Build the Config: defaults < TOML ``file`` < ``env`` (``MARCH_*``) < ``flags`` (already typed)."""
+    values: dict[str, Any] = {}
+    env = os.environ if env is None else env
+    file = file or env.get("MARCH_CONFIG") or None
+    if file:
+        path = Path(file)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {file} not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {file}: {exc}") from None
+        for section_or_key, value in data.items():
+            items = value.items() if isinstance(value, dict) else [(section_or_key, value)]
+            for key, raw in items:
+                name = key.replace("-", "_")
+                if name not in _BY_NAME:
+                    raise ConfigError(f"config file {file}: unknown option {key!r}")
+                values[name] = parse_value(_BY_NAME[name], raw, f"config file {file}")
+        values["config_file"] = str(path)
+    for o in OPTIONS:
+        raw = env.get("MARCH_" + o.name.upper())
+        if raw is not None:
+            values[o.name] = parse_value(o, raw, "MARCH_" + o.name.upper())
+    for name, raw in (flags or {}).items():
+        if raw is not None:
+            values[name] = parse_value(_BY_NAME[name], raw, "--" + name.replace("_", "-"))
+    return Config(**values)
+
+
+def with_changes(config: Config, **changes: Any) -> Config:
+    return dataclasses.replace(config, **changes)

@@ -1,0 +1,130 @@
+"""Every error a client can see, as named constants, and the one exception type that carries them.
+
+Messages use Redis' own prefixes and texts (``ERR``, ``WRONGTYPE``, ``NOAUTH``, ``WRONGPASS``,
+``NOPERM``, ``MOVED``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``EXECABORT``) so that client libraries map
+them to the right exception classes. A constant with ``{}`` fields is formatted by the caller.
+
+Typed exceptions exist only where an error is control flow: the protocol layer's
+``ProtocolError`` (closes one connection) and the store's ``GuardFailed`` (step down).
+"""
+
+from __future__ import annotations
+
+
+class CommandError(Exception):
+    """A command failed; the dispatcher sends ``-<message>`` and the connection carries on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# --- generic, word for word as Redis says them --------------------------------------------------
+WRONG_ARITY = "ERR wrong number of arguments for '{}' command"
+UNKNOWN_COMMAND = "ERR unknown command '{}', with args beginning with: {}"
+UNKNOWN_SUBCOMMAND = "ERR unknown subcommand '{}'. Try {} HELP."
+SYNTAX = "ERR syntax error"
+NOT_INTEGER = "ERR value is not an integer or out of range"
+OVERFLOW = "ERR increment or decrement would overflow"
+PROTOCOL_VERSION = "NOPROTO unsupported protocol version"
+DB_INDEX = "ERR DB index is out of range"
+SELECT_NOT_ALLOWED = "ERR SELECT is not allowed in cluster mode"
+INVALID_CURSOR = "ERR invalid cursor"
+TIMEOUT_NOT_INTEGER = "ERR timeout is not an integer or out of range"
+
+# --- authentication ----------------------------------------------------------------------------
+NOAUTH = "NOAUTH Authentication required."
+WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+AUTH_NOT_CONFIGURED = (
+    "ERR AUTH <password> called without any password configured for the default user. "
+    "Are you sure your configuration is correct?"
+)
+HELLO_NOAUTH = (
+    "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> "
+    "AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol "
+    "version at the same time"
+)
+PROTECTED_MODE = (
+    "DENIED March is running in protected mode because no password is set for the default user. "
+    "In this mode connections are only accepted from the loopback interface. Set a password with "
+    "--requirepass (or requirepass in the config file), or disable protected mode with "
+    "--protected-mode no, and restart the server."
+)
+
+# --- transactions ------------------------------------------------------------------------------
+MULTI_NESTED = "ERR MULTI calls can not be nested"
+EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
+DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
+EXECABORT = "EXECABORT Transaction discarded because of previous errors."
+NOT_IN_MULTI = "ERR Command not allowed inside a transaction"
+WATCH_UNSUPPORTED = "ERR WATCH is not supported: sequences never change except forwards, retry the transaction instead"
+
+# --- limits ------------------------------------------------------------------------------------
+MAX_CLIENTS = "ERR max number of clients reached"
+
+# --- sequences ---------------------------------------------------------------------------------
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+REFUSED = "ERR '{}' is not supported by March: {}"
+NO_SUCH_KEY = "ERR no such sequence '{}'"
+KEY_EXISTS = "ERR sequence '{}' already exists"
+AUTO_CREATE_OFF = "ERR no such sequence '{}' and auto_create is off: create it with SEQ.CREATE"
+INCRBY_NOT_POSITIVE = "ERR increment must be a positive integer: sequences only move forwards"
+INCRBY_TOO_LARGE = "ERR increment exceeds the maximum of {} IDs per request (max_incrby)"
+SET_BACKWARDS = "ERR SET would move sequence '{}' backwards: IDs up to {} have already been handed out"
+SET_NEGATIVE = "ERR a sequence floor must be a non-negative integer"
+SET_OPTION = "ERR SET on a sequence takes only NX (no expiry, GET or XX: sequences never expire or go back)"
+BATCH_RANGE = "ERR MINBATCH and MAXBATCH must satisfy 1 <= MINBATCH <= MAXBATCH <= {}"
+START_RANGE = "ERR START must be between 1 and 9223372036854775807"
+
+# --- availability (retryable: the client did not get an ID) -------------------------------------
+TRYAGAIN_STORE = "TRYAGAIN the durable ceiling for '{}' could not be extended in time, please retry"
+TRYAGAIN_STARTING = "TRYAGAIN March is loading its state, please retry"
+SHUTTING_DOWN = "TRYAGAIN March is shutting down, please retry on another node"
+NOT_SERVING = "CLUSTERDOWN this node lost its right to hand out IDs, please retry"
+
+# --- configuration -----------------------------------------------------------------------------
+CONFIG_READONLY = "ERR CONFIG {} is not supported: March's configuration is read-only at run time"
+
+# Why each refused command is refused; the text follows ``REFUSED``.
+REFUSAL_REASONS: dict[str, str] = {
+    "decr": "a sequence never goes backwards (a lower ID could repeat one already handed out)",
+    "decrby": "a sequence never goes backwards (a lower ID could repeat one already handed out)",
+    "incrbyfloat": "IDs are integers",
+    "del": "deleting a sequence would let its IDs be handed out again",
+    "unlink": "deleting a sequence would let its IDs be handed out again",
+    "expire": "a sequence never expires (its IDs would be handed out again)",
+    "pexpire": "a sequence never expires (its IDs would be handed out again)",
+    "expireat": "a sequence never expires (its IDs would be handed out again)",
+    "pexpireat": "a sequence never expires (its IDs would be handed out again)",
+    "append": "a sequence holds an integer, not a string",
+    "setrange": "a sequence holds an integer, not a string",
+    "getset": "setting a value could move a sequence backwards; use SET key N to raise its floor",
+    "getdel": "deleting a sequence would let its IDs be handed out again",
+    "getex": "a sequence never expires (its IDs would be handed out again)",
+    "rename": "renaming would let the old name start again at 1",
+    "renamenx": "renaming would let the old name start again at 1",
+    "move": "March has one database",
+    "copy": "two sequences with the same IDs would hand out duplicates",
+    "flushdb": "flushing would let every ID be handed out again",
+    "flushall": "flushing would let every ID be handed out again",
+    "setex": "a sequence never expires (its IDs would be handed out again)",
+    "psetex": "a sequence never expires (its IDs would be handed out again)",
+    "mset": "use SET key N per sequence, which checks that it moves forwards",
+    "msetnx": "use SET key N NX per sequence",
+    "setnx": "use SET key N NX",
+    "persist": "a sequence never expires",
+}
+
+
+def wrong_arity(name: str) -> CommandError:
+    return CommandError(WRONG_ARITY.format(name.lower()))
+
+
+def unknown_command(args: list[bytes]) -> CommandError:
+    name = args[0].decode("utf-8", "replace")[:128]
+    rest = ""
+    for a in args[1:]:  # Redis quotes each argument with a trailing space, up to 128 characters
+        if len(rest) >= 128:
+            break
+        rest += f"'{a.decode('utf-8', 'replace')[: 128 - len(rest)]}' "
+    return CommandError(UNKNOWN_COMMAND.format(name, rest))

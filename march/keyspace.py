@@ -1,0 +1,138 @@
+"""The keyspace: every sequence this node serves, wired to the store and the lease.
+
+Commands look generators up here (``generators`` is a plain dict, read on the hot path), create
+them (``create``, ``ensure`` for auto-creation) and list them. The keyspace loads every record from
+the store when it starts serving and kills every generator when it stops, so a node that lost its
+right to serve holds no live generator.
+
+Creating a sequence stores its first range right away (ceiling = start + min_batch), so the first
+INCR on a new key costs one store write, not two. Keys are never deleted, so ``order`` (creation
+order) is a stable basis for SCAN cursors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from . import errors
+from .config import Config
+from .errors import CommandError
+from .generators.base import BatchPolicy, Clock, Lease, NotServing, monotonic
+from .generators.sequence import MAX_ID, SequenceGenerator
+from .store.base import SequenceRecord, Store
+
+Generator = SequenceGenerator
+
+
+class Keyspace:
+    def __init__(self, config: Config, store: Store, lease: Lease, clock: Clock = monotonic) -> None:
+        self.config = config
+        self.store = store
+        self.lease = lease
+        self.clock = clock
+        self.generators: dict[bytes, Generator] = {}
+        self.order: list[bytes] = []
+        self.serving = False
+        self._creating: dict[bytes, asyncio.Future[Generator]] = {}
+        self.default_policy = BatchPolicy(
+            min_batch=config.min_batch,
+            max_batch=config.max_batch,
+            interval=config.batch_interval,
+            watermark=config.watermark,
+            max_wait=config.max_wait,
+            store_timeout=config.store_timeout,
+        )
+
+    # --- life ----------------------------------------------------------------------------------
+
+    async def start_serving(self) -> None:
+        """Load every sequence from the store (linearizable) and serve them."""
+        records = await self.store.load_all()
+        self.generators.clear()
+        self.order.clear()
+        for record in records:
+            self._add(record)
+        self.serving = True
+
+    def stop_serving(self, reason: str) -> None:
+        """Stop at once: every generator is killed; requests waiting on one get an error."""
+        self.serving = False
+        for gen in self.generators.values():
+            gen.kill(reason)
+
+    async def drain(self) -> None:
+        """Wait for store writes in flight (shutdown)."""
+        await asyncio.gather(*(g.drain() for g in self.generators.values()))
+
+    # --- lookups -------------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> Generator | None:
+        return self.generators.get(key)
+
+    async def ensure(self, key: bytes) -> Generator:
+        """The generator for ``key``, created with default settings if auto_create is on."""
+        gen = self.generators.get(key)
+        if gen is not None:
+            return gen
+        if not self.config.auto_create:
+            raise CommandError(errors.AUTO_CREATE_OFF.format(key.decode("utf-8", "replace")))
+        gen = await self.create(key, start=1, settings={}, exist_ok=True)
+        return gen
+
+    async def create(self, key: bytes, start: int, settings: Mapping[str, Any], exist_ok: bool = False) -> Generator:
+        """Create a sequence whose first ID is ``start``; durable before it returns."""
+        self._check_serving()
+        pending = self._creating.get(key)
+        if pending is not None:
+            gen = await asyncio.shield(pending)
+            if not exist_ok:
+                raise CommandError(errors.KEY_EXISTS.format(key.decode("utf-8", "replace")))
+            return gen
+        if key in self.generators:
+            if exist_ok:
+                return self.generators[key]
+            raise CommandError(errors.KEY_EXISTS.format(key.decode("utf-8", "replace")))
+        fut: asyncio.Future[Generator] = asyncio.get_running_loop().create_future()
+        self._creating[key] = fut
+        try:
+            policy = self.policy_for(settings)
+            record = SequenceRecord(key, "sequence", min(MAX_ID + 1, start + policy.min_batch), dict(settings))
+            created = await self.store.create(record, self.lease.guard)
+            self._check_serving()
+            if created:
+                gen = self._add(record, next_id=start)
+            else:  # someone created it first (another node, before our load): use what is stored
+                stored = await self.store.load(key)
+                if stored is None:
+                    raise CommandError(errors.TRYAGAIN_STARTING)
+                gen = self._add(stored)
+                if not exist_ok:
+                    raise CommandError(errors.KEY_EXISTS.format(key.decode("utf-8", "replace")))
+            fut.set_result(gen)
+            return gen
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+            raise
+        finally:
+            del self._creating[key]
+
+    def policy_for(self, settings: Mapping[str, Any]) -> BatchPolicy:
+        changes = {k: int(settings[k]) for k in ("min_batch", "max_batch") if k in settings}
+        return dataclasses.replace(self.default_policy, **changes) if changes else self.default_policy
+
+    def _add(self, record: SequenceRecord, next_id: int | None = None) -> Generator:
+        policy = self.policy_for(record.settings)
+        gen = SequenceGenerator(record.key, record.ceiling, self.store, self.lease, policy, self.clock, next_id)
+        if record.key not in self.generators:
+            self.order.append(record.key)
+        self.generators[record.key] = gen
+        return gen
+
+    def _check_serving(self) -> None:
+        if not self.serving:
+            raise NotServing("not serving")

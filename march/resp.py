@@ -1,0 +1,332 @@
+"""RESP2/RESP3 encoding and request parsing. No I/O, no commands.
+
+``RequestParser.feed(data)`` turns bytes from one connection into complete requests (lists of
+``bytes``), in order. Multibulk requests are parsed by hiredis; inline requests (``PING`` typed
+into ``nc``) by ``split_inline``, which follows Redis' ``sdssplitargs`` quoting rules. Incomplete
+input means "need more": the parser keeps it. Malformed input raises ``ProtocolError`` with
+Redis' own text; the server answers it and closes that one connection.
+
+Limits are enforced here, cheaply: the argument count of every request, the bulk length declared
+by a request header that arrives at the start of a read, the length of an inline line, and an
+upper bound on the bytes held for one incomplete request (which bounds memory whatever a client
+sends). Known limitation: a single read that holds a multibulk request followed by an *inline*
+request is refused as a protocol error (no client mixes the two forms in one write).
+
+``encode(value, proto)`` turns a handler's return value into bytes:
+int -> integer, bytes -> bulk string, str -> simple string, None -> null, bool -> RESP3 boolean
+(RESP2: 1/0), float -> RESP3 double (RESP2: bulk), list/tuple -> array, set -> RESP3 set
+(RESP2: array), dict -> RESP3 map (RESP2: flat array), ``Verbatim`` -> RESP3 verbatim text
+(RESP2: bulk), ``CommandError`` -> error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hiredis
+
+from .errors import CommandError
+
+CRLF = b"\r\n"
+OK = b"+OK\r\n"
+QUEUED = b"+QUEUED\r\n"
+PONG = b"+PONG\r\n"
+
+_STAR = 42  # ord("*")
+
+
+class ProtocolError(Exception):
+    """Malformed input: answer ``-ERR Protocol error: <message>`` and close the connection.
+
+    ``requests`` holds the complete requests that came before the bad bytes (Redis runs them).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.requests: list[list[bytes]] = []
+
+
+class Verbatim(str):
+    """Text that RESP3 sends as a verbatim string (``=N\\r\\ntxt:...``), as Redis does for INFO."""
+
+
+class RequestParser:
+    """Bytes in, requests out, for one connection."""
+
+    __slots__ = ("_inline", "_max_args", "_max_bulk", "_max_inline", "_max_pending", "_pending", "_reader")
+
+    def __init__(self, max_args: int, max_bulk: int, max_inline: int) -> None:
+        self._reader = hiredis.Reader()
+        self._max_args = max_args
+        self._max_bulk = max_bulk
+        self._max_inline = max_inline
+        # An incomplete request may legitimately hold up to max_args bulk strings of max_bulk bytes,
+        # but no more; header overhead per argument is at most 2 + 20 + 2 + 2 bytes.
+        self._max_pending = max_bulk * 2 + max_args * 32 + 1024
+        self._pending = 0  # upper bound on the bytes of the incomplete request held by the reader
+        self._inline = b""  # an inline line still waiting for its newline
+
+    def feed(self, data: bytes) -> list[list[bytes]]:
+        """Return the complete requests in ``data`` (plus what came before); keep the rest."""
+        requests: list[list[bytes]] = []
+        try:
+            self._feed(data, requests)
+        except ProtocolError as exc:
+            exc.requests = requests
+            raise
+        return requests
+
+    def _feed(self, data: bytes, requests: list[list[bytes]]) -> None:
+        reader = self._reader
+        if self._inline or (not reader.has_data() and data[:1] and data[0] != _STAR):
+            data = self._feed_inline(data, requests)
+            if not data:
+                return
+        reader.feed(data)
+        n_before = len(requests)
+        try:
+            req = reader.gets()
+            while req is not False:
+                if req is not None and req != []:  # Redis ignores `*0` and `*-1`
+                    self._check(req)
+                    requests.append(req)
+                req = reader.gets()
+        except hiredis.ProtocolError as exc:
+            raise ProtocolError(_translate(str(exc))) from None
+        if reader.has_data():
+            if len(requests) > n_before:
+                self._pending = len(data)
+            else:
+                if self._pending == 0:
+                    _check_header(data, self._max_args, self._max_bulk)
+                self._pending += len(data)
+            if self._pending > self._max_pending:
+                raise ProtocolError("too big request")
+        else:
+            self._pending = 0
+        if len(data) > self._max_bulk:
+            for r in requests[n_before:]:
+                for a in r:
+                    if len(a) > self._max_bulk:
+                        raise ProtocolError("invalid bulk length")
+
+    def _check(self, req: Any) -> None:
+        if len(req) > self._max_args:
+            raise ProtocolError("invalid multibulk length")
+        for a in req:
+            if a.__class__ is not bytes:
+                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
+
+    def _feed_inline(self, data: bytes, requests: list[list[bytes]]) -> bytes:
+        """Consume inline lines from the front of ``data`` into ``requests``; return what is left."""
+        buf = self._inline + data
+        self._inline = b""
+        start = 0
+        while start < len(buf) and buf[start] != _STAR:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                rest = buf[start:]
+                if len(rest) > self._max_inline:
+                    raise ProtocolError("too big inline request")
+                self._inline = rest
+                return b""
+            if nl - start > self._max_inline:
+                raise ProtocolError("too big inline request")
+            line = buf[start:nl]
+            start = nl + 1
+            args = split_inline(line.rstrip(b"\r"))
+            if args:
+                if len(args) > self._max_args:
+                    raise ProtocolError("invalid multibulk length")
+                requests.append(args)
+        return buf[start:]
+
+
+def _check_header(data: bytes, max_args: int, max_bulk: int) -> None:
+    """Refuse a request whose header, at the start of ``data``, declares too much.
+
+    Called only for a request that begins a read and is still incomplete at its end, so the cost
+    is paid only by large or slow requests. Redis answers these with the same texts.
+    """
+    if data[:1] != b"*":
+        return
+    nl = data.find(b"\r\n")
+    if nl < 0:
+        return
+    try:
+        count = int(data[1:nl])
+    except ValueError:
+        raise ProtocolError("invalid multibulk length") from None
+    if count > max_args:
+        raise ProtocolError("invalid multibulk length")
+    pos = nl + 2
+    while count > 0 and data[pos : pos + 1] == b"$":
+        nl = data.find(b"\r\n", pos)
+        if nl < 0:
+            return
+        try:
+            length = int(data[pos + 1 : nl])
+        except ValueError:
+            raise ProtocolError("invalid bulk length") from None
+        if length > max_bulk or length < 0:
+            raise ProtocolError("invalid bulk length")
+        pos = nl + 2 + length + 2
+        count -= 1
+
+
+def _type_byte(value: Any) -> str:
+    if isinstance(value, int):
+        return ":"
+    if isinstance(value, list):
+        return "*"
+    if isinstance(value, Exception):
+        return "-"
+    return "+"
+
+
+def _translate(hiredis_message: str) -> str:
+    """hiredis' protocol error texts, in Redis' words where Redis has them."""
+    low = hiredis_message.lower()
+    if "multi-bulk length" in low or "multibulk" in low:
+        return "invalid multibulk length"
+    if "bulk" in low:
+        return "invalid bulk length"
+    if "reply type byte" in low:
+        # e.g. 'Protocol error, got "x" as reply type byte'
+        quoted = hiredis_message.split('"')
+        got = quoted[1] if len(quoted) > 2 else "?"
+        return f"expected '$', got '{got}'"
+    return hiredis_message
+
+
+_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def split_inline(line: bytes) -> list[bytes]:
+    """Split an inline command like Redis' ``sdssplitargs``: spaces, "double" and 'single' quotes.
+
+    Raises ``ProtocolError("unbalanced quotes in request")`` as Redis does.
+    """
+    if b'"' not in line and b"'" not in line:
+        return line.split()
+    args: list[bytes] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in b" \t\n\r\x0b\x0c":
+            i += 1
+        if i >= n:
+            return args
+        cur = bytearray()
+        in_dq = in_sq = False
+        while True:
+            if in_dq:
+                if i >= n:
+                    raise ProtocolError("unbalanced quotes in request")
+                c = line[i]
+                if c == 92 and i + 3 < n and line[i + 1] == ord("x") and line[i + 2] in _HEX and line[i + 3] in _HEX:
+                    cur.append(int(line[i + 2 : i + 4], 16))
+                    i += 3
+                elif c == 92 and i + 1 < n:
+                    i += 1
+                    cur += _ESCAPES.get(line[i], bytes([line[i]]))
+                elif c == ord('"'):
+                    if i + 1 < n and line[i + 1] not in b" \t\n\r\x0b\x0c":
+                        raise ProtocolError("unbalanced quotes in request")
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            elif in_sq:
+                if i >= n:
+                    raise ProtocolError("unbalanced quotes in request")
+                c = line[i]
+                if c == 92 and i + 1 < n and line[i + 1] == ord("'"):
+                    i += 1
+                    cur.append(ord("'"))
+                elif c == ord("'"):
+                    if i + 1 < n and line[i + 1] not in b" \t\n\r\x0b\x0c":
+                        raise ProtocolError("unbalanced quotes in request")
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            else:
+                if i >= n:
+                    break
+                c = line[i]
+                if c in b" \t\n\r\x0b\x0c":
+                    break
+                if c == ord('"'):
+                    in_dq = True
+                elif c == ord("'"):
+                    in_sq = True
+                else:
+                    cur.append(c)
+            i += 1
+        args.append(bytes(cur))
+
+
+# --- encoding ----------------------------------------------------------------------------------
+
+
+def encode_error(message: str) -> bytes:
+    return b"-" + message.replace("\r", " ").replace("\n", " ").encode() + CRLF
+
+
+def encode(value: Any, proto: int) -> bytes:
+    out: list[bytes] = []
+    _encode(value, proto, out)
+    return b"".join(out)
+
+
+def _encode(value: Any, proto: int, out: list[bytes]) -> None:
+    t = value.__class__
+    if t is int:
+        out.append(b":%d\r\n" % value)
+    elif t is bytes:
+        out.append(b"$%d\r\n%s\r\n" % (len(value), value))
+    elif t is str:
+        out.append(b"+" + value.encode() + CRLF)
+    elif value is None:
+        out.append(b"_\r\n" if proto >= 3 else b"$-1\r\n")
+    elif t is bool:
+        if proto >= 3:
+            out.append(b"#t\r\n" if value else b"#f\r\n")
+        else:
+            out.append(b":1\r\n" if value else b":0\r\n")
+    elif t is list or t is tuple:
+        out.append(b"*%d\r\n" % len(value))
+        for item in value:
+            _encode(item, proto, out)
+    elif t is dict:
+        if proto >= 3:
+            out.append(b"%%%d\r\n" % len(value))
+        else:
+            out.append(b"*%d\r\n" % (2 * len(value)))
+        for k, v in value.items():
+            _encode(k, proto, out)
+            _encode(v, proto, out)
+    elif t is set or t is frozenset:
+        out.append((b"~%d\r\n" if proto >= 3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode(item, proto, out)
+    elif t is float:
+        text = repr(value).encode() if value == value and value not in (float("inf"), float("-inf")) else b""
+        if not text:
+            text = b"nan" if value != value else (b"inf" if value > 0 else b"-inf")
+        out.append(b"," + text + CRLF if proto >= 3 else b"$%d\r\n%s\r\n" % (len(text), text))
+    elif t is Verbatim:
+        body = value.encode()
+        if proto >= 3:
+            out.append(b"=%d\r\ntxt:%s\r\n" % (len(body) + 4, body))
+        else:
+            out.append(b"$%d\r\n%s\r\n" % (len(body), body))
+    elif isinstance(value, CommandError):
+        out.append(encode_error(value.message))
+    elif isinstance(value, int):  # IntEnum and friends
+        out.append(b":%d\r\n" % int(value))
+    elif isinstance(value, str):
+        out.append(b"+" + str(value).encode() + CRLF)
+    else:
+        raise TypeError(f"cannot encode {t.__name__} as RESP")

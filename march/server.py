@@ -1,0 +1,306 @@
+"""The listener: connections, pipelining, back-pressure, limits, shutdown.
+
+One ``Connection`` (an asyncio protocol on uvloop) per client. Each read is parsed into requests;
+the requests are run in order and their replies written with one ``write`` per read. A handler
+that returns a coroutine (waiting for a store write) pauses that connection: its replies stay in
+order, reading is paused until it is done, and other connections carry on.
+
+Limits: ``max_clients`` (the extra connection gets an error and is closed), argument count, bulk
+and inline sizes (the parser; a protocol error closes that connection only), ``max_output_buffer``
+(a client that does not read its replies is disconnected), ``timeout`` (idle clients are closed).
+Back-pressure: when a client's unsent replies pass the write high-water mark, reading from it
+pauses until they drain. Protected mode: with no password, only loopback clients are served.
+
+Shutdown (``serve(config, stop)``): stop accepting, let each connection finish the requests it has
+read, wait at most ``shutdown_timeout``, then close what is left; wait for store writes in flight,
+close the store. This module never knows a command: it calls ``commands.call``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any, cast
+
+from . import errors
+from .app import VERSION, App
+from .client import Client
+from .commands import call
+from .commands.dispatch import as_error
+from .commands.server import NO_REPLY
+from .config import Config
+from .errors import CommandError
+from .generators.base import NotServing, SingleNodeLease
+from .resp import ProtocolError, RequestParser, encode, encode_error
+from .store.base import Store
+from .store.sqlite import SqliteStore
+
+log = logging.getLogger("march")
+
+_HIGH_WATER = 256 << 10  # pause reading from a client whose unsent replies pass this many bytes
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, app: App, conns: set[Connection]) -> None:
+        self.app = app
+        self.conns = conns
+        self.transport: asyncio.Transport | None = None
+        self.client: Client | None = None
+        cfg = app.config
+        self.parser = RequestParser(cfg.max_args, cfg.max_bulk_len, cfg.max_inline_len)
+        self.busy = False  # a handler's coroutine is running; later requests wait in ``backlog``
+        self.backlog: list[list[bytes]] = []
+        self.write_paused = False
+        self.closing = False
+        self.protocol_error = ""  # set when the parser refused input: answer it after what came before
+        self.task: asyncio.Task[None] | None = None
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        self.transport = transport
+        app = self.app
+        app.stats.connections += 1
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        addr = _addr(peer)
+        if len(app.clients) >= app.config.max_clients:
+            app.stats.rejected += 1
+            transport.write(encode_error(errors.MAX_CLIENTS))
+            transport.close()
+            return
+        if app.config.protected_mode and not app.config.requirepass and not _is_loopback(peer):
+            app.stats.rejected += 1
+            transport.write(encode_error(errors.PROTECTED_MODE))
+            transport.close()
+            return
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        client = Client(app, app.next_client_id(), addr, _addr(sock))
+        self.client = client
+        app.clients[client.id] = client
+        app.closers[client.id] = self.close
+        self.conns.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self.client is not None:
+            self.app.clients.pop(self.client.id, None)
+            self.app.closers.pop(self.client.id, None)
+        self.conns.discard(self)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        assert self.transport is not None
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if not self.busy and not self.closing and self.transport is not None:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        if client is None or self.closing:
+            return
+        client.last_active = time.monotonic()
+        try:
+            requests = self.parser.feed(data)
+        except ProtocolError as exc:
+            # Redis runs the requests that came before the bad bytes, answers the error, closes.
+            self.app.stats.protocol_errors += 1
+            self.protocol_error = str(exc)
+            requests = exc.requests
+        if self.busy:
+            self.backlog.extend(requests)
+            return
+        self.run(requests, 0)
+
+    # --- running requests ---------------------------------------------------------------------
+
+    def run_backlog(self) -> None:
+        requests, self.backlog = self.backlog, []
+        self.run(requests, 0)
+
+    def run(self, requests: list[list[bytes]], start: int) -> None:
+        """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it."""
+        client = self.client
+        transport = self.transport
+        assert client is not None and transport is not None
+        out: list[bytes] = []
+        stats = self.app.stats
+        i = start
+        n = len(requests)
+        while i < n:
+            args = requests[i]
+            i += 1
+            try:
+                result = call(client, args)
+            except CommandError as exc:
+                stats.errors += 1
+                out.append(encode_error(exc.message))
+                continue
+            except NotServing as exc:
+                stats.errors += 1
+                out.append(encode_error(as_error(client, args, exc).message))
+                continue
+            except Exception as exc:  # a bug must cost one reply, never the server
+                log.exception("command %r failed", args[:1])
+                stats.errors += 1
+                out.append(encode_error(f"ERR internal error: {exc!r}"))
+                continue
+            if result.__class__ is int:
+                out.append(b":%d\r\n" % result)
+            elif asyncio.iscoroutine(result):
+                if out:
+                    transport.write(b"".join(out))
+                stats.commands += i - start
+                self.busy = True
+                transport.pause_reading()
+                self.task = asyncio.get_running_loop().create_task(self.finish(result, requests, i))
+                return
+            elif result is not NO_REPLY:
+                out.append(encode(result, client.proto))
+            if client.close_after:
+                break
+        stats.commands += i - start
+        if self.protocol_error and not self.backlog and not client.close_after:
+            out.append(encode_error("ERR Protocol error: " + self.protocol_error))
+            client.close_after = True
+        if out:
+            transport.write(b"".join(out))
+            if self.write_paused:
+                self.check_output_buffer()
+        if client.close_after:
+            self.close()
+        elif self.backlog and not self.busy:
+            self.run_backlog()
+
+    async def finish(self, pending: Any, requests: list[list[bytes]], resume_at: int) -> None:
+        """Await one handler's coroutine, write its reply, then run the rest of the read."""
+        client = self.client
+        assert client is not None and self.transport is not None
+        try:
+            value = await pending
+            reply = encode(value, client.proto) if value is not NO_REPLY else b""
+        except (CommandError, NotServing) as exc:
+            self.app.stats.errors += 1
+            reply = encode_error(as_error(client, requests[resume_at - 1], exc).message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("command %r failed", requests[resume_at - 1][:1])
+            self.app.stats.errors += 1
+            reply = encode_error(f"ERR internal error: {exc!r}")
+        if self.closing:
+            return
+        if reply:
+            self.transport.write(reply)
+        self.busy = False
+        self.task = None
+        if client.close_after:
+            self.close()
+            return
+        if not self.write_paused:
+            self.transport.resume_reading()
+        self.run(requests, resume_at)
+
+    def check_output_buffer(self) -> None:
+        assert self.transport is not None
+        if self.transport.get_write_buffer_size() > self.app.config.max_output_buffer:
+            log.warning("closing client %s: output buffer over max_output_buffer", self.client and self.client.addr)
+            self.transport.abort()
+
+    def close(self) -> None:
+        """Close after the replies already written have been sent."""
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _addr(sockaddr: Any) -> str:
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        host = sockaddr[0]
+        return f"[{host}]:{sockaddr[1]}" if ":" in host else f"{host}:{sockaddr[1]}"
+    return str(sockaddr or "?")
+
+
+def _is_loopback(peer: Any) -> bool:
+    if not isinstance(peer, tuple):
+        return True  # a unix socket
+    try:
+        return ipaddress.ip_address(peer[0].split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def make_store(config: Config) -> Store:
+    return SqliteStore(config.data_dir)
+
+
+async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int] | None = None) -> None:
+    """Run a single node until ``stop`` completes or SHUTDOWN is called."""
+    loop = asyncio.get_running_loop()
+    store = make_store(config)
+    await store.open()
+    app = App(config, store, SingleNodeLease())
+    app.shutdown_requested = asyncio.Event()
+    conns: set[Connection] = set()
+    try:
+        await app.keyspace.start_serving()
+        server = await loop.create_server(lambda: Connection(app, conns), config.bind, config.port, reuse_address=True)
+        app.port = server.sockets[0].getsockname()[1]
+        log.info("March %s ready to accept connections on %s:%d (store: %s, %d sequences)",
+                 VERSION, config.bind, app.port, store.name, len(app.keyspace.generators))
+        if ready is not None and not ready.done():
+            ready.set_result(app.port)
+        idle = loop.create_task(_close_idle(app, conns)) if config.timeout > 0 else None
+        stopper = asyncio.ensure_future(stop)
+        requested = loop.create_task(app.shutdown_requested.wait())
+        await asyncio.wait({stopper, requested}, return_when=asyncio.FIRST_COMPLETED)
+        log.info("shutting down")
+        app.shutdown_requested.set()
+        for t in (stopper, requested, idle):
+            if t is not None and not t.done():
+                t.cancel()
+        server.close()
+        await _close_connections(conns, config.shutdown_timeout)
+        app.keyspace.stop_serving("shutting down")
+        await asyncio.wait_for(app.keyspace.drain(), config.store_timeout)
+    finally:
+        await store.close()
+    log.info("March stopped")
+
+
+async def _close_connections(conns: set[Connection], timeout: float) -> None:
+    """Let every connection finish what it has read, then close it; force after ``timeout``."""
+    for c in list(conns):
+        if not c.busy and not c.backlog:
+            c.close()
+    deadline = time.monotonic() + timeout
+    while conns and time.monotonic() < deadline:
+        for c in list(conns):
+            if not c.busy and not c.backlog and not c.closing:
+                c.close()
+        await asyncio.sleep(0.01)  # polling a condition with a deadline, during shutdown only
+    for c in list(conns):
+        if c.transport is not None:
+            c.transport.abort()
+    with contextlib.suppress(Exception):
+        await asyncio.sleep(0)
+
+
+async def _close_idle(app: App, conns: set[Connection]) -> None:
+    while True:
+        await asyncio.sleep(min(1.0, app.config.timeout / 2))
+        limit = time.monotonic() - app.config.timeout
+        for c in list(conns):
+            if c.client is not None and c.client.last_active < limit and not c.busy:
+                app.stats.timeouts_closed += 1
+                c.close()

@@ -1,0 +1,1 @@
+"""Durable state behind one small interface (``base.Store``): sqlite (embedded), memory (tests)."""
