@@ -161,7 +161,9 @@ def parse_value(option: Option, raw: Any, origin: str) -> Any:
         raise ConfigError(f"{origin}: {option.name} expects {option.type.__name__}, got {raw!r}") from None
 
 
-def load(file: str | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None) -> Config:
+def load(
+    file: str | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None
+) -> Config:
     """Build the Config: defaults < TOML ``file`` < ``env`` (``MARCH_*``) < ``flags`` (already typed)."""
     values: dict[str, Any] = {}
     env = os.environ if env is None else env

@@ -256,8 +256,14 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
         await app.keyspace.start_serving()
         server = await loop.create_server(lambda: Connection(app, conns), config.bind, config.port, reuse_address=True)
         app.port = server.sockets[0].getsockname()[1]
-        log.info("March %s ready to accept connections on %s:%d (store: %s, %d sequences)",
-                 VERSION, config.bind, app.port, store.name, len(app.keyspace.generators))
+        log.info(
+            "March %s ready to accept connections on %s:%d (store: %s, %d sequences)",
+            VERSION,
+            config.bind,
+            app.port,
+            store.name,
+            len(app.keyspace.generators),
+        )
         if ready is not None and not ready.done():
             ready.set_result(app.port)
         idle = loop.create_task(_close_idle(app, conns)) if config.timeout > 0 else None

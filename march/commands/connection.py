@@ -43,8 +43,14 @@ def _check_password(client: Client, user: bytes, password: bytes) -> None:
     client.user = "default"
 
 
-@command("auth", -2, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
-         summary="Authenticate: AUTH password, or AUTH default password.", group="connection")
+@command(
+    "auth",
+    -2,
+    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
+    _CONN,
+    summary="Authenticate: AUTH password, or AUTH default password.",
+    group="connection",
+)
 def auth(client: Client, args: list[bytes]) -> Any:
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
@@ -62,8 +68,14 @@ def auth(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@command("hello", -1, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
-         summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].", group="connection")
+@command(
+    "hello",
+    -1,
+    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
+    _CONN,
+    summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].",
+    group="connection",
+)
 def hello(client: Client, args: list[bytes]) -> Any:
     proto = client.proto
     i = 1
@@ -110,8 +122,9 @@ def hello(client: Client, args: list[bytes]) -> Any:
     }
 
 
-@command("select", 2, ("loading", "stale", "fast"), _CONN, summary="Select database 0 (the only one).",
-         group="connection")
+@command(
+    "select", 2, ("loading", "stale", "fast"), _CONN, summary="Select database 0 (the only one).", group="connection"
+)
 def select(client: Client, args: list[bytes]) -> Any:
     try:
         index = int(args[1])
@@ -122,16 +135,27 @@ def select(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@command("quit", -1, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
-         summary="Close the connection after the reply.", group="connection")
+@command(
+    "quit",
+    -1,
+    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
+    _CONN,
+    summary="Close the connection after the reply.",
+    group="connection",
+)
 def quit_(client: Client, args: list[bytes]) -> Any:
     client.close_after = True
     return "OK"
 
 
-@command("reset", 1, ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"), _CONN,
-         summary="Reset the connection's state (protocol, name, transaction, authentication).",
-         group="connection")
+@command(
+    "reset",
+    1,
+    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
+    _CONN,
+    summary="Reset the connection's state (protocol, name, transaction, authentication).",
+    group="connection",
+)
 def reset(client: Client, args: list[bytes]) -> Any:
     client.reset()
     return "RESET"
@@ -156,9 +180,15 @@ _CLIENT_SUBS = (
 )
 
 
-@command("client", -2, ("noscript", "loading", "stale"), ("@slow", "@connection"),
-         summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
-         group="connection", subcommands=_CLIENT_SUBS)
+@command(
+    "client",
+    -2,
+    ("noscript", "loading", "stale"),
+    ("@slow", "@connection"),
+    summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
+    group="connection",
+    subcommands=_CLIENT_SUBS,
+)
 def client_(client: Client, args: list[bytes]) -> Any:
     sub = args[1].lower()
     n = len(args)

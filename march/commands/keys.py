@@ -26,9 +26,15 @@ _READ = ("@read", "@string", "@fast")
 _KEYSPACE = ("@keyspace", "@read")
 
 
-@command("get", 2, ("readonly", "fast"), _READ, keys=(1, 1, 1),
-         summary="Watermark W: every ID handed out before is <= W, every later one > W; nil if unknown.",
-         group="string")
+@command(
+    "get",
+    2,
+    ("readonly", "fast"),
+    _READ,
+    keys=(1, 1, 1),
+    summary="Watermark W: every ID handed out before is <= W, every later one > W; nil if unknown.",
+    group="string",
+)
 def get(client: Client, args: list[bytes]) -> Any:
     gen = client.app.keyspace.generators.get(args[1])
     return None if gen is None else b"%d" % gen.watermark()
@@ -44,8 +50,15 @@ def mget(client: Client, args: list[bytes]) -> Any:
     return out
 
 
-@command("set", -3, ("write", "denyoom"), ("@write", "@string", "@slow"), keys=(1, 1, 1),
-         summary="SET key N [NX]: raise the floor so the next ID is > N (never backwards).", group="string")
+@command(
+    "set",
+    -3,
+    ("write", "denyoom"),
+    ("@write", "@string", "@slow"),
+    keys=(1, 1, 1),
+    summary="SET key N [NX]: raise the floor so the next ID is > N (never backwards).",
+    group="string",
+)
 def set_(client: Client, args: list[bytes]) -> Any:
     nx = False
     for opt in args[3:]:
@@ -72,33 +85,67 @@ async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
     return "OK"
 
 
-@command("exists", -2, ("readonly", "fast"), _KEYSPACE + ("@fast",), keys=(1, -1, 1),
-         summary="How many of the keys are sequences.", group="generic")
+@command(
+    "exists",
+    -2,
+    ("readonly", "fast"),
+    (*_KEYSPACE, "@fast"),
+    keys=(1, -1, 1),
+    summary="How many of the keys are sequences.",
+    group="generic",
+)
 def exists(client: Client, args: list[bytes]) -> Any:
     gens = client.app.keyspace.generators
     return sum(1 for k in args[1:] if k in gens)
 
 
-@command("type", 2, ("readonly", "fast"), _KEYSPACE + ("@fast",), keys=(1, 1, 1),
-         summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.", group="generic")
+@command(
+    "type",
+    2,
+    ("readonly", "fast"),
+    (*_KEYSPACE, "@fast"),
+    keys=(1, 1, 1),
+    summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.",
+    group="generic",
+)
 def type_(client: Client, args: list[bytes]) -> Any:
     return "string" if args[1] in client.app.keyspace.generators else "none"
 
 
-@command("ttl", 2, ("readonly", "fast"), _KEYSPACE + ("@fast",), keys=(1, 1, 1),
-         summary="-1: sequences never expire (-2 if the key does not exist).", group="generic")
+@command(
+    "ttl",
+    2,
+    ("readonly", "fast"),
+    (*_KEYSPACE, "@fast"),
+    keys=(1, 1, 1),
+    summary="-1: sequences never expire (-2 if the key does not exist).",
+    group="generic",
+)
 def ttl(client: Client, args: list[bytes]) -> Any:
     return -1 if args[1] in client.app.keyspace.generators else -2
 
 
-@command("pttl", 2, ("readonly", "fast"), _KEYSPACE + ("@fast",), keys=(1, 1, 1),
-         summary="-1: sequences never expire (-2 if the key does not exist).", group="generic")
+@command(
+    "pttl",
+    2,
+    ("readonly", "fast"),
+    (*_KEYSPACE, "@fast"),
+    keys=(1, 1, 1),
+    summary="-1: sequences never expire (-2 if the key does not exist).",
+    group="generic",
+)
 def pttl(client: Client, args: list[bytes]) -> Any:
     return ttl(client, args)
 
 
-@command("keys", 2, ("readonly",), _KEYSPACE + ("@slow", "@dangerous"),
-         summary="Every sequence name matching a glob pattern.", group="generic")
+@command(
+    "keys",
+    2,
+    ("readonly",),
+    (*_KEYSPACE, "@slow", "@dangerous"),
+    summary="Every sequence name matching a glob pattern.",
+    group="generic",
+)
 def keys(client: Client, args: list[bytes]) -> Any:
     if args[1] == b"*":
         return list(client.app.keyspace.order)
@@ -106,8 +153,14 @@ def keys(client: Client, args: list[bytes]) -> Any:
     return [k for k in client.app.keyspace.order if rx.match(k)]
 
 
-@command("scan", -2, ("readonly",), _KEYSPACE + ("@slow",),
-         summary="SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]: iterate over sequence names.", group="generic")
+@command(
+    "scan",
+    -2,
+    ("readonly",),
+    (*_KEYSPACE, "@slow"),
+    summary="SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]: iterate over sequence names.",
+    group="generic",
+)
 def scan(client: Client, args: list[bytes]) -> Any:
     cursor = parse_int(args[1], errors.INVALID_CURSOR) if args[1] != b"0" else 0
     if cursor < 0:
@@ -136,7 +189,6 @@ def scan(client: Client, args: list[bytes]) -> Any:
     return [b"%d" % nxt, found]
 
 
-@command("dbsize", 1, ("readonly", "fast"), _KEYSPACE + ("@fast",), summary="How many sequences exist.",
-         group="server")
+@command("dbsize", 1, ("readonly", "fast"), (*_KEYSPACE, "@fast"), summary="How many sequences exist.", group="server")
 def dbsize(client: Client, args: list[bytes]) -> Any:
     return len(client.app.keyspace.generators)

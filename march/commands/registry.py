@@ -72,7 +72,9 @@ def command(
     subcommands: tuple[tuple[str, int, str], ...] = (),
 ) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
-        spec = CommandSpec(name, fn, arity, flags, categories, keys, summary or (fn.__doc__ or "").strip(), group, subcommands)
+        spec = CommandSpec(
+            name, fn, arity, flags, categories, keys, summary or (fn.__doc__ or "").strip(), group, subcommands
+        )
         REGISTRY[name] = spec
         TABLE[name.encode()] = spec
         TABLE[name.upper().encode()] = spec

@@ -27,8 +27,15 @@ if TYPE_CHECKING:
 _WRITE = ("@write", "@string", "@fast")
 
 
-@command("incr", 2, ("write", "denyoom", "fast"), _WRITE, keys=(1, 1, 1),
-         summary="The next ID of the sequence (created at 1 if new).", group="string")
+@command(
+    "incr",
+    2,
+    ("write", "denyoom", "fast"),
+    _WRITE,
+    keys=(1, 1, 1),
+    summary="The next ID of the sequence (created at 1 if new).",
+    group="string",
+)
 def incr(client: Client, args: list[bytes]) -> Any:
     gen = client.app.keyspace.generators.get(args[1])
     if gen is not None:
@@ -38,8 +45,15 @@ def incr(client: Client, args: list[bytes]) -> Any:
     return _take(client, args[1], 1)
 
 
-@command("incrby", 3, ("write", "denyoom", "fast"), _WRITE, keys=(1, 1, 1),
-         summary="INCRBY key n: hand out n consecutive IDs, return the last.", group="string")
+@command(
+    "incrby",
+    3,
+    ("write", "denyoom", "fast"),
+    _WRITE,
+    keys=(1, 1, 1),
+    summary="INCRBY key n: hand out n consecutive IDs, return the last.",
+    group="string",
+)
 def incrby(client: Client, args: list[bytes]) -> Any:
     n = parse_int(args[2])
     if n < 1:
@@ -61,8 +75,15 @@ async def _take(client: Client, key: bytes, n: int) -> int:
     return await gen.take_wait(n)
 
 
-@command("seq.create", -2, ("write", "denyoom"), ("@write", "@slow"), keys=(1, 1, 1),
-         summary="SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n]: create a sequence.", group="sequence")
+@command(
+    "seq.create",
+    -2,
+    ("write", "denyoom"),
+    ("@write", "@slow"),
+    keys=(1, 1, 1),
+    summary="SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n]: create a sequence.",
+    group="sequence",
+)
 def seq_create(client: Client, args: list[bytes]) -> Any:
     config = client.app.config
     start = 1
@@ -98,8 +119,15 @@ async def _create(client: Client, key: bytes, start: int, settings: dict[str, in
     return "OK"
 
 
-@command("seq.info", 2, ("readonly",), ("@read", "@slow"), keys=(1, 1, 1),
-         summary="Live state of a sequence: next, durable ceiling, batch, store writes, waits.", group="sequence")
+@command(
+    "seq.info",
+    2,
+    ("readonly",),
+    ("@read", "@slow"),
+    keys=(1, 1, 1),
+    summary="Live state of a sequence: next, durable ceiling, batch, store writes, waits.",
+    group="sequence",
+)
 def seq_info(client: Client, args: list[bytes]) -> Any:
     gen = client.app.keyspace.get(args[1])
     if gen is None:
@@ -107,7 +135,13 @@ def seq_info(client: Client, args: list[bytes]) -> Any:
     return {k: v if isinstance(v, int) else str(v).encode() for k, v in gen.info().items()}
 
 
-@command("seq.list", 1, ("readonly",), ("@read", "@slow"), summary="Every sequence name, in creation order.",
-         group="sequence")
+@command(
+    "seq.list",
+    1,
+    ("readonly",),
+    ("@read", "@slow"),
+    summary="Every sequence name, in creation order.",
+    group="sequence",
+)
 def seq_list(client: Client, args: list[bytes]) -> Any:
     return list(client.app.keyspace.order)

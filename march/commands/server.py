@@ -35,8 +35,10 @@ def _key_specs(spec: CommandSpec) -> list[Any]:
         {
             "flags": flags,
             "begin_search": {"type": "index", "spec": {"index": first}},
-            "find_keys": {"type": "range", "spec": {"lastkey": last - first if last >= 0 else last,
-                                                    "keystep": step, "limit": 0}},
+            "find_keys": {
+                "type": "range",
+                "spec": {"lastkey": last - first if last >= 0 else last, "keystep": step, "limit": 0},
+            },
         }
     ]
 
@@ -48,8 +50,16 @@ def _info(spec: CommandSpec) -> list[Any]:
         for name, arity, _ in spec.subcommands
     ]
     return [
-        spec.name.encode(), spec.arity, list(spec.flags), first, last, step,
-        list(spec.categories), [], _key_specs(spec), subs,
+        spec.name.encode(),
+        spec.arity,
+        list(spec.flags),
+        first,
+        last,
+        step,
+        list(spec.categories),
+        [],
+        _key_specs(spec),
+        subs,
     ]
 
 
@@ -63,12 +73,21 @@ def _docs(spec: CommandSpec) -> dict[str, Any]:
     return doc
 
 
-@command("command", -1, ("loading", "stale"), ("@slow", "@connection"),
-         summary="The command table: COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS cmd args...].",
-         group="server",
-         subcommands=(("count", 2, "How many commands."), ("info", -2, "Details of commands."),
-                      ("docs", -2, "Documentation of commands."), ("list", -2, "Command names."),
-                      ("getkeys", -3, "The keys of a full command.")))
+@command(
+    "command",
+    -1,
+    ("loading", "stale"),
+    ("@slow", "@connection"),
+    summary="The command table: COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS cmd args...].",
+    group="server",
+    subcommands=(
+        ("count", 2, "How many commands."),
+        ("info", -2, "Details of commands."),
+        ("docs", -2, "Documentation of commands."),
+        ("list", -2, "Command names."),
+        ("getkeys", -3, "The keys of a full command."),
+    ),
+)
 def command_(client: Client, args: list[bytes]) -> Any:
     if len(args) == 1:
         return [_info(s) for s in REGISTRY.values()]
@@ -113,9 +132,15 @@ def command_(client: Client, args: list[bytes]) -> Any:
     raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "COMMAND"))
 
 
-@command("config", -2, ("admin", "noscript", "loading", "stale"), _ADMIN,
-         summary="CONFIG GET pattern...: the running configuration (read-only).", group="server",
-         subcommands=(("get", -3, "Options matching glob patterns."),))
+@command(
+    "config",
+    -2,
+    ("admin", "noscript", "loading", "stale"),
+    _ADMIN,
+    summary="CONFIG GET pattern...: the running configuration (read-only).",
+    group="server",
+    subcommands=(("get", -3, "Options matching glob patterns."),),
+)
 def config(client: Client, args: list[bytes]) -> Any:
     sub = args[1].lower()
     if sub == b"get":
@@ -137,15 +162,22 @@ def config(client: Client, args: list[bytes]) -> Any:
     raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "CONFIG"))
 
 
-@command("time", 1, ("loading", "stale", "fast"), ("@fast",), summary="Server time: [seconds, microseconds].",
-         group="server")
+@command(
+    "time", 1, ("loading", "stale", "fast"), ("@fast",), summary="Server time: [seconds, microseconds].", group="server"
+)
 def time_(client: Client, args: list[bytes]) -> Any:
     now = time.time_ns() // 1000
     return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
 
 
-@command("shutdown", -1, ("admin", "noscript", "loading", "stale", "no_multi", "allow_busy"), _ADMIN,
-         summary="Stop the server gracefully (state is always durable; NOSAVE/SAVE are accepted).", group="server")
+@command(
+    "shutdown",
+    -1,
+    ("admin", "noscript", "loading", "stale", "no_multi", "allow_busy"),
+    _ADMIN,
+    summary="Stop the server gracefully (state is always durable; NOSAVE/SAVE are accepted).",
+    group="server",
+)
 def shutdown(client: Client, args: list[bytes]) -> Any:
     for a in args[1:]:
         if a.lower() not in (b"nosave", b"save", b"now", b"force", b"abort"):
@@ -167,9 +199,14 @@ NO_REPLY = _NO_REPLY
 _SECTIONS = ("server", "clients", "stats", "persistence", "replication", "keyspace", "sequences", "cluster")
 
 
-@command("info", -1, ("loading", "stale"), ("@slow", "@dangerous"),
-         summary="INFO [section...]: server, clients, stats, persistence, replication, keyspace, sequences.",
-         group="server")
+@command(
+    "info",
+    -1,
+    ("loading", "stale"),
+    ("@slow", "@dangerous"),
+    summary="INFO [section...]: server, clients, stats, persistence, replication, keyspace, sequences.",
+    group="server",
+)
 def info(client: Client, args: list[bytes]) -> Any:
     wanted = [a.decode("utf-8", "replace").lower() for a in args[1:]]
     if not wanted or any(w in ("all", "everything", "default") for w in wanted):
@@ -202,8 +239,7 @@ def _section(client: Client, section: str) -> dict[str, Any]:
             "config_file": app.config.config_file,
         }
     if section == "clients":
-        return {"connected_clients": len(app.clients), "maxclients": app.config.max_clients,
-                "blocked_clients": 0}
+        return {"connected_clients": len(app.clients), "maxclients": app.config.max_clients, "blocked_clients": 0}
     if section == "stats":
         s = app.stats
         return {

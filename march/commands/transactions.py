@@ -20,8 +20,14 @@ if TYPE_CHECKING:
     from ..client import Client
 
 
-@command("multi", 1, ("noscript", "loading", "stale", "fast", "allow_busy"), ("@fast", "@transaction"),
-         summary="Start a transaction.", group="transactions")
+@command(
+    "multi",
+    1,
+    ("noscript", "loading", "stale", "fast", "allow_busy"),
+    ("@fast", "@transaction"),
+    summary="Start a transaction.",
+    group="transactions",
+)
 def multi(client: Client, args: list[bytes]) -> Any:
     if client.multi is not None:
         raise CommandError(errors.MULTI_NESTED)
@@ -30,8 +36,14 @@ def multi(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@command("discard", 1, ("noscript", "loading", "stale", "fast", "allow_busy"), ("@fast", "@transaction"),
-         summary="Discard a transaction.", group="transactions")
+@command(
+    "discard",
+    1,
+    ("noscript", "loading", "stale", "fast", "allow_busy"),
+    ("@fast", "@transaction"),
+    summary="Discard a transaction.",
+    group="transactions",
+)
 def discard(client: Client, args: list[bytes]) -> Any:
     if client.multi is None:
         raise CommandError(errors.DISCARD_WITHOUT_MULTI)
@@ -40,8 +52,14 @@ def discard(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@command("exec", 1, ("noscript", "loading", "stale", "skip_slowlog"), ("@slow", "@transaction"),
-         summary="Execute the queued commands of a transaction.", group="transactions")
+@command(
+    "exec",
+    1,
+    ("noscript", "loading", "stale", "skip_slowlog"),
+    ("@slow", "@transaction"),
+    summary="Execute the queued commands of a transaction.",
+    group="transactions",
+)
 def exec_(client: Client, args: list[bytes]) -> Any:
     if client.multi is None:
         raise CommandError(errors.EXEC_WITHOUT_MULTI)
@@ -68,13 +86,26 @@ async def _run(client: Client, queued: list[list[bytes]]) -> list[Any]:
     return results
 
 
-@command("watch", -2, ("noscript", "loading", "stale", "fast", "allow_busy"), ("@fast", "@transaction"),
-         keys=(1, -1, 1), summary="Refused: sequences only move forwards; retry instead.", group="transactions")
+@command(
+    "watch",
+    -2,
+    ("noscript", "loading", "stale", "fast", "allow_busy"),
+    ("@fast", "@transaction"),
+    keys=(1, -1, 1),
+    summary="Refused: sequences only move forwards; retry instead.",
+    group="transactions",
+)
 def watch(client: Client, args: list[bytes]) -> Any:
     raise CommandError(errors.WATCH_UNSUPPORTED)
 
 
-@command("unwatch", 1, ("noscript", "loading", "stale", "fast", "allow_busy"), ("@fast", "@transaction"),
-         summary="Forget watched keys (there are none).", group="transactions")
+@command(
+    "unwatch",
+    1,
+    ("noscript", "loading", "stale", "fast", "allow_busy"),
+    ("@fast", "@transaction"),
+    summary="Forget watched keys (there are none).",
+    group="transactions",
+)
 def unwatch(client: Client, args: list[bytes]) -> Any:
     return "OK"

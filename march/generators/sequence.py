@@ -19,6 +19,7 @@ store). Invariant: every ID handed out is < ``ceiling`` and was handed out while
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -138,10 +139,8 @@ class SequenceGenerator:
         changed = self._changed
         if changed is None:
             changed = self._changed = asyncio.get_running_loop().create_future()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(changed), remaining)
-        except TimeoutError:
-            pass
 
     def _extend(self, need: int) -> None:
         """Start persisting a higher ceiling (one write in flight at a time)."""
@@ -169,7 +168,9 @@ class SequenceGenerator:
     async def _persist(self, target: int) -> None:
         started = self._clock()
         try:
-            await asyncio.wait_for(self._store.save_ceiling(self.key, target, self._lease.guard), self._policy.store_timeout)
+            await asyncio.wait_for(
+                self._store.save_ceiling(self.key, target, self._lease.guard), self._policy.store_timeout
+            )
         except GuardFailed as exc:
             self.kill(f"guarded write of {self.key!r} refused: {exc}")
             self._lease.lost(str(exc))

@@ -101,7 +101,9 @@ class SqliteStore(Store):
         return await self._run(self._load, key)
 
     def _load(self, key: bytes) -> SequenceRecord | None:
-        row = self._conn().execute("SELECT key, kind, ceiling, settings FROM sequences WHERE key = ?", (key,)).fetchone()
+        row = (
+            self._conn().execute("SELECT key, kind, ceiling, settings FROM sequences WHERE key = ?", (key,)).fetchone()
+        )
         return _record(row) if row else None
 
     async def load_all(self) -> list[SequenceRecord]:
