@@ -44,14 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    try:
-        import uvloop
+    import uvloop
 
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
-        runner = asyncio.run
     try:
-        runner(_serve(config))
+        uvloop.run(_serve(config))
     except StoreError as exc:
         print(f"march: {exc}", file=sys.stderr)
         return 1

@@ -20,10 +20,10 @@ class Client:
         "authenticated",
         "close_after",
         "created",
+        "generators",
         "id",
         "laddr",
         "last_active",
-        "last_command",
         "lib_name",
         "lib_ver",
         "multi",
@@ -35,12 +35,12 @@ class Client:
 
     def __init__(self, app: App, client_id: int, addr: str, laddr: str) -> None:
         self.app = app
+        self.generators = app.keyspace.generators  # the INCR hot path reads it through the client
         self.id = client_id
         self.addr = addr
         self.laddr = laddr
         self.created = time.monotonic()
         self.last_active = self.created
-        self.last_command = "NULL"
         self.reset()
 
     def reset(self) -> None:
@@ -62,6 +62,6 @@ class Client:
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name} "
             f"age={int(now - self.created)} idle={int(now - self.last_active)} flags={flags} db=0 sub=0 psub=0 "
-            f"ssub=0 multi={len(self.multi) if self.multi is not None else -1} cmd={self.last_command} "
+            f"ssub=0 multi={len(self.multi) if self.multi is not None else -1} "
             f"user={self.user} lib-name={self.lib_name} lib-ver={self.lib_ver} resp={self.proto}"
         )

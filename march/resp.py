@@ -67,55 +67,61 @@ class RequestParser:
         self._inline = b""  # an inline line still waiting for its newline
 
     def feed(self, data: bytes) -> list[list[bytes]]:
-        """Return the complete requests in ``data`` (plus what came before); keep the rest."""
+        """Return the complete requests in ``data`` (plus what came before); keep the rest.
+
+        This runs once per read on every connection: keep it lean.
+        """
         requests: list[list[bytes]] = []
+        reader = self._reader
         try:
-            self._feed(data, requests)
+            if self._inline or (data[0] != _STAR and not reader.has_data()):
+                data = self._feed_inline(data, requests)
+                if not data:
+                    return requests
+            reader.feed(data)
+            n_before = len(requests)
+            gets = reader.gets
+            max_args = self._max_args
+            try:
+                req = gets()
+                while req is not False:
+                    if req.__class__ is list:
+                        if len(req) > max_args:
+                            raise ProtocolError("invalid multibulk length")
+                        for a in req:
+                            if a.__class__ is not bytes:
+                                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
+                        if req:  # Redis ignores `*0`
+                            requests.append(req)
+                    elif req is not None:  # `*-1` is ignored; anything else is not a request
+                        raise ProtocolError(f"expected '*', got '{_type_byte(req)}'")
+                    req = gets()
+            except hiredis.ProtocolError as exc:
+                raise ProtocolError(_translate(str(exc))) from None
+            if reader.has_data():
+                self._check_pending(data, len(requests) > n_before)
+            elif self._pending:
+                self._pending = 0
+            if len(data) > self._max_bulk:
+                for r in requests[n_before:]:
+                    for a in r:
+                        if len(a) > self._max_bulk:
+                            raise ProtocolError("invalid bulk length")
         except ProtocolError as exc:
             exc.requests = requests
             raise
         return requests
 
-    def _feed(self, data: bytes, requests: list[list[bytes]]) -> None:
-        reader = self._reader
-        if self._inline or (not reader.has_data() and data[:1] and data[0] != _STAR):
-            data = self._feed_inline(data, requests)
-            if not data:
-                return
-        reader.feed(data)
-        n_before = len(requests)
-        try:
-            req = reader.gets()
-            while req is not False:
-                if req is not None and req != []:  # Redis ignores `*0` and `*-1`
-                    self._check(req)
-                    requests.append(req)
-                req = reader.gets()
-        except hiredis.ProtocolError as exc:
-            raise ProtocolError(_translate(str(exc))) from None
-        if reader.has_data():
-            if len(requests) > n_before:
-                self._pending = len(data)
-            else:
-                if self._pending == 0:
-                    _check_header(data, self._max_args, self._max_bulk)
-                self._pending += len(data)
-            if self._pending > self._max_pending:
-                raise ProtocolError("too big request")
+    def _check_pending(self, data: bytes, completed_some: bool) -> None:
+        """Bound the incomplete request the reader holds; refuse an oversized header at once."""
+        if completed_some:
+            self._pending = len(data)  # the incomplete request started inside this read
         else:
-            self._pending = 0
-        if len(data) > self._max_bulk:
-            for r in requests[n_before:]:
-                for a in r:
-                    if len(a) > self._max_bulk:
-                        raise ProtocolError("invalid bulk length")
-
-    def _check(self, req: Any) -> None:
-        if len(req) > self._max_args:
-            raise ProtocolError("invalid multibulk length")
-        for a in req:
-            if a.__class__ is not bytes:
-                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
+            if self._pending == 0:  # it started at the beginning of this read: its header is here
+                _check_header(data, self._max_args, self._max_bulk)
+            self._pending += len(data)
+        if self._pending > self._max_pending:
+            raise ProtocolError("too big request")
 
     def _feed_inline(self, data: bytes, requests: list[list[bytes]]) -> bytes:
         """Consume inline lines from the front of ``data`` into ``requests``; return what is left."""

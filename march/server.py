@@ -31,6 +31,7 @@ from .app import VERSION, App
 from .client import Client
 from .commands import call
 from .commands.dispatch import as_error
+from .commands.registry import TABLE
 from .commands.server import NO_REPLY
 from .config import Config
 from .errors import CommandError
@@ -107,7 +108,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         client = self.client
-        if client is None or self.closing:
+        if client is None or self.closing or self.protocol_error:
             return
         client.last_active = time.monotonic()
         try:
@@ -135,13 +136,20 @@ class Connection(asyncio.Protocol):
         assert client is not None and transport is not None
         out: list[bytes] = []
         stats = self.app.stats
+        table = TABLE
         i = start
         n = len(requests)
         while i < n:
             args = requests[i]
             i += 1
             try:
-                result = call(client, args)
+                # Fast path: a known command with its exact arity on a plain connection (authenticated,
+                # not in MULTI). Everything else goes through ``call``, which makes every check.
+                spec = table.get(args[0])
+                if spec is not None and len(args) == spec.arity and client.authenticated and client.multi is None:
+                    result = spec.handler(client, args)
+                else:
+                    result = call(client, args)
             except CommandError as exc:
                 stats.errors += 1
                 out.append(encode_error(exc.message))
@@ -174,7 +182,7 @@ class Connection(asyncio.Protocol):
             out.append(encode_error("ERR Protocol error: " + self.protocol_error))
             client.close_after = True
         if out:
-            transport.write(b"".join(out))
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
             if self.write_paused:
                 self.check_output_buffer()
         if client.close_after:

@@ -33,11 +33,9 @@ def call(client: Client, args: list[bytes]) -> Any:
         if client.multi is not None:
             client.multi_error = True
         raise CommandError(errors.NOAUTH)
-    client.last_command = spec.name
     if client.multi is not None and not spec.in_multi:
         client.multi.append(args)
         return "QUEUED"
-    spec.calls += 1
     return spec.handler(client, args)
 
 

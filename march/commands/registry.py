@@ -12,7 +12,7 @@ or raises ``CommandError``. A handler never touches the transport.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ class CommandSpec:
     summary: str
     group: str
     subcommands: tuple[tuple[str, int, str], ...] = ()  # (name, arity, summary)
-    calls: int = field(default=0)
 
     @property
     def noauth(self) -> bool:

@@ -37,7 +37,7 @@ _WRITE = ("@write", "@string", "@fast")
     group="string",
 )
 def incr(client: Client, args: list[bytes]) -> Any:
-    gen = client.app.keyspace.generators.get(args[1])
+    gen = client.generators.get(args[1])
     if gen is not None:
         value = gen.take(1)
         if value is not None:
@@ -60,7 +60,7 @@ def incrby(client: Client, args: list[bytes]) -> Any:
         raise CommandError(errors.INCRBY_NOT_POSITIVE)
     if n > client.app.config.max_incrby:
         raise CommandError(errors.INCRBY_TOO_LARGE.format(client.app.config.max_incrby))
-    gen = client.app.keyspace.generators.get(args[1])
+    gen = client.generators.get(args[1])
     if gen is not None:
         value = gen.take(n)
         if value is not None:

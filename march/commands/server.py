@@ -251,7 +251,7 @@ def _section(client: Client, section: str) -> dict[str, Any]:
             "idle_timeouts": s.timeouts_closed,
         }
     if section == "persistence":
-        gens = app.keyspace.generators.values()
+        gens = list(app.keyspace.generators.values())
         out: dict[str, Any] = {"loading": 0 if app.keyspace.serving else 1}
         out.update(app.store.describe())
         out["store_writes"] = sum(g.writes for g in gens)

@@ -74,7 +74,8 @@ class SequenceGenerator:
         self.last_write_latency = 0.0
         self.waits = 0
         self.wait_timeouts = 0
-        self.issued = 0
+        self._first = self._next
+        self._skipped = 0  # IDs jumped over by raise_floor, so that ``issued`` counts only handed-out IDs
 
     # --- the fast path -------------------------------------------------------------------------
 
@@ -83,7 +84,6 @@ class SequenceGenerator:
         end = self._next + n
         if end <= self._ceiling and self._valid():
             self._next = end
-            self.issued += n
             if self._write is None and self._ceiling - end < self._low:
                 self._extend(0)
             return end - 1
@@ -100,7 +100,6 @@ class SequenceGenerator:
                 raise CommandError(errors.OVERFLOW)
             if end <= self._ceiling:
                 self._next = end
-                self.issued += n
                 if self._write is None and self._ceiling - end < self._low:
                     self._extend(0)
                 return end - 1
@@ -116,11 +115,18 @@ class SequenceGenerator:
         if floor > MAX_ID:
             raise CommandError(errors.NOT_INTEGER)
         self._check_serving()
-        self._next = max(self._next, floor + 1)
+        if floor + 1 > self._next:
+            self._skipped += floor + 1 - self._next
+            self._next = floor + 1
         deadline = self._clock() + self._policy.max_wait
         while self._ceiling < self._next:
             self._check_serving()
             await self._wait_for_ceiling(self._next, deadline)
+
+    @property
+    def issued(self) -> int:
+        """IDs handed out by this generator (since it was loaded)."""
+        return self._next - self._first - self._skipped
 
     def watermark(self) -> int:
         """W: every ID handed out so far is <= W, every later one is > W (GET)."""
