@@ -28,11 +28,34 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + o.name.replace("_", "-")
         metavar = {"bool": "yes|no"}.get(o.type.__name__, o.type.__name__.upper())
         serve.add_argument(flag, dest=o.name, metavar=metavar, default=None, help=f"{o.help} (default: {o.default})")
+    sub.add_parser("commands", help="print the command table (Markdown), as in the README")
+    sub.add_parser("config-reference", help="print the configuration reference (Markdown), as in the README")
     return parser
+
+
+def commands_table() -> str:
+    """The README's command table, generated from the registry."""
+    from .commands.registry import REGISTRY
+
+    lines = ["| command | arity | keys | what it does |", "|---|---|---|---|"]
+    for spec in sorted(REGISTRY.values(), key=lambda s: (s.group, s.name)):
+        first, last, step = spec.keys
+        keys = "-" if first == 0 else f"{first}..{last} step {step}"
+        arity = f"{spec.arity}" if spec.arity > 0 else f">= {-spec.arity}"
+        lines.append(f"| `{spec.name.upper()}` | {arity} | {keys} | {spec.summary.replace('|', '/')} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "commands":
+        import march.commands  # noqa: F401  (registers every command)
+
+        print(commands_table())
+        return 0
+    if args.command == "config-reference":
+        print(config_mod.reference_table())
+        return 0
     flags = {o.name: getattr(args, o.name) for o in config_mod.OPTIONS}
     try:
         config = config_mod.load(args.config, os.environ, flags)

@@ -196,3 +196,14 @@ def load(
 
 def with_changes(config: Config, **changes: Any) -> Config:
     return dataclasses.replace(config, **changes)
+
+
+def reference_table() -> str:
+    """The README's configuration reference, generated from ``OPTIONS``."""
+    lines = ["| option (TOML / env / flag) | default | meaning |", "|---|---|---|"]
+    for o in OPTIONS:
+        default = o.default
+        shown = ("yes" if default else "no") if isinstance(default, bool) else (default if default != "" else '""')
+        flag = "--" + o.name.replace("_", "-")
+        lines.append(f"| `{o.name}` / `MARCH_{o.name.upper()}` / `{flag}` | `{shown}` | {o.help} |")
+    return "\n".join(lines)

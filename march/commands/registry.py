@@ -89,7 +89,7 @@ def lookup(name: bytes) -> CommandSpec | None:
     return spec
 
 
-def refuse(name: str, arity: int, group: str = "generic") -> None:
+def refuse(name: str, arity: int, group: str = "refused") -> None:
     """Register a Redis command March refuses, so clients get a reason, not 'unknown command'."""
     from ..errors import REFUSAL_REASONS, REFUSED, CommandError
 
@@ -103,4 +103,6 @@ def refuse(name: str, arity: int, group: str = "generic") -> None:
         keys = (1, -1, 1)
     if name in ("rename", "renamenx", "copy"):
         keys = (1, 2, 1)
+    if name in ("mset", "msetnx"):
+        keys = (1, -1, 2)
     command(name, arity, ("write",), ("@write",), keys, f"refused: {reason}", group)(handler)
