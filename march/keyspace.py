@@ -36,6 +36,7 @@ class Keyspace:
         self.generators: dict[bytes, Generator] = {}
         self.order: list[bytes] = []
         self.serving = False
+        self.stopped: list[Generator] = []
         self._creating: dict[bytes, asyncio.Future[Generator]] = {}
         self.default_policy = BatchPolicy(
             min_batch=config.min_batch,
@@ -62,10 +63,13 @@ class Keyspace:
         self.serving = False
         for gen in self.generators.values():
             gen.kill(reason)
+        self.stopped = list(self.generators.values())  # still drained at shutdown
+        self.generators.clear()  # nothing is served from a stale entry
+        self.order.clear()
 
     async def drain(self) -> None:
         """Wait for store writes in flight (shutdown)."""
-        await asyncio.gather(*(g.drain() for g in self.generators.values()))
+        await asyncio.gather(*(g.drain() for g in [*self.generators.values(), *self.stopped]))
 
     # --- lookups -------------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ class SequenceGenerator:
         self._write: asyncio.Task[None] | None = None
         self._changed: asyncio.Future[None] | None = None
         self._dead = ""
+        self._durable_at_death = 0
         self._retry_delay = 0.0
         self._last_extend_at: float | None = None
         # figures for SEQ.INFO / INFO
@@ -193,6 +194,8 @@ class SequenceGenerator:
             self._write = None
             self._notify()
             return
+        if self._dead:  # landed after a kill: the ceiling stays down
+            return
         now = self._clock()
         self._retry_delay = 0.0
         self.writes += 1
@@ -217,9 +220,15 @@ class SequenceGenerator:
             raise NotServing("lease is not valid")
 
     def kill(self, reason: str) -> None:
-        """Stop handing out IDs for good (demotion, guard failure, shutdown)."""
+        """Stop handing out IDs for good (demotion, guard failure, shutdown).
+
+        The fast path checks only ``next + n <= ceiling`` and the lease, so a dead generator's
+        ceiling drops to 0: no later ``take`` can succeed, even through a stale reference.
+        """
         if not self._dead:
             self._dead = reason
+            self._durable_at_death = self._ceiling
+            self._ceiling = 0
         self._notify()
 
     async def drain(self) -> None:
@@ -233,8 +242,8 @@ class SequenceGenerator:
             "type": self.kind,
             "next": self._next,
             "watermark": self._next - 1,
-            "ceiling": self._ceiling,
-            "remaining": self._ceiling - self._next,
+            "ceiling": self._durable_at_death if self._dead else self._ceiling,
+            "remaining": 0 if self._dead else self._ceiling - self._next,
             "batch": self._batch,
             "min_batch": self._policy.min_batch,
             "max_batch": self._policy.max_batch,
