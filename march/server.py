@@ -31,7 +31,7 @@ from .app import VERSION, App
 from .client import Client
 from .commands import call
 from .commands.dispatch import as_error
-from .commands.registry import TABLE
+from .commands.registry import HOT
 from .commands.server import NO_REPLY
 from .config import Config
 from .errors import CommandError
@@ -135,36 +135,43 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         assert client is not None and transport is not None
         out: list[bytes] = []
+        append = out.append
         stats = self.app.stats
-        table = TABLE
-        i = start
+        hot = HOT
+        # Fast path: a hot command (one that never changes connection state) with its exact arity
+        # on a plain connection (authenticated, not in MULTI). Everything else goes through
+        # ``call``, which makes every check. This loop runs for every request: keep it lean.
+        plain = client.authenticated and client.multi is None
         n = len(requests)
+        i = start
         while i < n:
             args = requests[i]
             i += 1
             try:
-                # Fast path: a known command with its exact arity on a plain connection (authenticated,
-                # not in MULTI). Everything else goes through ``call``, which makes every check.
-                spec = table.get(args[0])
-                if spec is not None and len(args) == spec.arity and client.authenticated and client.multi is None:
-                    result = spec.handler(client, args)
+                entry = hot.get(args[0]) if plain else None
+                if entry is not None and len(args) == entry[0]:
+                    result = entry[1](client, args)
+                    if result.__class__ is int:
+                        append(b":%d\r\n" % result)
+                        continue
                 else:
                     result = call(client, args)
+                    plain = client.authenticated and client.multi is None
             except CommandError as exc:
                 stats.errors += 1
-                out.append(encode_error(exc.message))
+                append(encode_error(exc.message))
                 continue
             except NotServing as exc:
                 stats.errors += 1
-                out.append(encode_error(as_error(client, args, exc).message))
+                append(encode_error(as_error(client, args, exc).message))
                 continue
             except Exception as exc:  # a bug must cost one reply, never the server
                 log.exception("command %r failed", args[:1])
                 stats.errors += 1
-                out.append(encode_error(f"ERR internal error: {exc!r}"))
+                append(encode_error(f"ERR internal error: {exc!r}"))
                 continue
             if result.__class__ is int:
-                out.append(b":%d\r\n" % result)
+                append(b":%d\r\n" % result)
             elif asyncio.iscoroutine(result):
                 if out:
                     transport.write(b"".join(out))
@@ -174,7 +181,7 @@ class Connection(asyncio.Protocol):
                 self.task = asyncio.get_running_loop().create_task(self.finish(result, requests, i))
                 return
             elif result is not NO_REPLY:
-                out.append(encode(result, client.proto))
+                append(encode(result, client.proto))
             if client.close_after:
                 break
         stats.commands += i - start

@@ -28,7 +28,7 @@ def ping(client: Client, args: list[bytes]) -> Any:
     return "PONG" if len(args) == 1 else args[1]
 
 
-@command("echo", 2, ("fast",), _CONN, summary="Reply the message given.", group="connection")
+@command("echo", 2, ("fast",), _CONN, summary="Reply the message given.", group="connection", hot=True)
 def echo(client: Client, args: list[bytes]) -> Any:
     return args[1]
 

@@ -32,6 +32,7 @@ _KEYSPACE = ("@keyspace", "@read")
     ("readonly", "fast"),
     _READ,
     keys=(1, 1, 1),
+    hot=True,
     summary="Watermark W: every ID handed out before is <= W, every later one > W; nil if unknown.",
     group="string",
 )
@@ -105,6 +106,7 @@ def exists(client: Client, args: list[bytes]) -> Any:
     ("readonly", "fast"),
     (*_KEYSPACE, "@fast"),
     keys=(1, 1, 1),
+    hot=True,
     summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.",
     group="generic",
 )
@@ -118,6 +120,7 @@ def type_(client: Client, args: list[bytes]) -> Any:
     ("readonly", "fast"),
     (*_KEYSPACE, "@fast"),
     keys=(1, 1, 1),
+    hot=True,
     summary="-1: sequences never expire (-2 if the key does not exist).",
     group="generic",
 )
@@ -131,6 +134,7 @@ def ttl(client: Client, args: list[bytes]) -> Any:
     ("readonly", "fast"),
     (*_KEYSPACE, "@fast"),
     keys=(1, 1, 1),
+    hot=True,
     summary="-1: sequences never expire (-2 if the key does not exist).",
     group="generic",
 )

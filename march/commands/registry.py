@@ -58,6 +58,9 @@ REGISTRY: dict[str, CommandSpec] = {}
 # Dispatch table keyed by the name as sent; filled with lower- and upper-case spellings so the
 # common case needs no ``.lower()``; anything else falls back to a lower-cased lookup.
 TABLE: dict[bytes, CommandSpec] = {}
+# The server's fast path: (arity, handler) of commands registered ``hot=True``, which never change
+# connection state (authentication, MULTI, protocol), keyed like TABLE.
+HOT: dict[bytes, tuple[int, Handler]] = {}
 
 
 def command(
@@ -69,6 +72,7 @@ def command(
     summary: str = "",
     group: str = "generic",
     subcommands: tuple[tuple[str, int, str], ...] = (),
+    hot: bool = False,
 ) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(
@@ -77,6 +81,8 @@ def command(
         REGISTRY[name] = spec
         TABLE[name.encode()] = spec
         TABLE[name.upper().encode()] = spec
+        if hot:
+            HOT[name.encode()] = HOT[name.upper().encode()] = (arity, fn)
         return fn
 
     return register

@@ -33,6 +33,7 @@ _WRITE = ("@write", "@string", "@fast")
     ("write", "denyoom", "fast"),
     _WRITE,
     keys=(1, 1, 1),
+    hot=True,
     summary="The next ID of the sequence (created at 1 if new).",
     group="string",
 )
@@ -51,6 +52,7 @@ def incr(client: Client, args: list[bytes]) -> Any:
     ("write", "denyoom", "fast"),
     _WRITE,
     keys=(1, 1, 1),
+    hot=True,
     summary="INCRBY key n: hand out n consecutive IDs, return the last.",
     group="string",
 )
