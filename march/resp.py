@@ -33,6 +33,8 @@ QUEUED = b"+QUEUED\r\n"
 PONG = b"+PONG\r\n"
 
 _STAR = 42  # ord("*")
+_NOTHING = object()  # no request ended in the last read
+_NULL_ARRAY = b"*-1\r\n"
 
 
 class ProtocolError(Exception):
@@ -53,7 +55,17 @@ class Verbatim(str):
 class RequestParser:
     """Bytes in, requests out, for one connection."""
 
-    __slots__ = ("_inline", "_max_args", "_max_bulk", "_max_inline", "_max_pending", "_pending", "_reader")
+    __slots__ = (
+        "_inline",
+        "_last_data",
+        "_last_req",
+        "_max_args",
+        "_max_bulk",
+        "_max_inline",
+        "_max_pending",
+        "_pending",
+        "_reader",
+    )
 
     def __init__(self, max_args: int, max_bulk: int, max_inline: int) -> None:
         self._reader = hiredis.Reader()
@@ -63,8 +75,12 @@ class RequestParser:
         # An incomplete request may legitimately hold up to max_args bulk strings of max_bulk bytes,
         # but no more; header overhead per argument is at most 2 + 20 + 2 + 2 bytes.
         self._max_pending = max_bulk * 2 + max_args * 32 + 1024
-        self._pending = 0  # upper bound on the bytes of the incomplete request held by the reader
+        self._pending = 0  # upper bound on the bytes of the unfinished request held by the reader
         self._inline = b""  # an inline line still waiting for its newline
+        # How the last read fed to hiredis ended (see _at_boundary): the last request completed in
+        # it (or _NOTHING / _NULL_ARRAY) and the read itself.
+        self._last_req: Any = _NOTHING
+        self._last_data = b""
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Return the complete requests in ``data`` (plus what came before); keep the rest.
@@ -72,61 +88,111 @@ class RequestParser:
         This runs once per read on every connection: keep it lean.
         """
         requests: list[list[bytes]] = []
-        reader = self._reader
         try:
-            if self._inline or (data[0] != _STAR and not reader.has_data()):
-                data = self._feed_inline(data, requests)
-                if not data:
-                    return requests
-            reader.feed(data)
-            n_before = len(requests)
-            gets = reader.gets
-            max_args = self._max_args
-            try:
-                req = gets()
-                while req is not False:
-                    if req.__class__ is list:
-                        if len(req) > max_args:
-                            raise ProtocolError("invalid multibulk length")
-                        for a in req:
-                            if a.__class__ is not bytes:
-                                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
-                        if req:  # Redis ignores `*0`
-                            requests.append(req)
-                    elif req is not None:  # `*-1` is ignored; anything else is not a request
-                        raise ProtocolError(f"expected '*', got '{_type_byte(req)}'")
-                    req = gets()
-            except hiredis.ProtocolError as exc:
-                raise ProtocolError(_translate(str(exc))) from None
-            if reader.has_data():
-                self._check_pending(data, len(requests) > n_before)
-            elif self._pending:
-                self._pending = 0
-            if len(data) > self._max_bulk:
-                for r in requests[n_before:]:
-                    for a in r:
-                        if len(a) > self._max_bulk:
-                            raise ProtocolError("invalid bulk length")
+            self._feed(data, requests)
         except ProtocolError as exc:
             exc.requests = requests
             raise
         return requests
 
-    def _check_pending(self, data: bytes, completed_some: bool) -> None:
-        """Bound the incomplete request the reader holds; refuse an oversized header at once."""
-        if completed_some:
-            self._pending = len(data)  # the incomplete request started inside this read
-        else:
-            if self._pending == 0:  # it started at the beginning of this read: its header is here
-                _check_header(data, self._max_args, self._max_bulk)
+    def _feed(self, data: bytes, requests: list[list[bytes]]) -> None:
+        if self._inline or (data[0] != _STAR and self._at_boundary()):
+            data = self._feed_inline(data, requests)
+            if not data:
+                return
+        reader = self._reader
+        reader.feed(data)
+        n_before = len(requests)
+        gets = reader.gets
+        max_args = self._max_args
+        last: Any = _NOTHING
+        try:
+            req = gets()
+            while req is not False:
+                if req.__class__ is list:
+                    if len(req) > max_args:
+                        raise ProtocolError("invalid multibulk length")
+                    for a in req:
+                        if a.__class__ is not bytes:
+                            raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
+                    if req:  # Redis ignores `*0`
+                        requests.append(req)
+                    last = req
+                elif req is None:  # `*-1`: ignored too
+                    last = _NULL_ARRAY
+                else:
+                    raise ProtocolError(f"expected '*', got '{_type_byte(req)}'")
+                req = gets()
+        except hiredis.ProtocolError as exc:
+            rest = self._after_requests(data, requests[n_before:], last)
+            if rest is None:
+                raise ProtocolError(_translate(str(exc))) from None
+            # The bad byte starts a new request at a request boundary: it is an inline command,
+            # as Redis reads it. Start over with a fresh reader from there.
+            self._reader = hiredis.Reader()
+            self._last_req, self._last_data = _NOTHING, b""
+            self._pending = 0
+            self._feed(rest, requests)
+            return
+        self._last_req = last
+        self._last_data = data
+        if last is _NOTHING:  # no request ended in this read: one is still coming
+            if self._pending == 0 and data[0] == _STAR:
+                _check_header(data, max_args, self._max_bulk)
             self._pending += len(data)
-        if self._pending > self._max_pending:
-            raise ProtocolError("too big request")
+            if self._pending > self._max_pending:
+                raise ProtocolError("too big request")
+        else:
+            self._pending = len(data)  # an upper bound on what an unfinished request holds
+        if len(data) > self._max_bulk:
+            for r in requests[n_before:]:
+                for a in r:
+                    if len(a) > self._max_bulk:
+                        raise ProtocolError("invalid bulk length")
+
+    def _at_boundary(self) -> bool:
+        """True when the reader holds no part of a request: the next byte starts a new one.
+
+        hiredis does not say (it consumes an array's header and complete elements before the
+        array is complete), so look at how the last read ended: at a boundary exactly when it
+        ended with the encoding of the last request completed in it. Called only for reads
+        that do not start with ``*`` (inline commands, continuations of split requests).
+        """
+        last = self._last_req
+        if last is _NOTHING:
+            return not self._last_data  # a fresh parser, or one just reset
+        enc = last if last.__class__ is bytes else encode_request(last)
+        data = self._last_data
+        # The request may have begun in an earlier read: then the whole read is its tail.
+        return data.endswith(enc) if len(data) >= len(enc) else enc.endswith(data)
+
+    def _after_requests(self, data: bytes, done: list[list[bytes]], last: Any) -> bytes | None:
+        """What follows the requests completed in ``data``, or None if that cannot be told.
+
+        Error path only. The first of ``done`` may have begun in an earlier read: find how much
+        of its encoding this read holds by matching, then check the rest lines up exactly.
+        """
+        if not done:  # the bad byte is inside the first request of this read: a real error
+            return None
+        if last is not done[-1]:  # a `*0` or `*-1` among them: too odd to untangle
+            return None
+        first = encode_request(done[0])
+        tail = sum(len(encode_request(r)) for r in done[1:])
+        # Longest match first: a shorter suffix (such as a bare CRLF) can match by accident.
+        candidates = [len(first)] if self._at_boundary() else range(len(first), 0, -1)
+        for head in candidates:
+            offset = head + tail
+            if offset >= len(data) or data[offset] == _STAR:
+                continue
+            if first.endswith(data[:head]) and b"".join(map(encode_request, done[1:])) == data[head:offset]:
+                return data[offset:]
+        return None
 
     def _feed_inline(self, data: bytes, requests: list[list[bytes]]) -> bytes:
         """Consume inline lines from the front of ``data`` into ``requests``; return what is left."""
         buf = self._inline + data
         self._inline = b""
+        self._last_req, self._last_data = _NOTHING, b""  # inline lines start and end at boundaries
         start = 0
         while start < len(buf) and buf[start] != _STAR:
             nl = buf.find(b"\n", start)
@@ -146,6 +212,11 @@ class RequestParser:
                     raise ProtocolError("invalid multibulk length")
                 requests.append(args)
         return buf[start:]
+
+
+def encode_request(args: list[bytes]) -> bytes:
+    """A request as a client sends it (a multibulk of bulk strings)."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
 def _check_header(data: bytes, max_args: int, max_bulk: int) -> None:

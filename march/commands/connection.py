@@ -112,13 +112,13 @@ def hello(client: Client, args: list[bytes]) -> Any:
         _set_name(client, name)
     client.proto = proto
     return {
-        "server": "redis",
-        "version": REDIS_COMPAT_VERSION,
-        "proto": proto,
-        "id": client.id,
-        "mode": "standalone",
-        "role": "master",
-        "modules": [],
+        b"server": b"redis",
+        b"version": REDIS_COMPAT_VERSION.encode(),
+        b"proto": proto,
+        b"id": client.id,
+        b"mode": b"standalone",
+        b"role": b"master",
+        b"modules": [],
     }
 
 

@@ -134,7 +134,7 @@ def seq_info(client: Client, args: list[bytes]) -> Any:
     gen = client.app.keyspace.get(args[1])
     if gen is None:
         raise CommandError(errors.NO_SUCH_KEY.format(key_text(args[1])))
-    return {k: v if isinstance(v, int) else str(v).encode() for k, v in gen.info().items()}
+    return {k.encode(): v if isinstance(v, int) else str(v).encode() for k, v in gen.info().items()}
 
 
 @command(

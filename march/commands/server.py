@@ -31,14 +31,12 @@ def _key_specs(spec: CommandSpec) -> list[Any]:
     if first == 0:
         return []
     flags = ["RW", "UPDATE"] if "write" in spec.flags else ["RO", "ACCESS"]
+    last_key = last - first if last >= 0 else last
     return [
         {
-            "flags": flags,
-            "begin_search": {"type": "index", "spec": {"index": first}},
-            "find_keys": {
-                "type": "range",
-                "spec": {"lastkey": last - first if last >= 0 else last, "keystep": step, "limit": 0},
-            },
+            b"flags": flags,
+            b"begin_search": {b"type": b"index", b"spec": {b"index": first}},
+            b"find_keys": {b"type": b"range", b"spec": {b"lastkey": last_key, b"keystep": step, b"limit": 0}},
         }
     ]
 
@@ -63,11 +61,15 @@ def _info(spec: CommandSpec) -> list[Any]:
     ]
 
 
-def _docs(spec: CommandSpec) -> dict[str, Any]:
-    doc: dict[str, Any] = {"summary": spec.summary.encode(), "since": b"0.1.0", "group": spec.group.encode()}
+def _docs(spec: CommandSpec) -> dict[bytes, Any]:
+    doc: dict[bytes, Any] = {b"summary": spec.summary.encode(), b"since": b"0.1.0", b"group": spec.group.encode()}
     if spec.subcommands:
-        doc["subcommands"] = {
-            f"{spec.name}|{name}".encode(): {"summary": text.encode(), "since": b"0.1.0", "group": spec.group.encode()}
+        doc[b"subcommands"] = {
+            f"{spec.name}|{name}".encode(): {
+                b"summary": text.encode(),
+                b"since": b"0.1.0",
+                b"group": spec.group.encode(),
+            }
             for name, _, text in spec.subcommands
         }
     return doc
