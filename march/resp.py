@@ -89,66 +89,63 @@ class RequestParser:
         """
         requests: list[list[bytes]] = []
         try:
-            self._feed(data, requests)
+            if self._inline or (data[0] != _STAR and self._at_boundary()):
+                data = self._feed_inline(data, requests)
+                if not data:
+                    return requests
+            reader = self._reader
+            reader.feed(data)
+            gets = reader.gets
+            max_args = self._max_args
+            n_before = len(requests)
+            last: Any = _NOTHING
+            try:
+                req = gets()
+                while req is not False:
+                    if req.__class__ is list:
+                        if len(req) > max_args:
+                            raise ProtocolError("invalid multibulk length")
+                        for a in req:
+                            if a.__class__ is not bytes:
+                                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
+                        if req:  # Redis ignores `*0`
+                            requests.append(req)
+                        last = req
+                    elif req is None:  # `*-1`: ignored too
+                        last = _NULL_ARRAY
+                    else:
+                        raise ProtocolError(f"expected '*', got '{_type_byte(req)}'")
+                    req = gets()
+            except hiredis.ProtocolError as exc:
+                rest = self._after_requests(data, requests[n_before:], last)
+                if rest is None:
+                    raise ProtocolError(_translate(str(exc))) from None
+                # The bad byte starts a new request at a request boundary: it is an inline
+                # command, as Redis reads it. Start over with a fresh reader from there.
+                self._reader = hiredis.Reader()
+                self._last_req, self._last_data = _NOTHING, b""
+                self._pending = 0
+                requests += self.feed(rest)
+                return requests
+            self._last_req = last
+            self._last_data = data
+            if last is _NOTHING:  # no request ended in this read: one is still coming
+                if self._pending == 0 and data[0] == _STAR:
+                    _check_header(data, max_args, self._max_bulk)
+                self._pending += len(data)
+                if self._pending > self._max_pending:
+                    raise ProtocolError("too big request")
+            else:
+                self._pending = len(data)  # an upper bound on what an unfinished request holds
+            if len(data) > self._max_bulk:
+                for r in requests[n_before:]:
+                    for a in r:
+                        if len(a) > self._max_bulk:
+                            raise ProtocolError("invalid bulk length")
         except ProtocolError as exc:
-            exc.requests = requests
+            exc.requests = requests + exc.requests
             raise
         return requests
-
-    def _feed(self, data: bytes, requests: list[list[bytes]]) -> None:
-        if self._inline or (data[0] != _STAR and self._at_boundary()):
-            data = self._feed_inline(data, requests)
-            if not data:
-                return
-        reader = self._reader
-        reader.feed(data)
-        n_before = len(requests)
-        gets = reader.gets
-        max_args = self._max_args
-        last: Any = _NOTHING
-        try:
-            req = gets()
-            while req is not False:
-                if req.__class__ is list:
-                    if len(req) > max_args:
-                        raise ProtocolError("invalid multibulk length")
-                    for a in req:
-                        if a.__class__ is not bytes:
-                            raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
-                    if req:  # Redis ignores `*0`
-                        requests.append(req)
-                    last = req
-                elif req is None:  # `*-1`: ignored too
-                    last = _NULL_ARRAY
-                else:
-                    raise ProtocolError(f"expected '*', got '{_type_byte(req)}'")
-                req = gets()
-        except hiredis.ProtocolError as exc:
-            rest = self._after_requests(data, requests[n_before:], last)
-            if rest is None:
-                raise ProtocolError(_translate(str(exc))) from None
-            # The bad byte starts a new request at a request boundary: it is an inline command,
-            # as Redis reads it. Start over with a fresh reader from there.
-            self._reader = hiredis.Reader()
-            self._last_req, self._last_data = _NOTHING, b""
-            self._pending = 0
-            self._feed(rest, requests)
-            return
-        self._last_req = last
-        self._last_data = data
-        if last is _NOTHING:  # no request ended in this read: one is still coming
-            if self._pending == 0 and data[0] == _STAR:
-                _check_header(data, max_args, self._max_bulk)
-            self._pending += len(data)
-            if self._pending > self._max_pending:
-                raise ProtocolError("too big request")
-        else:
-            self._pending = len(data)  # an upper bound on what an unfinished request holds
-        if len(data) > self._max_bulk:
-            for r in requests[n_before:]:
-                for a in r:
-                    if len(a) > self._max_bulk:
-                        raise ProtocolError("invalid bulk length")
 
     def _at_boundary(self) -> bool:
         """True when the reader holds no part of a request: the next byte starts a new one.
