@@ -51,6 +51,8 @@ class Keyspace:
 
     async def start_serving(self) -> None:
         """Load every sequence from the store (linearizable) and serve them."""
+        if self.serving:  # never two live generators for one key
+            self.stop_serving("reloading")
         records = await self.store.load_all()
         self.generators.clear()
         self.order.clear()

@@ -81,7 +81,7 @@ class SequenceGenerator:
     # --- the fast path -------------------------------------------------------------------------
 
     def take(self, n: int) -> int | None:
-        """Hand out ``n`` consecutive IDs and return the last, or None if the caller must wait."""
+        """Hand out ``n`` >= 1 consecutive IDs and return the last, or None if the caller must wait."""
         end = self._next + n
         if end <= self._ceiling and self._valid():
             self._next = end
@@ -151,13 +151,38 @@ class SequenceGenerator:
 
     def _extend(self, need: int) -> None:
         """Start persisting a higher ceiling (one write in flight at a time)."""
-        if self._dead or self._target >= TOP:
+        if self._dead or self._ceiling >= TOP:
             return
-        self._adapt_batch()
+        loop = asyncio.get_running_loop()
+        if self._target >= TOP:
+            # No greater target exists: find out whether the last attempt landed, else repeat it.
+            self._write = loop.create_task(self._reconcile_top())
+            return
+        if not self._retry_delay:  # a failure streak says nothing about demand
+            self._adapt_batch()
         base = max(self._target, self._ceiling, self._next + max(need, 0))
         target = min(TOP, base + self._batch)
         self._target = target
-        self._write = asyncio.get_running_loop().create_task(self._persist(target))
+        self._write = loop.create_task(self._persist(target))
+
+    async def _reconcile_top(self) -> None:
+        """The write of the top ceiling failed or was abandoned: read back what the store holds.
+
+        While the lease is valid, nobody but this generator has written this key since it was
+        loaded (other writers fail the guard), so a stored TOP is this generator's own write.
+        """
+        try:
+            record = await asyncio.wait_for(self._store.load(self.key), self._policy.store_timeout)
+        except Exception as exc:
+            log.warning("reading back %r failed: %r", self.key, exc)
+            await self._pause_after_failure()
+            return
+        if record is not None and record.ceiling >= TOP and self._valid() and not self._dead:
+            self._ceiling = TOP
+            self._write = None
+            self._notify()
+            return
+        await self._persist(TOP)
 
     def _adapt_batch(self) -> None:
         now = self._clock()
@@ -189,10 +214,7 @@ class SequenceGenerator:
         except Exception as exc:  # a store hiccup: pause, then let the next request try a greater target
             self.write_failures += 1
             log.warning("extending %r to %d failed: %r", self.key, target, exc)
-            self._retry_delay = min(_RETRY_MAX, max(_RETRY_MIN, self._retry_delay * 2))
-            await asyncio.sleep(self._retry_delay)
-            self._write = None
-            self._notify()
+            await self._pause_after_failure()
             return
         if self._dead:  # landed after a kill: the ceiling stays down
             return
@@ -203,6 +225,13 @@ class SequenceGenerator:
         self.last_write_latency = now - started
         if target > self._ceiling:
             self._ceiling = target
+        self._write = None
+        self._notify()
+
+    async def _pause_after_failure(self) -> None:
+        """Back off (50 ms doubling to 1 s), then let the next request start another attempt."""
+        self._retry_delay = min(_RETRY_MAX, max(_RETRY_MIN, self._retry_delay * 2))
+        await asyncio.sleep(self._retry_delay)
         self._write = None
         self._notify()
 

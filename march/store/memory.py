@@ -33,7 +33,8 @@ class MemoryStore(Store):
 
     def hold(self) -> None:
         """Make every write hang until ``release()``."""
-        self._gate = asyncio.Event()
+        if self._gate is None:
+            self._gate = asyncio.Event()
 
     def release(self) -> None:
         if self._gate is not None:

@@ -64,7 +64,11 @@ class SqliteStore(Store):
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite")
-        await self._run(self._open_db)
+        try:
+            await self._run(self._open_db)
+        except BaseException:
+            await self.close()
+            raise
 
     def _open_db(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
