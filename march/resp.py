@@ -96,28 +96,27 @@ class RequestParser:
             reader = self._reader
             reader.feed(data)
             gets = reader.gets
-            max_args = self._max_args
+            append = requests.append
             n_before = len(requests)
-            last: Any = _NOTHING
+            ignored: list[tuple[int, bytes]] | None = None  # where `*0` / `*-1` came, if any
             try:
-                req = gets()
-                while req is not False:
+                while (req := gets()) is not False:
                     if req.__class__ is list:
-                        if len(req) > max_args:
-                            raise ProtocolError("invalid multibulk length")
-                        for a in req:
-                            if a.__class__ is not bytes:
-                                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
-                        if req:  # Redis ignores `*0`
-                            requests.append(req)
-                        last = req
+                        if len(req) == 2:  # the common shape (INCR key, GET key): no loop
+                            if req[0].__class__ is not bytes or req[1].__class__ is not bytes:
+                                _check_request(req, self._max_args)
+                        elif req:
+                            _check_request(req, self._max_args)
+                        else:  # Redis ignores `*0`
+                            ignored = [*(ignored or ()), (len(requests), b"*0\r\n")]
+                            continue
+                        append(req)
                     elif req is None:  # `*-1`: ignored too
-                        last = _NULL_ARRAY
+                        ignored = [*(ignored or ()), (len(requests), _NULL_ARRAY)]
                     else:
                         raise ProtocolError(f"expected '*', got '{_type_byte(req)}'")
-                    req = gets()
             except hiredis.ProtocolError as exc:
-                rest = self._after_requests(data, requests[n_before:], last)
+                rest = self._after_requests(data, requests, n_before, ignored)
                 if rest is None:
                     raise ProtocolError(_translate(str(exc))) from None
                 # The bad byte starts a new request at a request boundary: it is an inline
@@ -127,11 +126,14 @@ class RequestParser:
                 self._pending = 0
                 requests += self.feed(rest)
                 return requests
-            self._last_req = last
+            if ignored is not None and ignored[-1][0] == len(requests):
+                self._last_req = ignored[-1][1]
+            else:
+                self._last_req = requests[-1] if len(requests) > n_before else _NOTHING
             self._last_data = data
-            if last is _NOTHING:  # no request ended in this read: one is still coming
+            if self._last_req is _NOTHING:  # no request ended in this read: one is still coming
                 if self._pending == 0 and data[0] == _STAR:
-                    _check_header(data, max_args, self._max_bulk)
+                    _check_header(data, self._max_args, self._max_bulk)
                 self._pending += len(data)
                 if self._pending > self._max_pending:
                     raise ProtocolError("too big request")
@@ -163,25 +165,27 @@ class RequestParser:
         # The request may have begun in an earlier read: then the whole read is its tail.
         return data.endswith(enc) if len(data) >= len(enc) else enc.endswith(data)
 
-    def _after_requests(self, data: bytes, done: list[list[bytes]], last: Any) -> bytes | None:
+    def _after_requests(
+        self, data: bytes, requests: list[list[bytes]], n_before: int, ignored: list[tuple[int, bytes]] | None
+    ) -> bytes | None:
         """What follows the requests completed in ``data``, or None if that cannot be told.
 
-        Error path only. The first of ``done`` may have begun in an earlier read: find how much
-        of its encoding this read holds by matching, then check the rest lines up exactly.
+        Error path only. The first of them may have begun in an earlier read: find how much of
+        its encoding this read holds by matching, then check the rest lines up exactly.
         """
-        if not done:  # the bad byte is inside the first request of this read: a real error
+        parts = [encode_request(r) for r in requests[n_before:]]
+        for index, enc in reversed(ignored or ()):
+            parts.insert(index - n_before, enc)
+        if not parts:  # the bad byte is inside the first request of this read: a real error
             return None
-        if last is not done[-1]:  # a `*0` or `*-1` among them: too odd to untangle
-            return None
-        first = encode_request(done[0])
-        tail = sum(len(encode_request(r)) for r in done[1:])
+        first, others = parts[0], b"".join(parts[1:])
         # Longest match first: a shorter suffix (such as a bare CRLF) can match by accident.
         candidates = [len(first)] if self._at_boundary() else range(len(first), 0, -1)
         for head in candidates:
-            offset = head + tail
+            offset = head + len(others)
             if offset >= len(data) or data[offset] == _STAR:
                 continue
-            if first.endswith(data[:head]) and b"".join(map(encode_request, done[1:])) == data[head:offset]:
+            if first.endswith(data[:head]) and data[head:offset] == others:
                 return data[offset:]
         return None
 
@@ -209,6 +213,14 @@ class RequestParser:
                     raise ProtocolError("invalid multibulk length")
                 requests.append(args)
         return buf[start:]
+
+
+def _check_request(req: list[Any], max_args: int) -> None:
+    if len(req) > max_args:
+        raise ProtocolError("invalid multibulk length")
+    for a in req:
+        if a.__class__ is not bytes:
+            raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
 
 
 def encode_request(args: list[bytes]) -> bytes:

@@ -58,9 +58,12 @@ REGISTRY: dict[str, CommandSpec] = {}
 # Dispatch table keyed by the name as sent; filled with lower- and upper-case spellings so the
 # common case needs no ``.lower()``; anything else falls back to a lower-cased lookup.
 TABLE: dict[bytes, CommandSpec] = {}
-# The server's fast path: (arity, handler) of commands registered ``hot=True``, which never change
-# connection state (authentication, MULTI, protocol), keyed like TABLE.
-HOT: dict[bytes, tuple[int, Handler]] = {}
+# The server's fast path: (arity, handler, consecutive) of commands registered ``hot=True``, which
+# never change connection state (authentication, MULTI, protocol), keyed like TABLE.
+# ``consecutive(client, args, count)`` answers a run of ``count`` identical requests at once: it
+# returns the last of ``count`` consecutive integer replies, or None to run them one by one.
+Consecutive = Callable[["Client", list[bytes], int], "int | None"]
+HOT: dict[bytes, tuple[int, Handler, Consecutive | None]] = {}
 
 
 def command(
@@ -73,6 +76,7 @@ def command(
     group: str = "generic",
     subcommands: tuple[tuple[str, int, str], ...] = (),
     hot: bool = False,
+    consecutive: Consecutive | None = None,
 ) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(
@@ -82,7 +86,7 @@ def command(
         TABLE[name.encode()] = spec
         TABLE[name.upper().encode()] = spec
         if hot:
-            HOT[name.encode()] = HOT[name.upper().encode()] = (arity, fn)
+            HOT[name.encode()] = HOT[name.upper().encode()] = (arity, fn, consecutive)
         return fn
 
     return register

@@ -27,6 +27,12 @@ if TYPE_CHECKING:
 _WRITE = ("@write", "@string", "@fast")
 
 
+def incr_run(client: Client, args: list[bytes], count: int) -> int | None:
+    """``count`` pipelined ``INCR key`` at once: the last ID of the run, or None (run them singly)."""
+    gen = client.generators.get(args[1])
+    return None if gen is None else gen.take(count)
+
+
 @command(
     "incr",
     2,
@@ -34,6 +40,7 @@ _WRITE = ("@write", "@string", "@fast")
     _WRITE,
     keys=(1, 1, 1),
     hot=True,
+    consecutive=incr_run,
     summary="The next ID of the sequence (created at 1 if new).",
     group="string",
 )
