@@ -123,31 +123,42 @@ class RequestParser:
                 # command, as Redis reads it. Start over with a fresh reader from there.
                 self._reader = hiredis.Reader()
                 self._last_req, self._last_data = _NOTHING, b""
-                self._pending = 0
                 requests += self.feed(rest)
                 return requests
-            if ignored is not None and ignored[-1][0] == len(requests):
-                self._last_req = ignored[-1][1]
-            else:
-                self._last_req = requests[-1] if len(requests) > n_before else _NOTHING
-            self._last_data = data
-            if self._last_req is _NOTHING:  # no request ended in this read: one is still coming
-                if self._pending == 0 and data[0] == _STAR:
-                    _check_header(data, self._max_args, self._max_bulk)
-                self._pending += len(data)
-                if self._pending > self._max_pending:
-                    raise ProtocolError("too big request")
-            else:
-                self._pending = len(data)  # an upper bound on what an unfinished request holds
-            if len(data) > self._max_bulk:
-                for r in requests[n_before:]:
-                    for a in r:
-                        if len(a) > self._max_bulk:
-                            raise ProtocolError("invalid bulk length")
+            if ignored is None and len(requests) > n_before:  # the common case: nothing unusual
+                self._last_req = requests[-1]
+                self._last_data = data
+                if len(data) > self._max_bulk:
+                    _check_bulks(requests, n_before, self._max_bulk)
+                return requests
+            self._after_read(data, requests, n_before, ignored)
         except ProtocolError as exc:
             exc.requests = requests + exc.requests
             raise
         return requests
+
+    def _after_read(
+        self, data: bytes, requests: list[list[bytes]], n_before: int, ignored: list[tuple[int, bytes]] | None
+    ) -> None:
+        """Bookkeeping after a read that completed no request, or held `*0` / `*-1`."""
+        if ignored is not None and ignored[-1][0] == len(requests):
+            last: Any = ignored[-1][1]
+        else:
+            last = requests[-1] if len(requests) > n_before else _NOTHING
+        if last is _NOTHING:  # no request ended in this read: one is still coming
+            if self._last_req is _NOTHING and self._last_data:  # it goes on from earlier reads
+                pending = self._pending + len(data)
+            else:  # it began in the previous read at the earliest
+                pending = len(self._last_data) + len(data)
+                if data[0] == _STAR and self._at_boundary():  # it begins here: its header is here
+                    _check_header(data, self._max_args, self._max_bulk)
+            if pending > self._max_pending:
+                raise ProtocolError("too big request")
+            self._pending = pending
+        self._last_req = last
+        self._last_data = data
+        if len(data) > self._max_bulk:
+            _check_bulks(requests, n_before, self._max_bulk)
 
     def _at_boundary(self) -> bool:
         """True when the reader holds no part of a request: the next byte starts a new one.
@@ -213,6 +224,13 @@ class RequestParser:
                     raise ProtocolError("invalid multibulk length")
                 requests.append(args)
         return buf[start:]
+
+
+def _check_bulks(requests: list[list[bytes]], start: int, max_bulk: int) -> None:
+    for r in requests[start:]:
+        for a in r:
+            if len(a) > max_bulk:
+                raise ProtocolError("invalid bulk length")
 
 
 def _check_request(req: list[Any], max_args: int) -> None:
