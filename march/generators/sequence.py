@@ -110,19 +110,24 @@ class SequenceGenerator:
             await self._wait_for_ceiling(end, deadline)
 
     async def raise_floor(self, floor: int) -> None:
-        """Make every later ID > ``floor``, durably, before returning (SET key N)."""
+        """Make every later ID > ``floor``, durably, before returning (SET key N).
+
+        ``next`` moves only once a ceiling above ``floor`` is durable: until then a GET must not
+        report the floor, since a crash would let the restarted node hand out IDs below it.
+        """
         if floor < self._next - 1:
             raise CommandError(errors.SET_BACKWARDS.format(self.key.decode("utf-8", "replace"), self._next - 1))
         if floor > MAX_ID:
             raise CommandError(errors.NOT_INTEGER)
-        self._check_serving()
+        deadline = self._clock() + self._policy.max_wait
+        while True:
+            self._check_serving()
+            if self._ceiling > floor or self._ceiling >= TOP:
+                break
+            await self._wait_for_ceiling(floor + 1, deadline)
         if floor + 1 > self._next:
             self._skipped += floor + 1 - self._next
             self._next = floor + 1
-        deadline = self._clock() + self._policy.max_wait
-        while self._ceiling < self._next:
-            self._check_serving()
-            await self._wait_for_ceiling(self._next, deadline)
 
     @property
     def issued(self) -> int:
