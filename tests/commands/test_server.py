@@ -1,0 +1,209 @@
+"""Refused commands, COMMAND, CONFIG, INFO and CLIENT introspection on a real march process.
+
+Refused commands (they would break uniqueness or make no sense for a sequence) must answer an ``ERR``
+that names the command and says why, and change nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from support import MarchServer, RespConn
+
+from march.errors import REFUSAL_REASONS
+
+from .helpers import outcome, raw
+
+REFUSED = [
+    ("DECR", "{k}"),
+    ("DECRBY", "{k}", "1"),
+    ("INCRBYFLOAT", "{k}", "1.5"),
+    ("DEL", "{k}"),
+    ("UNLINK", "{k}"),
+    ("EXPIRE", "{k}", "10"),
+    ("PEXPIRE", "{k}", "10000"),
+    ("EXPIREAT", "{k}", "9999999999"),
+    ("PERSIST", "{k}"),
+    ("APPEND", "{k}", "x"),
+    ("SETRANGE", "{k}", "0", "x"),
+    ("GETSET", "{k}", "1"),
+    ("GETDEL", "{k}"),
+    ("GETEX", "{k}", "EX", "10"),
+    ("RENAME", "{k}", "{k}:renamed"),
+    ("RENAMENX", "{k}", "{k}:renamed"),
+    ("COPY", "{k}", "{k}:renamed"),
+    ("SETEX", "{k}", "10", "1"),
+    ("SETNX", "{k}", "1"),
+    ("MSET", "{k}", "1"),
+    ("FLUSHDB",),
+    ("FLUSHALL",),
+    ("flushall", "ASYNC"),
+]
+
+
+@pytest.mark.parametrize("template", REFUSED, ids=lambda t: " ".join(t[:1]))
+def test_refused_commands_say_why_and_change_nothing(mc: redis.Redis, key: str, template: tuple[str, ...]) -> None:
+    args = [a.format(k=key) for a in template]
+    mc.execute_command("INCRBY", key, "10")
+    size = mc.dbsize()
+    name = args[0].upper()
+    err = outcome(mc, *args)
+    assert err == ("error", "ResponseError", f"'{name}' is not supported by March: {REFUSAL_REASONS[name.lower()]}")
+    assert REFUSAL_REASONS[name.lower()]  # a reason, not an empty string
+    assert mc.execute_command("GET", key) == b"10"
+    assert mc.ttl(key) == -1
+    assert mc.dbsize() == size
+    assert mc.exists(f"{key}:renamed") == 0
+    assert mc.execute_command("INCR", key) == 11
+
+
+def test_refused_has_the_err_prefix(march_proc: MarchServer) -> None:
+    (err,) = raw(march_proc.port, ("DECR", "cmd:refused-prefix"))
+    assert err.message.startswith("ERR 'DECR' is not supported by March: ")
+
+
+def test_refused_inside_multi_runs_as_an_error(mc: redis.Redis, key: str) -> None:
+    with mc.pipeline(transaction=True) as p:
+        p.incr(key).execute_command("DEL", key).incr(key)
+        first, deleted, second = p.execute(raise_on_error=False)
+    assert (first, second) == (1, 2)
+    assert isinstance(deleted, redis.ResponseError) and "not supported by March" in str(deleted)
+
+
+def test_watch_refused(mc: redis.Redis, key: str) -> None:
+    err = outcome(mc, "WATCH", key)
+    assert err[0] == "error" and "WATCH is not supported" in err[2]
+    assert mc.execute_command("UNWATCH") is True
+
+
+# --- COMMAND -----------------------------------------------------------------------------------------
+
+
+def test_command_count_list_and_table_agree(march_proc: MarchServer) -> None:
+    count, names, table = raw(march_proc.port, ("COMMAND", "COUNT"), ("COMMAND", "LIST"), ("COMMAND",))
+    assert count == len(names) == len(table) > 40
+    assert {row[0] for row in table} == set(names)
+    for must in (b"incr", b"incrby", b"get", b"mget", b"set", b"seq.create", b"seq.info", b"seq.list", b"decr", b"del"):
+        assert must in names, must
+
+
+def test_command_info(march_proc: MarchServer) -> None:
+    ((incr, mget, nothing),) = raw(march_proc.port, ("COMMAND", "INFO", "incr", "MGET", "nosuch"))
+    assert incr[0] == b"incr" and incr[1] == 2 and incr[3:6] == [1, 1, 1]
+    assert "write" in incr[2] and "@write" in incr[6]
+    assert mget[0] == b"mget" and mget[1] == -2 and mget[3:6] == [1, -1, 1]
+    assert nothing is None
+
+
+def test_command_info_for_every_listed_command(march_proc: MarchServer) -> None:
+    (names,) = raw(march_proc.port, ("COMMAND", "LIST"))
+    (rows,) = raw(march_proc.port, ("COMMAND", "INFO", *names))
+    assert [r[0] for r in rows] == names
+    for r in rows:
+        assert len(r) == 10 and isinstance(r[1], int) and r[1] != 0
+
+
+def test_command_docs(march_proc: MarchServer) -> None:
+    (docs,) = raw(march_proc.port, ("COMMAND", "DOCS", "incr", "seq.create"))
+    docs = dict(zip(docs[::2], docs[1::2], strict=True))
+    assert set(docs) == {b"incr", b"seq.create"}
+    for doc in docs.values():
+        fields = dict(zip(doc[::2], doc[1::2], strict=True))
+        assert fields[b"summary"] and fields[b"group"]
+
+
+def test_command_list_filterby(march_proc: MarchServer) -> None:
+    seq, writes = raw(
+        march_proc.port,
+        ("COMMAND", "LIST", "FILTERBY", "PATTERN", "seq.*"),
+        ("COMMAND", "LIST", "FILTERBY", "ACLCAT", "write"),
+    )
+    assert sorted(seq) >= [b"seq.create", b"seq.info", b"seq.list"]
+    assert all(n.startswith(b"seq.") for n in seq)
+    assert b"incr" in writes and b"get" not in writes
+
+
+def test_command_getkeys(march_proc: MarchServer) -> None:
+    got = raw(
+        march_proc.port,
+        ("COMMAND", "GETKEYS", "MGET", "a", "b"),
+        ("COMMAND", "GETKEYS", "incrby", "k", "5"),
+        ("COMMAND", "GETKEYS", "SEQ.CREATE", "s", "START", "5"),
+        ("COMMAND", "GETKEYS", "DEL", "x", "y"),
+    )
+    assert got == [[b"a", b"b"], [b"k"], [b"s"], [b"x", b"y"]]
+
+
+def test_redis_py_command_table(mc: redis.Redis) -> None:
+    table = mc.command()
+    assert table["incr"]["first_key_pos"] == 1 and table["mget"]["last_key_pos"] == -1
+
+
+# --- CONFIG --------------------------------------------------------------------------------------------
+
+
+def test_config_get_pattern(mc: redis.Redis) -> None:
+    limits = mc.config_get("max-*")
+    assert {"max-clients", "max-args", "max-bulk-len", "max-inline-len", "max-output-buffer"} <= set(limits)
+    assert all(k.startswith("max-") for k in limits)
+    assert limits["max-args"] == "4096"
+
+
+def test_config_get_names(mc: redis.Redis) -> None:
+    assert mc.config_get("maxclients") == {"maxclients": "10000"}  # what redis-benchmark asks for
+    assert mc.config_get("max_clients") == {"max-clients": "10000"}  # underscores match too
+    assert mc.execute_command("CONFIG", "GET", "port", "auto-create") == {
+        b"port": str(mc.connection_pool.connection_kwargs["port"]).encode(),
+        b"auto-create": b"yes",
+    }
+    assert mc.config_get("no-such-option") == {}
+    everything = mc.config_get("*")
+    for option in ("bind", "data-dir", "requirepass", "timeout", "min-batch", "max-batch", "watermark", "max-incrby"):
+        assert option in everything, option
+
+
+@pytest.mark.parametrize("sub", ["SET", "REWRITE", "RESETSTAT"])
+def test_config_changes_refused(mc: redis.Redis, sub: str) -> None:
+    args = ("CONFIG", sub, "timeout", "5") if sub == "SET" else ("CONFIG", sub)
+    assert outcome(mc, *args) == (
+        "error",
+        "ResponseError",
+        f"CONFIG {sub} is not supported: March's configuration is read-only at run time",
+    )
+    assert mc.config_get("timeout") == {"timeout": "0.0"}
+
+
+# --- INFO and CLIENT -------------------------------------------------------------------------------------
+
+
+def test_info_sections(march_proc: MarchServer) -> None:
+    with RespConn(march_proc.port) as c:
+        text = c.call("INFO").decode()
+    for section in ("Server", "Clients", "Stats", "Persistence", "Replication", "Keyspace", "Sequences"):
+        assert f"# {section}\r\n" in text, section
+
+
+def test_info_fields(mc: redis.Redis, key: str) -> None:
+    mc.execute_command("INCR", key)
+    info = mc.info("all")
+    assert info["redis_version"] and info["tcp_port"] == mc.connection_pool.connection_kwargs["port"]
+    assert info["connected_clients"] >= 1
+    assert info["total_commands_processed"] > 0
+    assert info["role"] == "master"
+    assert info["sequences"] == mc.dbsize() and info["ids_issued"] >= 1
+    assert info["auto_create"] == "yes"
+
+
+def test_info_one_section(mc: redis.Redis) -> None:
+    seq = mc.info("sequences")
+    assert {"sequences", "ids_issued", "waits", "wait_timeouts"} <= set(seq)
+    assert "redis_version" not in seq
+    assert "connected_clients" in mc.info("clients") and "tcp_port" not in mc.info("clients")
+
+
+def test_client_list_and_info(mc: redis.Redis) -> None:
+    mc.client_setname("lister")
+    me = mc.client_info()
+    assert me["name"] == "lister" and int(me["id"]) == mc.client_id()
+    names = [c["name"] for c in mc.client_list()]
+    assert "lister" in names

@@ -1,0 +1,51 @@
+"""Fixtures for protocol tests: one march and one redis-server process on free loopback ports.
+
+- ``march`` / ``redis``: one of each for the whole package (default settings; tests use their own
+  keys). March must still be alive at the end and exit 0 on SIGTERM.
+- ``march_factory`` (from tests/conftest.py): a march with other flags, stopped after the test.
+
+Nothing here sleeps to synchronise: every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support import MarchServer, RedisServer
+
+
+@pytest.fixture(scope="package")
+def march(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
+    base = tmp_path_factory.mktemp("protocol-march")
+    server = MarchServer(base / "data", log_path=base / "march.log")
+    try:
+        server.start()
+        yield server
+        assert server.running, f"march died during the protocol tests\n{server.describe()}"
+    finally:
+        code = server.stop()
+    assert code == 0, f"march exited with {code} on SIGTERM\n{server.describe()}"
+
+
+@pytest.fixture(scope="package")
+def redis(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("protocol-redis"), binary=redis_binary)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def key(request: pytest.FixtureRequest) -> str:
+    """A key no other test uses (both servers live for the whole package)."""
+    return "proto:" + request.node.name
+
+
+@pytest.fixture(params=["march", "redis"])
+def server(request: pytest.FixtureRequest) -> MarchServer | RedisServer:
+    """The test runs against march and against a real redis-server, with the same expected bytes."""
+    s: MarchServer | RedisServer = request.getfixturevalue(request.param)
+    return s

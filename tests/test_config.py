@@ -1,0 +1,225 @@
+"""Unit tests of ``march.config`` (and the flag side of ``march.cli``): precedence TOML < env < flags,
+type parsing, validation, unknown keys, and the two spellings of dashed names in TOML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from march import cli
+from march import config as config_mod
+from march.config import OPTIONS, Config, ConfigError, load
+
+
+def write_toml(tmp_path: Path, text: str, name: str = "march.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_with_nothing_given() -> None:
+    assert load(None, {}, {}) == Config()
+
+
+def test_precedence_toml_then_env_then_flags(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, "port = 1001\nmax_clients = 11\ntimeout = 1.5\nmin_batch = 7\n")
+    env = {"MARCH_MAX_CLIENTS": "22", "MARCH_TIMEOUT": "2.5"}
+    flags = {"timeout": "3.5", "port": None}  # None = flag not given
+    c = load(file, env, flags)
+    assert c.port == 1001  # TOML only
+    assert c.min_batch == 7  # TOML only
+    assert c.max_clients == 22  # env beats TOML
+    assert c.timeout == 3.5  # flag beats env and TOML
+    assert c.max_args == Config().max_args  # nobody set it: default
+    assert c.config_file == file
+
+
+def test_env_beats_defaults_and_flags_beat_env() -> None:
+    assert load(None, {"MARCH_PORT": "2002"}, {}).port == 2002
+    assert load(None, {"MARCH_PORT": "2002"}, {"port": 3003}).port == 3003
+    assert load(None, {"MARCH_PORT": "2002"}, {"port": "3003"}).port == 3003  # argparse gives strings
+
+
+def test_config_file_from_env(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, "port = 4004\n")
+    c = load(None, {"MARCH_CONFIG": file}, {})
+    assert c.port == 4004
+    assert c.config_file == file
+
+
+def test_unrelated_env_is_ignored() -> None:
+    assert load(None, {"MARCH_NOT_AN_OPTION": "x", "PORT": "1", "REDIS_PORT": "2"}, {}) == Config()
+
+
+@pytest.mark.parametrize("key", ["data-dir", "data_dir"])
+def test_data_dir_both_spellings_in_toml(tmp_path: Path, key: str) -> None:
+    file = write_toml(tmp_path, f'{key} = "/srv/march"\n')
+    assert load(file, {}, {}).data_dir == "/srv/march"
+
+
+def test_dashed_names_in_toml(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, "max-clients = 5\nmax-bulk-len = 2048\nauto-create = false\n")
+    c = load(file, {}, {})
+    assert (c.max_clients, c.max_bulk_len, c.auto_create) == (5, 2048, False)
+
+
+def test_toml_sections_are_flattened(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, 'bind = "0.0.0.0"\n[limits]\nmax_clients = 9\n[sequences]\nmax_incrby = 10\n')
+    c = load(file, {}, {})
+    assert (c.bind, c.max_clients, c.max_incrby) == ("0.0.0.0", 9, 10)
+
+
+def test_unknown_toml_key(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, "port = 1\nmax_clientz = 5\n")
+    with pytest.raises(ConfigError, match="unknown option 'max_clientz'") as info:
+        load(file, {}, {})
+    assert file in str(info.value)
+
+
+def test_unknown_key_in_a_section(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, "[limits]\nbogus = 1\n")
+    with pytest.raises(ConfigError, match="unknown option 'bogus'"):
+        load(file, {}, {})
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load(str(tmp_path / "nope.toml"), {}, {})
+    with pytest.raises(ConfigError, match=r"bad\.toml"):
+        load(write_toml(tmp_path, "port = = 1\n", "bad.toml"), {}, {})
+
+
+@pytest.mark.parametrize(
+    ("source", "where"),
+    [("toml", "config file"), ("env", "MARCH_PORT"), ("flag", "--port")],
+)
+def test_wrong_type_says_where(tmp_path: Path, source: str, where: str) -> None:
+    file = write_toml(tmp_path, 'port = "abc"\n') if source == "toml" else None
+    env = {"MARCH_PORT": "abc"} if source == "env" else {}
+    flags = {"port": "abc"} if source == "flag" else {}
+    with pytest.raises(ConfigError, match="port expects int") as info:
+        load(file, env, flags)
+    assert where in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("yes", True),
+        ("true", True),
+        ("1", True),
+        ("on", True),
+        ("no", False),
+        ("False", False),
+        ("0", False),
+        ("off", False),
+    ],
+)
+def test_bool_spellings(raw: str, expected: bool) -> None:
+    assert load(None, {"MARCH_AUTO_CREATE": raw}, {}).auto_create is expected
+
+
+def test_bad_bool() -> None:
+    with pytest.raises(ConfigError, match="auto_create expects bool"):
+        load(None, {"MARCH_AUTO_CREATE": "maybe"}, {})
+
+
+def test_typed_values_from_toml(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, "protected_mode = true\ntimeout = 2\nmax_output_buffer = 1_048_576\n")
+    c = load(file, {}, {})
+    assert c.protected_mode is True
+    assert c.timeout == 2.0 and isinstance(c.timeout, float)
+    assert c.max_output_buffer == 1 << 20
+
+
+def test_int_with_underscores_from_env() -> None:
+    assert load(None, {"MARCH_MAX_INCRBY": "1_000"}, {}).max_incrby == 1000
+
+
+def test_bool_is_not_an_int(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="port expects int"):
+        load(write_toml(tmp_path, "port = true\n"), {}, {})
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"port": 65536}, "port"),
+        ({"port": -1}, "port"),
+        ({"log_level": "loud"}, "log_level"),
+        ({"max_clients": 0}, "max_clients"),
+        ({"max_args": 2}, "max_args"),
+        ({"max_bulk_len": 1023}, "max_bulk_len"),
+        ({"max_inline_len": 10}, "max_inline_len"),
+        ({"max_output_buffer": 65535}, "max_output_buffer"),
+        ({"timeout": -1.0}, "timeout"),
+        ({"min_batch": 0}, "min_batch"),
+        ({"min_batch": 10, "max_batch": 9}, "min_batch"),
+        ({"batch_interval": 0.0}, "batch_interval"),
+        ({"watermark": 0.0}, "watermark"),
+        ({"watermark": 1.0}, "watermark"),
+        ({"max_wait": 0.0}, "max_wait"),
+        ({"store_timeout": 0.0}, "store_timeout"),
+        ({"max_incrby": 0}, "max_incrby"),
+        ({"max_incrby": 1 << 63}, "max_incrby"),
+        ({"shutdown_timeout": -1.0}, "shutdown_timeout"),
+    ],
+)
+def test_validation(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config(**changes)  # type: ignore[arg-type]
+    env = {"MARCH_" + k.upper(): str(v) for k, v in changes.items()}
+    with pytest.raises(ConfigError, match=message):
+        load(None, env, {})
+
+
+def test_limits_at_their_minimum_are_valid() -> None:
+    Config(max_args=3, max_bulk_len=1024, max_inline_len=1024, max_output_buffer=65536, max_clients=1, port=0)
+
+
+def test_config_is_frozen() -> None:
+    c = Config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.port = 1  # type: ignore[misc]
+    assert config_mod.with_changes(c, port=1).port == 1
+    with pytest.raises(ConfigError):
+        config_mod.with_changes(c, port=-5)
+
+
+def test_public_items() -> None:
+    items = Config(requirepass="secret", auto_create=False).public_items()
+    assert items["requirepass"] == "********"
+    assert items["auto-create"] == "no"
+    assert items["data-dir"] == "./data"
+    assert set(items) == {o.name.replace("_", "-") for o in OPTIONS}
+    assert Config().public_items()["requirepass"] == ""
+
+
+def test_every_option_is_a_config_field_and_a_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    fields = {f.name for f in dataclasses.fields(Config)} - {"config_file"}
+    assert {o.name for o in OPTIONS} == fields
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["serve", "--help"])
+    help_text = capsys.readouterr().out
+    for o in OPTIONS:
+        assert "--" + o.name.replace("_", "-") in help_text
+
+
+def test_cli_flags_reach_the_config() -> None:
+    args = cli.build_parser().parse_args(["serve", "--data-dir", "/d", "--max-clients", "3", "--auto-create", "no"])
+    flags = {o.name: getattr(args, o.name) for o in OPTIONS}
+    c = load(None, {"MARCH_MAX_CLIENTS": "7"}, flags)
+    assert (c.data_dir, c.max_clients, c.auto_create) == ("/d", 3, False)
+
+
+def test_cli_bad_value_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [k for k in os.environ if k.startswith("MARCH_")]:
+        monkeypatch.delenv(name)
+    assert cli.main(["serve", "--port", "abc"]) == 2
+    assert "--port" in capsys.readouterr().err
+    assert cli.main(["serve", "--max-args", "1"]) == 2
+    assert "max_args" in capsys.readouterr().err
