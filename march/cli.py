@@ -15,6 +15,7 @@ import sys
 
 from . import config as config_mod
 from .app import VERSION
+from .server import ListenError
 from .store.base import StoreError
 
 
@@ -74,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(f"march: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"march: cannot listen on {config.bind}:{config.port}: {exc}", file=sys.stderr)
+    except ListenError as exc:
+        print(f"march: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -56,6 +56,7 @@ MULTI_NESTED = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 EXECABORT = "EXECABORT Transaction discarded because of previous errors."
+EXECABORT_BECAUSE = "EXECABORT Transaction discarded because of: {}"
 NOT_IN_MULTI = "ERR Command not allowed inside a transaction"
 WATCH_UNSUPPORTED = "ERR WATCH is not supported: sequences never change except forwards, retry the transaction instead"
 

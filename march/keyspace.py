@@ -71,7 +71,9 @@ class Keyspace:
 
     async def drain(self) -> None:
         """Wait for store writes in flight (shutdown)."""
-        await asyncio.gather(*(g.drain() for g in [*self.generators.values(), *self.stopped]))
+        writes = [g.write for g in [*self.generators.values(), *self.stopped] if g.write is not None]
+        if writes:
+            await asyncio.wait(writes)
 
     # --- lookups -------------------------------------------------------------------------------
 

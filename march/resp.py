@@ -9,8 +9,14 @@ Redis' own text; the server answers it and closes that one connection.
 Limits are enforced here, cheaply: the argument count of every request, the bulk length declared
 by a request header that arrives at the start of a read, the length of an inline line, and an
 upper bound on the bytes held for one incomplete request (which bounds memory whatever a client
-sends). Known limitation: a single read that holds a multibulk request followed by an *inline*
-request is refused as a protocol error (no client mixes the two forms in one write).
+sends).
+
+Request boundaries: hiredis consumes an array's header and complete elements before the array is
+complete, and does not say so. A read that starts with ``*`` or ``$``, or while hiredis holds
+unparsed bytes, goes to hiredis; any other read starts an inline command when the previous read
+ended with the last completed request's encoding (``_at_boundary``). That rule is exact for every
+valid stream; it can only misjudge input that is invalid anyway. Known leniency: hiredis returns
+simple strings as bytes, so ``*1\r\n+PING\r\n`` is taken as ``PING`` (Redis refuses it).
 
 ``encode(value, proto)`` turns a handler's return value into bytes:
 int -> integer, bytes -> bulk string, str -> simple string, None -> null, bool -> RESP3 boolean
@@ -33,6 +39,7 @@ QUEUED = b"+QUEUED\r\n"
 PONG = b"+PONG\r\n"
 
 _STAR = 42  # ord("*")
+_DOLLAR = 36  # ord("$")
 _NOTHING = object()  # no request ended in the last read
 _NULL_ARRAY = b"*-1\r\n"
 
@@ -88,12 +95,20 @@ class RequestParser:
         This runs once per read on every connection: keep it lean.
         """
         requests: list[list[bytes]] = []
+        if not data:
+            return requests
         try:
-            if self._inline or (data[0] != _STAR and self._at_boundary()):
+            first = data[0]
+            if self._inline or (
+                first != _STAR and first != _DOLLAR and not self._reader.has_data() and self._at_boundary()
+            ):
                 data = self._feed_inline(data, requests)
                 if not data:
                     return requests
             reader = self._reader
+            # A read that starts with `$` while hiredis holds nothing begins an argument's header
+            # (inside an array whose header came earlier); otherwise it may be an argument's bytes.
+            bulk_header = first == _DOLLAR and not reader.has_data()
             reader.feed(data)
             gets = reader.gets
             append = requests.append
@@ -126,39 +141,44 @@ class RequestParser:
                 requests += self.feed(rest)
                 return requests
             if ignored is None and len(requests) > n_before:  # the common case: nothing unusual
+                if len(data) + self._pending > self._max_bulk:  # (the first may have begun earlier)
+                    _check_bulks(requests, n_before, self._max_bulk)
+                self._pending = len(data)  # bounds what an unfinished request holds now
                 self._last_req = requests[-1]
                 self._last_data = data
-                if len(data) > self._max_bulk:
-                    _check_bulks(requests, n_before, self._max_bulk)
                 return requests
-            self._after_read(data, requests, n_before, ignored)
+            self._after_read(data, requests, n_before, ignored, bulk_header)
         except ProtocolError as exc:
             exc.requests = requests + exc.requests
             raise
         return requests
 
     def _after_read(
-        self, data: bytes, requests: list[list[bytes]], n_before: int, ignored: list[tuple[int, bytes]] | None
+        self,
+        data: bytes,
+        requests: list[list[bytes]],
+        n_before: int,
+        ignored: list[tuple[int, bytes]] | None,
+        bulk_header: bool,
     ) -> None:
         """Bookkeeping after a read that completed no request, or held `*0` / `*-1`."""
         if ignored is not None and ignored[-1][0] == len(requests):
             last: Any = ignored[-1][1]
         else:
             last = requests[-1] if len(requests) > n_before else _NOTHING
+        if len(data) + self._pending > self._max_bulk:
+            _check_bulks(requests, n_before, self._max_bulk)
         if last is _NOTHING:  # no request ended in this read: one is still coming
-            if self._last_req is _NOTHING and self._last_data:  # it goes on from earlier reads
-                pending = self._pending + len(data)
-            else:  # it began in the previous read at the earliest
-                pending = len(self._last_data) + len(data)
-                if data[0] == _STAR and self._at_boundary():  # it begins here: its header is here
-                    _check_header(data, self._max_args, self._max_bulk)
+            if bulk_header or (data[0] == _STAR and self._at_boundary()):  # a header is here
+                _check_header(data, self._max_args, self._max_bulk)
+            pending = self._pending + len(data)
             if pending > self._max_pending:
                 raise ProtocolError("too big request")
             self._pending = pending
+        else:
+            self._pending = len(data)
         self._last_req = last
         self._last_data = data
-        if len(data) > self._max_bulk:
-            _check_bulks(requests, n_before, self._max_bulk)
 
     def _at_boundary(self) -> bool:
         """True when the reader holds no part of a request: the next byte starts a new one.
@@ -227,16 +247,19 @@ class RequestParser:
 
 
 def _check_bulks(requests: list[list[bytes]], start: int, max_bulk: int) -> None:
-    for r in requests[start:]:
-        for a in r:
-            if len(a) > max_bulk:
-                raise ProtocolError("invalid bulk length")
+    """Refuse an oversized argument; the requests before it still run (they came first)."""
+    for i in range(start, len(requests)):
+        if any(len(a) > max_bulk for a in requests[i]):
+            del requests[i:]
+            raise ProtocolError("invalid bulk length")
 
 
 def _check_request(req: list[Any], max_args: int) -> None:
     if len(req) > max_args:
         raise ProtocolError("invalid multibulk length")
     for a in req:
+        if a is None:  # `$-1` inside a request
+            raise ProtocolError("invalid bulk length")
         if a.__class__ is not bytes:
             raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
 
@@ -252,18 +275,21 @@ def _check_header(data: bytes, max_args: int, max_bulk: int) -> None:
     Called only for a request that begins a read and is still incomplete at its end, so the cost
     is paid only by large or slow requests. Redis answers these with the same texts.
     """
-    if data[:1] != b"*":
+    if data[:1] == b"$":  # the next argument of an array whose header came earlier
+        count, pos = 1 << 62, 0
+    elif data[:1] == b"*":
+        nl = data.find(b"\r\n")
+        if nl < 0:
+            return
+        try:
+            count = int(data[1:nl])
+        except ValueError:
+            raise ProtocolError("invalid multibulk length") from None
+        if count > max_args:
+            raise ProtocolError("invalid multibulk length")
+        pos = nl + 2
+    else:
         return
-    nl = data.find(b"\r\n")
-    if nl < 0:
-        return
-    try:
-        count = int(data[1:nl])
-    except ValueError:
-        raise ProtocolError("invalid multibulk length") from None
-    if count > max_args:
-        raise ProtocolError("invalid multibulk length")
-    pos = nl + 2
     while count > 0 and data[pos : pos + 1] == b"$":
         nl = data.find(b"\r\n", pos)
         if nl < 0:

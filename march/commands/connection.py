@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..app import REDIS_COMPAT_VERSION
 from ..errors import CommandError
-from .registry import command
+from .args import parse_int
+from .registry import check_subcommand, command
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -126,11 +127,7 @@ def hello(client: Client, args: list[bytes]) -> Any:
     "select", 2, ("loading", "stale", "fast"), _CONN, summary="Select database 0 (the only one).", group="connection"
 )
 def select(client: Client, args: list[bytes]) -> Any:
-    try:
-        index = int(args[1])
-    except ValueError:
-        raise CommandError(errors.NOT_INTEGER) from None
-    if index != 0:
+    if parse_int(args[1]) != 0:
         raise CommandError(errors.DB_INDEX)
     return "OK"
 
@@ -190,7 +187,7 @@ _CLIENT_SUBS = (
     subcommands=_CLIENT_SUBS,
 )
 def client_(client: Client, args: list[bytes]) -> Any:
-    sub = args[1].lower()
+    sub = check_subcommand("client", args)
     n = len(args)
     if sub == b"id" and n == 2:
         return client.id

@@ -26,6 +26,10 @@ def call(client: Client, args: list[bytes]) -> Any:
             raise errors.unknown_command(args)
     a = spec.arity
     if (len(args) != a) if a > 0 else (len(args) < -a):
+        if spec.name == "exec":  # Redis: a malformed EXEC discards the transaction, MULTI or not
+            client.multi = None
+            client.multi_error = False
+            raise CommandError(errors.EXECABORT_BECAUSE.format(errors.WRONG_ARITY.format("exec")[4:]))
         if client.multi is not None:
             client.multi_error = True
         raise errors.wrong_arity(spec.name)

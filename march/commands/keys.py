@@ -167,8 +167,8 @@ def keys(client: Client, args: list[bytes]) -> Any:
 )
 def scan(client: Client, args: list[bytes]) -> Any:
     cursor = parse_int(args[1], errors.INVALID_CURSOR) if args[1] != b"0" else 0
-    if cursor < 0:
-        raise CommandError(errors.INVALID_CURSOR)
+    if cursor < 0:  # Redis reads the cursor as unsigned: a huge cursor, past the end
+        cursor = 1 << 64
     count, rx, kind = 10, None, None
     i = 2
     while i < len(args):

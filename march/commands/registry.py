@@ -116,3 +116,18 @@ def refuse(name: str, arity: int, group: str = "refused") -> None:
     if name in ("mset", "msetnx"):
         keys = (1, -1, 2)
     command(name, arity, ("write",), ("@write",), keys, f"refused: {reason}", group)(handler)
+
+
+def check_subcommand(name: str, args: list[bytes]) -> bytes:
+    """The subcommand of ``args`` (lower-cased), once its arity is right, with Redis' error texts."""
+    from ..errors import UNKNOWN_SUBCOMMAND, CommandError, wrong_arity
+
+    sub = args[1].lower()
+    if sub == b"help":
+        return sub
+    for sub_name, arity, _ in REGISTRY[name].subcommands:
+        if sub_name.encode() == sub:
+            if not (len(args) == arity if arity > 0 else len(args) >= -arity):
+                raise wrong_arity(f"{name}|{sub_name}")
+            return sub
+    raise CommandError(UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), name.upper()))

@@ -18,7 +18,7 @@ from ..app import REDIS_COMPAT_VERSION, VERSION
 from ..errors import CommandError
 from ..resp import Verbatim
 from .args import glob_to_regex
-from .registry import REGISTRY, CommandSpec, command, lookup
+from .registry import REGISTRY, CommandSpec, check_subcommand, command, lookup
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -93,7 +93,7 @@ def _docs(spec: CommandSpec) -> dict[bytes, Any]:
 def command_(client: Client, args: list[bytes]) -> Any:
     if len(args) == 1:
         return [_info(s) for s in REGISTRY.values()]
-    sub = args[1].lower()
+    sub = check_subcommand("command", args)
     if sub == b"count" and len(args) == 2:
         return len(REGISTRY)
     if sub == b"info":
@@ -145,6 +145,8 @@ def command_(client: Client, args: list[bytes]) -> Any:
 )
 def config(client: Client, args: list[bytes]) -> Any:
     sub = args[1].lower()
+    if sub not in (b"set", b"rewrite", b"resetstat"):
+        sub = check_subcommand("config", args)
     if sub == b"get":
         if len(args) < 3:
             raise errors.wrong_arity("config|get")

@@ -265,6 +265,11 @@ class SequenceGenerator:
             self._ceiling = 0
         self._notify()
 
+    @property
+    def write(self) -> asyncio.Task[None] | None:
+        """The store write in flight, if any."""
+        return self._write
+
     async def drain(self) -> None:
         """Wait for the write in flight, if any (shutdown)."""
         write = self._write
