@@ -7,7 +7,7 @@ import re
 from .. import errors
 from ..errors import CommandError
 
-_INT = re.compile(rb"-?(?:0|[1-9][0-9]{0,18})\Z")
+_INT = re.compile(rb"(?:0|-?[1-9][0-9]{0,18})\Z")
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
