@@ -44,7 +44,8 @@ from .store.sqlite import SqliteStore
 
 log = logging.getLogger("march")
 
-_HIGH_WATER = 256 << 10  # pause reading from a client whose unsent replies pass this many bytes
+_HIGH_WATER = 256 << 10
+_monotonic = time.monotonic  # pause reading from a client whose unsent replies pass this many bytes
 
 
 class ListenError(Exception):
@@ -55,8 +56,10 @@ class Connection(asyncio.Protocol):
     def __init__(self, app: App, conns: set[Connection]) -> None:
         self.app = app
         self.conns = conns
-        self.transport: asyncio.Transport | None = None
-        self.client: Client | None = None
+        # Set in connection_made; the protocol never sees data before that.
+        self.transport: asyncio.Transport = cast(asyncio.Transport, None)
+        self.client: Client = cast(Client, None)
+        self.deaf = True  # ignore input: not accepted yet, closing, or after a protocol error
         cfg = app.config
         self.parser = RequestParser(cfg.max_args, cfg.max_bulk_len, cfg.max_inline_len)
         self.busy = False  # a handler's coroutine is running; later requests wait in ``backlog``
@@ -89,12 +92,14 @@ class Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         client = Client(app, app.next_client_id(), addr, _addr(sock))
         self.client = client
+        self.deaf = False
         app.clients[client.id] = client
         app.closers[client.id] = self.close
         self.conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.deaf = True
         if self.client is not None:
             self.app.clients.pop(self.client.id, None)
             self.app.closers.pop(self.client.id, None)
@@ -113,16 +118,16 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        client = self.client
-        if client is None or self.closing or self.protocol_error:
+        if self.deaf:
             return
-        client.last_active = time.monotonic()
+        self.client.last_active = _monotonic()
         try:
             requests = self.parser.feed(data)
         except ProtocolError as exc:
             # Redis runs the requests that came before the bad bytes, answers the error, closes.
             self.app.stats.protocol_errors += 1
             self.protocol_error = str(exc)
+            self.deaf = True
             requests = exc.requests
         if self.busy:
             self.backlog.extend(requests)
@@ -139,7 +144,6 @@ class Connection(asyncio.Protocol):
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it."""
         client = self.client
         transport = self.transport
-        assert client is not None and transport is not None
         out: list[bytes] = []
         append = out.append
         stats = self.app.stats
@@ -253,6 +257,7 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         """Close after the replies already written have been sent."""
         self.closing = True
+        self.deaf = True
         if self.transport is not None:
             self.transport.close()
 

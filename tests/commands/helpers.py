@@ -1,10 +1,9 @@
-"""Helpers for command tests: outcomes that compare equal across servers, and known-bug marks."""
+"""Helpers for command tests: outcomes that compare equal across servers."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import redis
 from support import RespConn
 
@@ -33,8 +32,3 @@ def raw(port: int, *commands: tuple[Any, ...]) -> list[Any]:
     """Replies (errors as ``RespError`` with their full text) to commands on one fresh RESP2 connection."""
     with RespConn(port) as c:
         return [c.call(*cmd) for cmd in commands]
-
-
-def march_bug(reason: str) -> pytest.MarkDecorator:
-    """A known march bug: the test fails today. Strict, so a fix makes it fail until the mark goes."""
-    return pytest.mark.xfail(strict=True, reason="march bug: " + reason)

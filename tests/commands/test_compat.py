@@ -12,7 +12,7 @@ import pytest
 import redis
 from support import MarchServer, RedisServer, RespConn
 
-from .helpers import client, march_bug, raw, same
+from .helpers import client, raw, same
 
 pytestmark = pytest.mark.redis
 
@@ -61,29 +61,16 @@ def test_wrong_arity(march_proc: MarchServer, redis_proc: RedisServer, args: tup
     assert got.message.startswith("ERR wrong number of arguments for '")
 
 
-_SUBCOMMAND_ARITY = march_bug(
-    "a known subcommand with the wrong number of arguments gets \"ERR unknown subcommand 'X'. Try Y HELP.\"; "
-    "Redis: \"ERR wrong number of arguments for 'y|x' command\" (CLIENT SETNAME a b, CLIENT GETNAME x, "
-    "CLIENT ID x, COMMAND GETKEYS, COMMAND COUNT x)"
-)
-
-
 @pytest.mark.parametrize(
     "args",
     [
-        pytest.param(("CLIENT", "SETNAME", "a", "b"), marks=_SUBCOMMAND_ARITY),
-        pytest.param(("CLIENT", "GETNAME", "x"), marks=_SUBCOMMAND_ARITY),
-        pytest.param(("CLIENT", "ID", "x"), marks=_SUBCOMMAND_ARITY),
-        pytest.param(("COMMAND", "GETKEYS"), marks=_SUBCOMMAND_ARITY),
-        pytest.param(("COMMAND", "COUNT", "x"), marks=_SUBCOMMAND_ARITY),
+        ("CLIENT", "SETNAME", "a", "b"),
+        ("CLIENT", "GETNAME", "x"),
+        ("CLIENT", "ID", "x"),
+        ("COMMAND", "GETKEYS"),
+        ("COMMAND", "COUNT", "x"),
         ("CONFIG", "GET"),
-        pytest.param(
-            ("EXEC", "x"),
-            marks=march_bug(
-                "EXEC x (no MULTI) -> \"ERR wrong number of arguments for 'exec' command\"; Redis 7.0: "
-                "\"EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\""
-            ),
-        ),
+        ("EXEC", "x"),
     ],
     ids=" ".join,
 )
@@ -248,10 +235,6 @@ def test_select(mc: redis.Redis, rc: redis.Redis) -> None:
 
 
 @pytest.mark.parametrize("index", ["+0", " 0", "0 ", "00", "0_0", "-0"])
-@march_bug(
-    "SELECT parses its index with int(): 'SELECT +0', ' 0', '0 ', '00', '0_0', '-0' -> OK; Redis: "
-    "'ERR value is not an integer or out of range' (march/commands/args.py parse_int has Redis' rules)"
-)
 def test_select_index_is_a_strict_integer(mc: redis.Redis, rc: redis.Redis, index: str) -> None:
     assert same(mc, rc, "SELECT", index) == ("error", "ResponseError", "value is not an integer or out of range")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import select
 import socket
 import time
-from typing import Any
 
 import pytest
 
@@ -198,8 +197,3 @@ def info_field(port: int, section: str, field: str) -> str:
 def march_bug(reason: str) -> pytest.MarkDecorator:
     """A known march bug: the test fails today. Strict, so a fix makes it fail until the mark goes."""
     return pytest.mark.xfail(strict=True, reason="march bug: " + reason)
-
-
-def both(bug: str | None = None) -> list[Any]:
-    """Parameters for the ``server`` fixture: march (xfail if ``bug``) and redis-server."""
-    return [pytest.param("march", marks=march_bug(bug)) if bug else "march", "redis"]

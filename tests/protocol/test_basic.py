@@ -12,7 +12,7 @@ from support import MarchServer, RedisServer
 
 from march.app import REDIS_COMPAT_VERSION
 
-from .raw import Raw, barrier, both, bulk, info_field, march_bug, mb
+from .raw import Raw, barrier, bulk, info_field, march_bug, mb
 
 Server = MarchServer | RedisServer
 
@@ -123,16 +123,6 @@ def test_request_split_across_reads(server: Server, cut: int) -> None:
         c.call(request[cut:] + b"PING\r\n", b"$2\r\nhi\r\n+PONG\r\n")
 
 
-@pytest.mark.parametrize(
-    "server",
-    both(
-        bug="a valid request split 2 bytes before its end, whose last argument ends with the encoding of the "
-        "request before it, costs the connection: 'ECHO <mb(x)>' split before its final CRLF after 'x' -> "
-        "\"-ERR Protocol error: expected '$', got '\\r'\" and close (march/resp.py _at_boundary guesses); "
-        "Redis answers every request"
-    ),
-    indirect=True,
-)
 def test_split_after_an_argument_that_looks_like_the_previous_request(server: Server, key: str) -> None:
     first, second = mb("EXISTS", key), mb("ECHO", mb("EXISTS", key))
     with Raw(server.port) as c:
@@ -276,7 +266,7 @@ MALFORMED = [
         "null-bulk-element",
         b"*1\r\n$-1\r\n",
         b"-ERR Protocol error: invalid bulk length\r\n",
-        "'*1\\r\\n$-1\\r\\n' -> \"-ERR Protocol error: expected '$', got '+'\"; Redis: 'invalid bulk length'",
+        None,
     ),
 ]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from support import MarchServer, wait_until
 
-from .raw import Raw, barrier, bulk, info_field, march_bug, mb
+from .raw import Raw, barrier, bulk, info_field, mb
 
 MAX_ARGS = 8
 MAX_BULK = 4096
@@ -98,15 +98,6 @@ def test_huge_bulk_header_refused_without_the_body(limited: MarchServer, key: st
     refused(limited, b"*2\r\n$4\r\nECHO\r\n$%d\r\n" % length, BULK_ERROR, key)
 
 
-_LATER_READ_BUG = (
-    "the bulk limit is checked only on a header at the start of a request's first read (or a single read "
-    "longer than max-bulk-len): '*2\\r\\n$4\\r\\nECHO\\r\\n' then, in a later read, '$N\\r\\n' gets no "
-    "error; with N=10**12 the connection just waits; with N=4097 sent with its body in reads of 2000 "
-    "bytes the ECHO runs and replies 4097 bytes (max-bulk-len 4096). Redis refuses at the header"
-)
-
-
-@march_bug(_LATER_READ_BUG)
 @pytest.mark.parametrize("length", [MAX_BULK + 1, 10**12])
 def test_huge_bulk_header_in_a_later_read(limited: MarchServer, length: int) -> None:
     with Raw(limited.port) as c:
@@ -116,7 +107,6 @@ def test_huge_bulk_header_in_a_later_read(limited: MarchServer, length: int) -> 
         c.expect_closed(BULK_ERROR, timeout=2)
 
 
-@march_bug(_LATER_READ_BUG)
 def test_oversized_bulk_in_small_reads_is_not_run(limited: MarchServer) -> None:
     with Raw(limited.port) as c:
         c.send(b"*2\r\n$4\r\nECHO\r\n")
@@ -132,11 +122,6 @@ def test_oversized_bulk_in_small_reads_is_not_run(limited: MarchServer) -> None:
         c.expect_closed(BULK_ERROR, timeout=2)
 
 
-@march_bug(
-    "an oversized argument whose header and body arrive in one read is run before the protocol error: "
-    "ECHO of 4097 bytes (max-bulk-len 4096) -> '$4097\\r\\nxxx...' then '-ERR Protocol error: invalid bulk "
-    "length'; Redis refuses at the header and never runs it"
-)
 def test_oversized_bulk_with_its_body_is_not_run(limited: MarchServer) -> None:
     with Raw(limited.port) as c:
         c.send(mb("PING") + mb("ECHO", "x" * (MAX_BULK + 1)))
@@ -258,10 +243,6 @@ def test_backpressure_pauses_a_client_that_does_not_read(march_factory: Callable
     window only grows as the application reads) plus the server's send buffer (4 MiB at most here).
     Had the server kept reading, it would have had to buffer more than the 2 MiB ``max-output-buffer``
     and disconnected the client. Instead every reply arrives, in order, once the client reads.
-
-    The requests are inline so that this test does not depend on the multibulk split bug (see
-    test_basic.py::test_request_split_across_reads): a long multibulk pipeline is read in chunks whose
-    boundaries fall anywhere.
     """
     server = march_factory(extra_args=["--max-output-buffer", str(2 << 20)])
     payloads = [b"%08d" % i + b"x" * 992 for i in range(12_000)]
