@@ -132,6 +132,32 @@ class Connection(asyncio.Protocol):
         if self.busy:
             self.backlog.extend(requests)
             return
+        if len(requests) == 1 and not self.protocol_error:
+            # One request per read (a client waiting for each reply): the hot path of ``run`` for a
+            # single request, without its loop and bookkeeping.
+            args = requests[0]
+            entry = HOT.get(args[0])
+            client = self.client
+            if entry is not None and len(args) == entry[0] and client.authenticated and client.multi is None:
+                try:
+                    result = entry[1](client, args)
+                except Exception as exc:
+                    result = exc
+                if result.__class__ is int:
+                    self.app.stats.commands += 1
+                    self.transport.write(b":%d\r\n" % result)
+                    return
+                if not asyncio.iscoroutine(result):
+                    self.app.stats.commands += 1
+                    self.transport.write(
+                        self.error_reply(args, result)
+                        if isinstance(result, Exception)
+                        else encode(result, client.proto)
+                    )
+                    return
+                # It must wait: leave that to ``run``. A hot handler that returns a coroutine has
+                # done nothing yet (the coroutine does the work), so running it again is safe.
+                result.close()
         self.run(requests, 0)
 
     # --- running requests ---------------------------------------------------------------------
@@ -139,6 +165,16 @@ class Connection(asyncio.Protocol):
     def run_backlog(self) -> None:
         requests, self.backlog = self.backlog, []
         self.run(requests, 0)
+
+    def error_reply(self, args: list[bytes], exc: Exception) -> bytes:
+        """The reply for a request whose handler raised (a bug costs one reply, never the server)."""
+        self.app.stats.errors += 1
+        if isinstance(exc, CommandError):
+            return encode_error(exc.message)
+        if isinstance(exc, NotServing):
+            return encode_error(as_error(self.client, args, exc).message)
+        log.error("command %r failed", args[:1], exc_info=exc)
+        return encode_error(f"ERR internal error: {exc!r}")
 
     def run(self, requests: list[list[bytes]], start: int) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it."""
@@ -179,18 +215,8 @@ class Connection(asyncio.Protocol):
                 else:
                     result = call(client, args)
                     plain = client.authenticated and client.multi is None
-            except CommandError as exc:
-                stats.errors += 1
-                append(encode_error(exc.message))
-                continue
-            except NotServing as exc:
-                stats.errors += 1
-                append(encode_error(as_error(client, args, exc).message))
-                continue
-            except Exception as exc:  # a bug must cost one reply, never the server
-                log.exception("command %r failed", args[:1])
-                stats.errors += 1
-                append(encode_error(f"ERR internal error: {exc!r}"))
+            except Exception as exc:
+                append(self.error_reply(args, exc))
                 continue
             if result.__class__ is int:
                 append(b":%d\r\n" % result)
