@@ -79,6 +79,7 @@ START_RANGE = "ERR START must be between 1 and 9223372036854775807"
 
 # --- availability (retryable: the client did not get an ID) -------------------------------------
 TRYAGAIN_STORE = "TRYAGAIN the durable ceiling for '{}' could not be extended in time, please retry"
+TRYAGAIN_STORE_DOWN = "TRYAGAIN the store did not answer, please retry"
 TRYAGAIN_STARTING = "TRYAGAIN March is loading its state, please retry"
 SHUTTING_DOWN = "TRYAGAIN March is shutting down, please retry on another node"
 NOT_SERVING = "CLUSTERDOWN this node lost its right to hand out IDs, please retry"

@@ -36,8 +36,7 @@ from .commands.dispatch import as_error
 from .commands.registry import HOT
 from .commands.server import NO_REPLY
 from .config import Config
-from .errors import CommandError
-from .generators.base import NotServing, SingleNodeLease
+from .generators.base import SingleNodeLease
 from .resp import ProtocolError, RequestParser, encode, encode_error
 from .store.base import Store
 from .store.sqlite import SqliteStore
@@ -150,9 +149,7 @@ class Connection(asyncio.Protocol):
                 if not asyncio.iscoroutine(result):
                     self.app.stats.commands += 1
                     self.transport.write(
-                        self.error_reply(args, result)
-                        if isinstance(result, Exception)
-                        else encode(result, client.proto)
+                        self.error_reply(result) if isinstance(result, Exception) else encode(result, client.proto)
                     )
                     return
                 # It must wait: leave that to ``run``. A hot handler that returns a coroutine has
@@ -166,15 +163,10 @@ class Connection(asyncio.Protocol):
         requests, self.backlog = self.backlog, []
         self.run(requests, 0)
 
-    def error_reply(self, args: list[bytes], exc: Exception) -> bytes:
+    def error_reply(self, exc: Exception) -> bytes:
         """The reply for a request whose handler raised (a bug costs one reply, never the server)."""
         self.app.stats.errors += 1
-        if isinstance(exc, CommandError):
-            return encode_error(exc.message)
-        if isinstance(exc, NotServing):
-            return encode_error(as_error(self.client, args, exc).message)
-        log.error("command %r failed", args[:1], exc_info=exc)
-        return encode_error(f"ERR internal error: {exc!r}")
+        return encode_error(as_error(self.client, exc).message)
 
     def run(self, requests: list[list[bytes]], start: int) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it."""
@@ -216,7 +208,7 @@ class Connection(asyncio.Protocol):
                     result = call(client, args)
                     plain = client.authenticated and client.multi is None
             except Exception as exc:
-                append(self.error_reply(args, exc))
+                append(self.error_reply(exc))
                 continue
             if result.__class__ is int:
                 append(b":%d\r\n" % result)
@@ -248,19 +240,11 @@ class Connection(asyncio.Protocol):
     async def finish(self, pending: Any, requests: list[list[bytes]], resume_at: int) -> None:
         """Await one handler's coroutine, write its reply, then run the rest of the read."""
         client = self.client
-        assert client is not None and self.transport is not None
         try:
             value = await pending
             reply = encode(value, client.proto) if value is not NO_REPLY else b""
-        except (CommandError, NotServing) as exc:
-            self.app.stats.errors += 1
-            reply = encode_error(as_error(client, requests[resume_at - 1], exc).message)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
-            log.exception("command %r failed", requests[resume_at - 1][:1])
-            self.app.stats.errors += 1
-            reply = encode_error(f"ERR internal error: {exc!r}")
+            reply = self.error_reply(exc)
         if self.closing:
             return
         if reply:

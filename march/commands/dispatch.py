@@ -6,14 +6,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
+from ..generators.base import NotServing
+from ..store.base import StoreError
 from .registry import TABLE
 
 if TYPE_CHECKING:
     from ..client import Client
+
+log = logging.getLogger("march")
 
 
 def call(client: Client, args: list[bytes]) -> Any:
@@ -43,10 +48,18 @@ def call(client: Client, args: list[bytes]) -> Any:
     return spec.handler(client, args)
 
 
-def as_error(client: Client, args: list[bytes], exc: Exception) -> CommandError:
-    """The error a client sees for a failed request (``NotServing`` becomes a retryable error)."""
+def as_error(client: Client, exc: Exception) -> CommandError:
+    """The error a client sees for a failed request; every one but a bug's is Redis-shaped.
+
+    ``NotServing`` and ``StoreError`` become retryable errors: the client got no ID.
+    """
     if isinstance(exc, CommandError):
         return exc
     if client.app.shutdown_requested is not None and client.app.shutdown_requested.is_set():
         return CommandError(errors.SHUTTING_DOWN)
-    return CommandError(errors.NOT_SERVING)
+    if isinstance(exc, NotServing):
+        return CommandError(errors.NOT_SERVING)
+    if isinstance(exc, StoreError):
+        return CommandError(errors.TRYAGAIN_STORE_DOWN)
+    log.error("command failed", exc_info=exc)
+    return CommandError(f"ERR internal error: {exc!r}")

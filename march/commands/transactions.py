@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
-from ..generators.base import NotServing
 from .registry import command
 
 if TYPE_CHECKING:
@@ -80,8 +79,8 @@ async def _run(client: Client, queued: list[list[bytes]]) -> list[Any]:
             value = call(client, args)
             if asyncio.iscoroutine(value):
                 value = await value
-        except (CommandError, NotServing) as exc:
-            value = as_error(client, args, exc)
+        except Exception as exc:  # in place, as Redis reports errors inside EXEC
+            value = as_error(client, exc)
         results.append(value)
     return results
 

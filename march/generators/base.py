@@ -6,6 +6,7 @@ store has confirmed. It never knows a socket or a command; the keyspace wires it
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ class SingleNodeLease:
         return not self.lost_reason
 
     def lost(self, reason: str) -> None:
+        logging.getLogger("march").critical(
+            "a guarded write was refused (%s): no more IDs are handed out until a restart", reason
+        )
         self.lost_reason = reason
 
 
