@@ -17,10 +17,12 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
-from support import MarchServer, RedisServer
+from support import MarchServer, RedisServer, serving
+
+S = TypeVar("S", MarchServer, RedisServer)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -66,17 +68,13 @@ def redis_binary() -> str:
     return path
 
 
-@pytest.fixture
-def march_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., MarchServer]]:
-    """`march_factory(data_dir=None, start=True, **kwargs)` -> MarchServer, stopped at teardown."""
-    servers: list[MarchServer] = []
+def _factory(request: pytest.FixtureRequest, new: Callable[..., S]) -> Iterator[Callable[..., S]]:
+    """Yield `make(*args, start=True, **kwargs)`: `new(i, *args, **kwargs)` for the i-th server made,
+    started unless `start=False`; every server made is stopped at teardown."""
+    servers: list[S] = []
 
-    def make(data_dir: Path | None = None, *, start: bool = True, **kwargs: Any) -> MarchServer:
-        server = MarchServer(
-            data_dir or tmp_path / f"data{len(servers)}",
-            log_path=tmp_path / f"march{len(servers)}.log",
-            **kwargs,
-        )
+    def make(*args: Any, start: bool = True, **kwargs: Any) -> S:
+        server = new(len(servers), *args, **kwargs)
         servers.append(server)
         if start:
             server.start()
@@ -86,6 +84,16 @@ def march_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Ca
         yield make
     finally:
         _stop_all(request, servers)
+
+
+@pytest.fixture
+def march_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., MarchServer]]:
+    """`march_factory(data_dir=None, start=True, **kwargs)` -> MarchServer, stopped at teardown."""
+
+    def new(i: int, data_dir: Path | None = None, **kwargs: Any) -> MarchServer:
+        return MarchServer(data_dir or tmp_path / f"data{i}", log_path=tmp_path / f"march{i}.log", **kwargs)
+
+    yield from _factory(request, new)
 
 
 @pytest.fixture
@@ -97,19 +105,12 @@ def march_server(march_factory: Callable[..., MarchServer]) -> MarchServer:
 def redis_factory(
     tmp_path: Path, request: pytest.FixtureRequest, redis_binary: str
 ) -> Iterator[Callable[..., RedisServer]]:
-    servers: list[RedisServer] = []
+    """`redis_factory(start=True, **kwargs)` -> RedisServer, stopped at teardown."""
 
-    def make(*, start: bool = True, **kwargs: Any) -> RedisServer:
-        server = RedisServer(tmp_path / f"redis{len(servers)}", binary=redis_binary, **kwargs)
-        servers.append(server)
-        if start:
-            server.start()
-        return server
+    def new(i: int, **kwargs: Any) -> RedisServer:
+        return RedisServer(tmp_path / f"redis{i}", binary=redis_binary, **kwargs)
 
-    try:
-        yield make
-    finally:
-        _stop_all(request, servers)
+    yield from _factory(request, new)
 
 
 @pytest.fixture
@@ -127,14 +128,8 @@ def server_pair(
     have crashed it.
     """
     base = tmp_path_factory.mktemp("pair")
-    march = MarchServer(base / "data", log_path=base / "march.log")
-    redis = RedisServer(base / "redis", binary=redis_binary)
-    try:
-        redis.start()
-        march.start()
+    with (
+        serving(RedisServer(base / "redis", binary=redis_binary)) as redis,
+        serving(MarchServer.in_dir(base), during="the module", clean_exit=True) as march,
+    ):
         yield march, redis
-        assert march.running, f"march died during the module\n{march.describe()}"
-    finally:
-        code = march.stop()
-        redis.stop()
-    assert code == 0, f"march exited with {code} on SIGTERM\n{march.describe()}"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 import pytest
+from support.aio import FakeClock, finish, until
 
 from march import errors
 from march.config import Config
@@ -25,29 +25,6 @@ from march.store.memory import MemoryStore
 # Small batches keep the numbers readable; max_wait is short because a wait that is meant to end
 # in TRYAGAIN has to run out on the loop's clock too (see tests/generators/test_sequence.py).
 CONFIG = Config(min_batch=10, max_batch=1000, max_wait=0.05, store_timeout=5.0)
-
-
-class FakeClock:
-    def __init__(self, now: float = 50.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 2.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    turns = 0
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        turns += 1
-        await asyncio.sleep(0 if turns < 200 else 0.001)
-
-
-async def finish(aw: Awaitable[Any], timeout: float = 2.0) -> Any:
-    return await asyncio.wait_for(aw, timeout)
 
 
 def ceilings(store: MemoryStore, key: bytes) -> list[int]:
@@ -65,7 +42,7 @@ async def make(store: MemoryStore) -> AsyncIterator[Callable[..., Keyspace]]:
     made: list[Keyspace] = []
 
     def build(config: Config = CONFIG, on: MemoryStore | None = None) -> Keyspace:
-        ks = Keyspace(config, on or store, SingleNodeLease(), clock=FakeClock())
+        ks = Keyspace(config, on or store, SingleNodeLease(), clock=FakeClock(50.0))
         made.append(ks)
         return ks
 

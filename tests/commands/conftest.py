@@ -12,50 +12,34 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from support import MarchServer, RedisServer
+from support import MarchServer, RedisServer, serving
 
 from .helpers import client
 
 
 @pytest.fixture(scope="package")
 def march_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
-    base = tmp_path_factory.mktemp("commands-march")
-    server = MarchServer(base / "data", log_path=base / "march.log")
-    try:
-        server.start()
+    server = MarchServer.in_dir(tmp_path_factory.mktemp("commands-march"))
+    with serving(server, during="the command tests", clean_exit=True):
         yield server
-        assert server.running, f"march died during the command tests\n{server.describe()}"
-    finally:
-        code = server.stop()
-    assert code == 0, f"march exited with {code} on SIGTERM\n{server.describe()}"
 
 
 @pytest.fixture(scope="package")
 def redis_proc(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("commands-redis"), binary=redis_binary)
-    try:
-        server.start()
+    with serving(RedisServer(tmp_path_factory.mktemp("commands-redis"), binary=redis_binary)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def mc(march_proc: MarchServer) -> Iterator[redis.Redis]:
-    c = client(march_proc.port)
-    try:
+    with client(march_proc.port) as c:  # closed at the end of the block
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture
 def rc(redis_proc: RedisServer) -> Iterator[redis.Redis]:
-    c = client(redis_proc.port)
-    try:
+    with client(redis_proc.port) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from support import MarchServer
+from support import MarchServer, serving
 
 from .helpers import client, outcome
 
@@ -278,24 +278,16 @@ def test_seq_list(mc: redis.Redis, key: str) -> None:
 
 @pytest.fixture(scope="module")
 def strict_march(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
-    base = tmp_path_factory.mktemp("strict")
     args = ["--auto-create", "no", "--max-incrby", "1000"]
-    server = MarchServer(base / "data", log_path=base / "march.log", extra_args=args)
-    try:
-        server.start()
+    server = MarchServer.in_dir(tmp_path_factory.mktemp("strict"), extra_args=args)
+    with serving(server, during="the module"):
         yield server
-        assert server.running, server.describe()
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def sc(strict_march: MarchServer) -> Iterator[redis.Redis]:
-    c = client(strict_march.port)
-    try:
+    with client(strict_march.port) as c:
         yield c
-    finally:
-        c.close()
 
 
 def test_auto_create_off(sc: redis.Redis, key: str) -> None:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.aio import FakeClock, finish, until
 
 from march import errors
 from march.errors import CommandError
@@ -33,23 +34,11 @@ from march.generators.sequence import MAX_ID, TOP, SequenceGenerator
 from march.store.base import SINGLE_NODE, Guard, SequenceRecord
 from march.store.memory import MemoryStore
 
+T = TypeVar("T")
 KEY = b"k"
 # A fixed batch of 100 (min == max) keeps the arithmetic of most tests obvious; the adaptation
 # test and the property test use a range. max_wait is short (see the module docstring).
 FIXED = BatchPolicy(min_batch=100, max_batch=100, interval=1.0, watermark=0.5, max_wait=0.05, store_timeout=5.0)
-
-
-class FakeClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeLease:
@@ -82,22 +71,6 @@ class RecordingStore(MemoryStore):
 def durable(store: MemoryStore, key: bytes = KEY) -> int:
     """The highest ceiling the store has recorded for ``key``."""
     return max(c for k, c in store.writes if k == key)
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 2.0) -> None:
-    """Wait until ``cond()`` holds: a few bare loop turns first, then short polls, up to a real deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    turns = 0
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        turns += 1
-        await asyncio.sleep(0 if turns < 200 else 0.001)
-
-
-async def finish(aw: Awaitable[Any], timeout: float = 2.0) -> Any:
-    return await asyncio.wait_for(aw, timeout)
 
 
 class Ledger:
@@ -176,6 +149,35 @@ async def fill(gen: SequenceGenerator, ledger: Ledger, upto: int) -> None:
         ledger.got(value)
 
 
+async def held_at_first_write(
+    world: World, work: Coroutine[Any, Any, T], what: str, *, above: int, turns: int, why: str
+) -> asyncio.Task[T]:
+    """Run ``work`` with every store write held: its first write (``what``) is of a ceiling above
+    ``above``, and ``turns`` loop turns later ``work`` is still waiting for it (else: ``why``)."""
+    world.store.hold()
+    task = asyncio.create_task(work)
+    await until(lambda: len(world.store.tried) == 1, what)
+    assert world.store.tried[0] > above
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    assert not task.done(), why
+    return task
+
+
+async def waiting_on_a_held_write(
+    world: World, policy: BatchPolicy = FIXED
+) -> tuple[SequenceGenerator, Ledger, asyncio.Task[int]]:
+    """A fresh generator that handed out 1..100 with every store write held, and a request for the
+    next ID waiting on the extension that hangs."""
+    gen = await world.fresh(policy=policy)
+    ledger = Ledger(world.store)
+    world.store.hold()
+    await fill(gen, ledger, 100)
+    waiter = asyncio.create_task(gen.take_wait(1))
+    await until(lambda: gen.info()["waits"] == 1, "the request to wait")
+    return gen, ledger, waiter
+
+
 # --- guarantee 3: never at or above the durable ceiling ----------------------------------------
 
 
@@ -202,13 +204,8 @@ async def test_a_restarted_generator_serves_nothing_until_a_higher_ceiling_is_du
     gen = await world.restart()
     assert gen.watermark() == 4999  # everything before the restart was below 5000
     assert gen.take(1) is None
-    world.store.hold()
-    waiter = asyncio.create_task(gen.take_wait(1))
-    await until(lambda: len(world.store.tried) == 1, "the first extension")
-    assert world.store.tried[0] > 5000
-    for _ in range(50):
-        await asyncio.sleep(0)
-    assert not waiter.done(), "an ID was handed out before the new ceiling was durable"
+    why = "an ID was handed out before the new ceiling was durable"
+    waiter = await held_at_first_write(world, gen.take_wait(1), "the first extension", above=5000, turns=50, why=why)
     assert gen.take(1) is None
     assert durable(world.store) == 5000
     world.store.release()
@@ -311,12 +308,7 @@ async def test_requests_wait_for_a_slow_store(world: World) -> None:
 
 
 async def test_a_request_gets_tryagain_when_the_write_is_later_than_max_wait(world: World) -> None:
-    gen = await world.fresh()
-    ledger = Ledger(world.store)
-    world.store.hold()
-    await fill(gen, ledger, 100)
-    waiter = asyncio.create_task(gen.take_wait(1))
-    await until(lambda: gen.info()["waits"] == 1, "the request to wait")
+    gen, ledger, waiter = await waiting_on_a_held_write(world)
     world.clock.advance(FIXED.max_wait + 0.01)
     with pytest.raises(CommandError) as err:
         await finish(waiter)
@@ -360,12 +352,7 @@ async def test_a_waiting_request_rides_out_failed_writes(world: World) -> None:
 
 async def test_a_hung_write_gives_tryagain_and_never_an_unpersisted_id(world: World) -> None:
     policy = BatchPolicy(min_batch=100, max_batch=100, max_wait=0.05, store_timeout=0.05)
-    gen = await world.fresh(policy=policy)
-    ledger = Ledger(world.store)
-    world.store.hold()  # every write hangs until release()
-    await fill(gen, ledger, 100)
-    waiter = asyncio.create_task(gen.take_wait(1))
-    await until(lambda: gen.info()["waits"] == 1, "the request to wait")
+    gen, ledger, waiter = await waiting_on_a_held_write(world, policy)  # every write hangs until release()
     # the hung write is abandoned after store_timeout and a greater one is tried, which hangs too
     await until(lambda: gen.info()["store_write_failures"] >= 1 and len(world.store.tried) >= 2, "a retry")
     assert not waiter.done()
@@ -463,12 +450,7 @@ async def test_an_invalid_lease_serves_nothing(world: World) -> None:
 
 
 async def test_a_lease_that_expires_while_a_request_waits_gives_no_id(world: World) -> None:
-    gen = await world.fresh()
-    ledger = Ledger(world.store)
-    world.store.hold()
-    await fill(gen, ledger, 100)
-    waiter = asyncio.create_task(gen.take_wait(1))
-    await until(lambda: gen.info()["waits"] == 1, "the request to wait")
+    gen, _, waiter = await waiting_on_a_held_write(world)
     world.lease.is_valid = False
     world.store.release()
     with pytest.raises(NotServing):
@@ -553,13 +535,10 @@ async def test_raise_floor_is_durable_before_it_returns(world: World) -> None:
     gen = await world.fresh()
     ledger = Ledger(world.store)
     await fill(gen, ledger, 5)
-    world.store.hold()
-    task = asyncio.create_task(gen.raise_floor(10_000))
-    await until(lambda: len(world.store.tried) == 1, "the floor's write")
-    assert world.store.tried[0] > 10_000
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not task.done(), "SET returned before a ceiling above N was durable"
+    why = "SET returned before a ceiling above N was durable"
+    task = await held_at_first_write(
+        world, gen.raise_floor(10_000), "the floor's write", above=10_000, turns=20, why=why
+    )
     world.store.release()
     await finish(task)
     assert durable(world.store) > 10_000

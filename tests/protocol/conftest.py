@@ -12,30 +12,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from support import MarchServer, RedisServer
+from support import MarchServer, RedisServer, serving
 
 
 @pytest.fixture(scope="package")
 def march(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
-    base = tmp_path_factory.mktemp("protocol-march")
-    server = MarchServer(base / "data", log_path=base / "march.log")
-    try:
-        server.start()
+    server = MarchServer.in_dir(tmp_path_factory.mktemp("protocol-march"))
+    with serving(server, during="the protocol tests", clean_exit=True):
         yield server
-        assert server.running, f"march died during the protocol tests\n{server.describe()}"
-    finally:
-        code = server.stop()
-    assert code == 0, f"march exited with {code} on SIGTERM\n{server.describe()}"
 
 
 @pytest.fixture(scope="package")
 def redis(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("protocol-redis"), binary=redis_binary)
-    try:
-        server.start()
+    with serving(RedisServer(tmp_path_factory.mktemp("protocol-redis"), binary=redis_binary)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -1,40 +1,23 @@
 """Raw-socket helpers for protocol tests: ``Raw`` asserts exact reply bytes; ``barrier`` makes a
-request split across two server reads without sleeping (see its docstring).
+request split across two server reads without sleeping (see its docstring); ``mb`` is
+``support.resp.encode``, one request as a RESP multibulk of bulk strings.
 """
 
 from __future__ import annotations
 
 import select
-import socket
 import time
 
 import pytest
+from support.resp import Connection
+from support.resp import encode as mb
 
 
-class Raw:
+class Raw(Connection):
     """A raw TCP connection: send bytes, expect exact bytes, see the server close it."""
 
     def __init__(self, port: int, timeout: float = 5.0, rcvbuf: int | None = None) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:  # before connect, so the TCP window starts small
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(timeout)
-        self.sock.connect(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.timeout = timeout
-        self.buf = b""
-
-    def __enter__(self) -> Raw:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        super().__init__(port, timeout=timeout, rcvbuf=rcvbuf)
 
     def _recv(self, deadline: float) -> bytes:
         """One recv before ``deadline``: b'' means closed by the peer; TimeoutError past the deadline."""
@@ -155,15 +138,6 @@ class Raw:
 
     def assert_open(self) -> None:
         self.call(b"PING\r\n", b"+PONG\r\n")
-
-
-def mb(*args: bytes | str | int) -> bytes:
-    """One request as a RESP multibulk of bulk strings."""
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
 
 
 def bulk(data: bytes | str) -> bytes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from support import MarchServer, RedisServer
+from support import MarchServer, RedisServer, serving
 
 from .raw import Raw, mb
 
@@ -24,25 +24,16 @@ Server = MarchServer | RedisServer
 
 @pytest.fixture(scope="module")
 def march_pass(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
-    base = tmp_path_factory.mktemp("auth-march")
-    server = MarchServer(base / "data", log_path=base / "march.log", requirepass=PASSWORD)
-    try:
-        server.start()
+    server = MarchServer.in_dir(tmp_path_factory.mktemp("auth-march"), requirepass=PASSWORD)
+    with serving(server):
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def redis_pass(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[RedisServer]:
-    server = RedisServer(
-        tmp_path_factory.mktemp("auth-redis"), binary=redis_binary, extra_args=["--requirepass", PASSWORD]
-    )
-    try:
-        server.start()
+    workdir = tmp_path_factory.mktemp("auth-redis")
+    with serving(RedisServer(workdir, binary=redis_binary, extra_args=["--requirepass", PASSWORD])) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["march_pass", "redis_pass"])

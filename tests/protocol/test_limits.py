@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from support import MarchServer, wait_until
+from support import MarchServer, serving, wait_until
 
 from .raw import Raw, barrier, bulk, info_field, mb
 
@@ -31,15 +31,10 @@ INLINE_ERROR = b"-ERR Protocol error: too big inline request\r\n"
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
-    base = tmp_path_factory.mktemp("limits")
     args = ["--max-args", str(MAX_ARGS), "--max-bulk-len", str(MAX_BULK), "--max-inline-len", str(MAX_INLINE)]
-    server = MarchServer(base / "data", log_path=base / "march.log", extra_args=args)
-    try:
-        server.start()
+    server = MarchServer.in_dir(tmp_path_factory.mktemp("limits"), extra_args=args)
+    with serving(server, during="the module"):
         yield server
-        assert server.running, server.describe()
-    finally:
-        server.stop()
 
 
 def refused(server: MarchServer, payload: bytes, reply: bytes, key: str) -> None:

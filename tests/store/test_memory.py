@@ -9,9 +9,9 @@ only what landed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
+from support.aio import until
 
 from march.store.base import SINGLE_NODE, Guard, GuardFailed, SequenceRecord, StoreError
 from march.store.memory import MemoryStore
@@ -19,15 +19,6 @@ from march.store.memory import MemoryStore
 
 def rec(key: bytes, ceiling: int) -> SequenceRecord:
     return SequenceRecord(key, "sequence", ceiling, {"min_batch": 4})
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 2.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0)
 
 
 async def test_follows_the_store_contract() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -49,16 +49,29 @@ def encode(*args: bytes | str | int) -> bytes:
     return b"".join(out)
 
 
-class RespConn:
-    """One TCP connection. `call()` sends a command and returns its parsed reply."""
+class Connection:
+    """One TCP connection (TCP_NODELAY) with a buffer of received bytes not yet consumed; `send()`
+    writes bytes as they are. Closed by `close()` or at the end of a `with` block.
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    `rcvbuf` sets SO_RCVBUF before connecting, so the TCP window starts that small.
+    """
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, rcvbuf: int | None = None) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            if rcvbuf is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            sock.settimeout(timeout)
+            sock.connect((host, port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except BaseException:
+            sock.close()  # a refused connect (a server still starting) must not leak the socket
+            raise
+        self.sock = sock
+        self.timeout = timeout
         self.buf = b""
-        self.raw_log = b""  # every byte of every reply read, for exact-bytes assertions
 
-    def __enter__(self) -> RespConn:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -69,6 +82,14 @@ class RespConn:
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
+
+
+class RespConn(Connection):
+    """One TCP connection. `call()` sends a command and returns its parsed reply."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        super().__init__(port, host, timeout)
+        self.raw_log = b""  # every byte of every reply read, for exact-bytes assertions
 
     def call(self, *args: bytes | str | int) -> Any:
         self.send(encode(*args))

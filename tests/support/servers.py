@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Self, TypeVar
 
 from support.ports import free_port
 from support.resp import RespConn, RespError
@@ -24,6 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 START_TIMEOUT = 20.0  # a cold Python start on a loaded 2-core CI machine can take seconds
 STOP_TIMEOUT = 15.0  # graceful shutdown flushes the store; after this the process is killed
+
+
+P = TypeVar("P", bound="_Process")
 
 
 class ServerExited(AssertionError):
@@ -219,6 +224,11 @@ class MarchServer(_Process):
         self.requirepass = requirepass
         self.extra_args = list(extra_args)
 
+    @classmethod
+    def in_dir(cls, base: Path, **kwargs: Any) -> Self:
+        """A march with its data dir at ``base/data`` and its log at ``base/march.log``."""
+        return cls(base / "data", log_path=base / "march.log", **kwargs)
+
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "march", "serve", "--bind", "127.0.0.1", "--port", str(self.port)]
         cmd += ["--data-dir", str(self.data_dir)]
@@ -264,3 +274,22 @@ class RedisServer(_Process):
             "--daemonize", "no",
             *self.extra_args,
         ]  # fmt: skip
+
+
+@contextmanager
+def serving(server: P, *, during: str | None = None, clean_exit: bool = False) -> Iterator[P]:
+    """Start ``server`` for the ``with`` block and always stop (and reap) it afterwards.
+
+    With ``during`` (what the server had to survive, for the message), the server must still be
+    running when the block ends; with ``clean_exit``, SIGTERM must end it with exit code 0. The
+    server is stopped whether the block or a check fails.
+    """
+    try:
+        server.start()
+        yield server
+        if during is not None:
+            assert server.running, f"{server.name} died during {during}\n{server.describe()}"
+    finally:
+        code = server.stop()
+    if clean_exit:
+        assert code == 0, f"{server.name} exited with {code} on SIGTERM\n{server.describe()}"
