@@ -8,6 +8,7 @@ branch on them; INFO shows March's own version.
 from __future__ import annotations
 
 import hmac
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -20,6 +21,13 @@ if TYPE_CHECKING:
     from ..client import Client
 
 _CONN = ("@fast", "@connection")
+# Commands a client may send before it has authenticated.
+_handshake = partial(
+    command,
+    flags=("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
+    categories=_CONN,
+    group="connection",
+)
 
 
 @command("ping", -1, ("fast", "stale"), _CONN, summary="Reply PONG, or the message given.", group="connection")
@@ -44,14 +52,7 @@ def _check_password(client: Client, user: bytes, password: bytes) -> None:
     client.user = "default"
 
 
-@command(
-    "auth",
-    -2,
-    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
-    _CONN,
-    summary="Authenticate: AUTH password, or AUTH default password.",
-    group="connection",
-)
+@_handshake("auth", -2, summary="Authenticate: AUTH password, or AUTH default password.")
 def auth(client: Client, args: list[bytes]) -> Any:
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
@@ -69,14 +70,7 @@ def auth(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@command(
-    "hello",
-    -1,
-    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
-    _CONN,
-    summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].",
-    group="connection",
-)
+@_handshake("hello", -1, summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].")
 def hello(client: Client, args: list[bytes]) -> Any:
     proto = client.proto
     i = 1
@@ -132,27 +126,13 @@ def select(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@command(
-    "quit",
-    -1,
-    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
-    _CONN,
-    summary="Close the connection after the reply.",
-    group="connection",
-)
+@_handshake("quit", -1, summary="Close the connection after the reply.")
 def quit_(client: Client, args: list[bytes]) -> Any:
     client.close_after = True
     return "OK"
 
 
-@command(
-    "reset",
-    1,
-    ("noscript", "loading", "stale", "fast", "no_auth", "allow_busy"),
-    _CONN,
-    summary="Reset the connection's state (protocol, name, transaction, authentication).",
-    group="connection",
-)
+@_handshake("reset", 1, summary="Reset the connection's state (protocol, name, transaction, authentication).")
 def reset(client: Client, args: list[bytes]) -> Any:
     client.reset()
     return "RESET"

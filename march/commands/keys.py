@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 
 _READ = ("@read", "@string", "@fast")
 _KEYSPACE = ("@keyspace", "@read")
+# TYPE, TTL, PTTL: one key in, a constant-time answer out
+_key_query = partial(
+    command, flags=("readonly", "fast"), categories=(*_KEYSPACE, "@fast"), keys=(1, 1, 1), hot=True, group="generic"
+)
 
 
 @command(
@@ -100,44 +105,17 @@ def exists(client: Client, args: list[bytes]) -> Any:
     return sum(1 for k in args[1:] if k in gens)
 
 
-@command(
-    "type",
-    2,
-    ("readonly", "fast"),
-    (*_KEYSPACE, "@fast"),
-    keys=(1, 1, 1),
-    hot=True,
-    summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.",
-    group="generic",
-)
+@_key_query("type", 2, summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.")
 def type_(client: Client, args: list[bytes]) -> Any:
     return "string" if args[1] in client.app.keyspace.generators else "none"
 
 
-@command(
-    "ttl",
-    2,
-    ("readonly", "fast"),
-    (*_KEYSPACE, "@fast"),
-    keys=(1, 1, 1),
-    hot=True,
-    summary="-1: sequences never expire (-2 if the key does not exist).",
-    group="generic",
-)
+@_key_query("ttl", 2, summary="-1: sequences never expire (-2 if the key does not exist).")
 def ttl(client: Client, args: list[bytes]) -> Any:
     return -1 if args[1] in client.app.keyspace.generators else -2
 
 
-@command(
-    "pttl",
-    2,
-    ("readonly", "fast"),
-    (*_KEYSPACE, "@fast"),
-    keys=(1, 1, 1),
-    hot=True,
-    summary="-1: sequences never expire (-2 if the key does not exist).",
-    group="generic",
-)
+@_key_query("pttl", 2, summary="-1: sequences never expire (-2 if the key does not exist).")
 def pttl(client: Client, args: list[bytes]) -> Any:
     return ttl(client, args)
 

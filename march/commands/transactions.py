@@ -9,6 +9,7 @@ run meanwhile; that changes nothing for the guarantees (IDs stay unique and incr
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -18,15 +19,15 @@ from .registry import command
 if TYPE_CHECKING:
     from ..client import Client
 
-
-@command(
-    "multi",
-    1,
-    ("noscript", "loading", "stale", "fast", "allow_busy"),
-    ("@fast", "@transaction"),
-    summary="Start a transaction.",
+_transaction = partial(
+    command,
+    flags=("noscript", "loading", "stale", "fast", "allow_busy"),
+    categories=("@fast", "@transaction"),
     group="transactions",
 )
+
+
+@_transaction("multi", 1, summary="Start a transaction.")
 def multi(client: Client, args: list[bytes]) -> Any:
     if client.multi is not None:
         raise CommandError(errors.MULTI_NESTED)
@@ -35,14 +36,7 @@ def multi(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@command(
-    "discard",
-    1,
-    ("noscript", "loading", "stale", "fast", "allow_busy"),
-    ("@fast", "@transaction"),
-    summary="Discard a transaction.",
-    group="transactions",
-)
+@_transaction("discard", 1, summary="Discard a transaction.")
 def discard(client: Client, args: list[bytes]) -> Any:
     if client.multi is None:
         raise CommandError(errors.DISCARD_WITHOUT_MULTI)
@@ -85,26 +79,11 @@ async def _run(client: Client, queued: list[list[bytes]]) -> list[Any]:
     return results
 
 
-@command(
-    "watch",
-    -2,
-    ("noscript", "loading", "stale", "fast", "allow_busy"),
-    ("@fast", "@transaction"),
-    keys=(1, -1, 1),
-    summary="Refused: sequences only move forwards; retry instead.",
-    group="transactions",
-)
+@_transaction("watch", -2, keys=(1, -1, 1), summary="Refused: sequences only move forwards; retry instead.")
 def watch(client: Client, args: list[bytes]) -> Any:
     raise CommandError(errors.WATCH_UNSUPPORTED)
 
 
-@command(
-    "unwatch",
-    1,
-    ("noscript", "loading", "stale", "fast", "allow_busy"),
-    ("@fast", "@transaction"),
-    summary="Forget watched keys (there are none).",
-    group="transactions",
-)
+@_transaction("unwatch", 1, summary="Forget watched keys (there are none).")
 def unwatch(client: Client, args: list[bytes]) -> Any:
     return "OK"
