@@ -331,6 +331,8 @@ def _translate(hiredis_message: str) -> str:
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
 _HEX = b"0123456789abcdefABCDEF"
+_SPACE = b" \t\n\r\x0b\x0c"
+_DQ, _SQ, _BACKSLASH = ord('"'), ord("'"), ord("\\")
 
 
 def split_inline(line: bytes) -> list[bytes]:
@@ -343,58 +345,47 @@ def split_inline(line: bytes) -> list[bytes]:
     args: list[bytes] = []
     i, n = 0, len(line)
     while True:
-        while i < n and line[i] in b" \t\n\r\x0b\x0c":
+        while i < n and line[i] in _SPACE:
             i += 1
         if i >= n:
             return args
         cur = bytearray()
-        in_dq = in_sq = False
+        quote = 0  # the open quote character, or 0 outside quotes
         while True:
-            if in_dq:
-                if i >= n:
+            if i >= n:
+                if quote:
                     raise ProtocolError("unbalanced quotes in request")
-                c = line[i]
-                if c == 92 and i + 3 < n and line[i + 1] == ord("x") and line[i + 2] in _HEX and line[i + 3] in _HEX:
-                    cur.append(int(line[i + 2 : i + 4], 16))
-                    i += 3
-                elif c == 92 and i + 1 < n:
-                    i += 1
-                    cur += _ESCAPES.get(line[i], bytes([line[i]]))
-                elif c == ord('"'):
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\x0b\x0c":
-                        raise ProtocolError("unbalanced quotes in request")
-                    i += 1
+                break
+            c = line[i]
+            if not quote:
+                if c in _SPACE:
                     break
+                if c in (_DQ, _SQ):
+                    quote = c
                 else:
                     cur.append(c)
-            elif in_sq:
-                if i >= n:
+            elif c == quote:  # a closing quote must end the argument
+                if i + 1 < n and line[i + 1] not in _SPACE:
                     raise ProtocolError("unbalanced quotes in request")
-                c = line[i]
-                if c == 92 and i + 1 < n and line[i + 1] == ord("'"):
-                    i += 1
-                    cur.append(ord("'"))
-                elif c == ord("'"):
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\x0b\x0c":
-                        raise ProtocolError("unbalanced quotes in request")
-                    i += 1
-                    break
-                else:
-                    cur.append(c)
+                i += 1
+                break
+            elif c == _BACKSLASH and quote == _DQ and i + 3 < n and line[i + 1] == ord("x") and _is_hex(line, i + 2):
+                cur.append(int(line[i + 2 : i + 4], 16))
+                i += 3
+            elif c == _BACKSLASH and quote == _DQ and i + 1 < n:
+                i += 1
+                cur += _ESCAPES.get(line[i], bytes([line[i]]))
+            elif c == _BACKSLASH and quote == _SQ and i + 1 < n and line[i + 1] == _SQ:
+                i += 1
+                cur.append(_SQ)
             else:
-                if i >= n:
-                    break
-                c = line[i]
-                if c in b" \t\n\r\x0b\x0c":
-                    break
-                if c == ord('"'):
-                    in_dq = True
-                elif c == ord("'"):
-                    in_sq = True
-                else:
-                    cur.append(c)
+                cur.append(c)
             i += 1
         args.append(bytes(cur))
+
+
+def _is_hex(line: bytes, at: int) -> bool:
+    return line[at] in _HEX and line[at + 1] in _HEX
 
 
 # --- encoding ----------------------------------------------------------------------------------
