@@ -87,22 +87,31 @@ class Keyspace:
             return gen
         if not self.config.auto_create:
             raise CommandError(errors.AUTO_CREATE_OFF.format(key.decode("utf-8", "replace")))
-        gen = await self.create(key, start=1, settings={}, exist_ok=True)
+        gen, _ = await self.create_or_get(key, start=1, settings={})
         return gen
 
     async def create(self, key: bytes, start: int, settings: Mapping[str, Any], exist_ok: bool = False) -> Generator:
-        """Create a sequence whose first ID is ``start``; durable before it returns."""
+        """Create a sequence whose first ID is ``start``; durable before it returns.
+
+        If it exists already: the existing generator with ``exist_ok``, else a KEY_EXISTS error.
+        """
+        gen, created = await self.create_or_get(key, start, settings)
+        if not created and not exist_ok:
+            raise CommandError(errors.KEY_EXISTS.format(key.decode("utf-8", "replace")))
+        return gen
+
+    async def create_or_get(self, key: bytes, start: int, settings: Mapping[str, Any]) -> tuple[Generator, bool]:
+        """The generator for ``key`` and whether this call created it (False: it existed).
+
+        Concurrent calls for one key share one store write; only the first reports ``True``.
+        """
         self._check_serving()
         pending = self._creating.get(key)
         if pending is not None:
-            gen = await asyncio.shield(pending)
-            if not exist_ok:
-                raise CommandError(errors.KEY_EXISTS.format(key.decode("utf-8", "replace")))
-            return gen
-        if key in self.generators:
-            if exist_ok:
-                return self.generators[key]
-            raise CommandError(errors.KEY_EXISTS.format(key.decode("utf-8", "replace")))
+            return await asyncio.shield(pending), False
+        existing = self.generators.get(key)
+        if existing is not None:
+            return existing, False
         fut: asyncio.Future[Generator] = asyncio.get_running_loop().create_future()
         self._creating[key] = fut
         try:
@@ -117,10 +126,8 @@ class Keyspace:
                 if stored is None:
                     raise CommandError(errors.TRYAGAIN_STARTING)
                 gen = self._add(stored)
-                if not exist_ok:
-                    raise CommandError(errors.KEY_EXISTS.format(key.decode("utf-8", "replace")))
             fut.set_result(gen)
-            return gen
+            return gen, created
         except BaseException as exc:
             if not fut.done():
                 fut.set_exception(exc)

@@ -169,6 +169,20 @@ async def test_concurrent_create_one_wins_the_others_are_told(ks: Keyspace, stor
     assert await incr(ks, b"x") == 100  # the first creator's start
 
 
+async def test_a_creation_shared_with_a_waiter_tells_each_caller_the_truth(ks: Keyspace, store: MemoryStore) -> None:
+    store.hold()
+    first = asyncio.create_task(ks.create_or_get(b"y", start=5, settings={}))
+    await until(lambda: store.attempts == 1, "the create to reach the store")
+    waiter = asyncio.create_task(ks.ensure(b"y"))  # an INCR arriving while the create is in flight
+    second = asyncio.create_task(ks.create_or_get(b"y", start=9, settings={}))
+    store.release()
+    (gen, created), ensured, (gen2, created2) = await finish(asyncio.gather(first, waiter, second))
+    assert created is True and created2 is False
+    assert ensured is gen is gen2
+    assert store.attempts == 1
+    assert await incr(ks, b"y") == 5
+
+
 async def test_ensure_of_a_key_someone_else_created_continues_from_its_ceiling(
     ks: Keyspace, store: MemoryStore
 ) -> None:

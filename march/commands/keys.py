@@ -82,8 +82,8 @@ async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
     keyspace = client.app.keyspace
     gen = keyspace.get(key)
     if gen is None:
-        gen = await keyspace.create(key, start=floor + 1, settings={}, exist_ok=True)
-        if gen.watermark() == floor:
+        gen, created = await keyspace.create_or_get(key, start=floor + 1, settings={})
+        if created:
             return "OK"
     if nx:
         return None

@@ -152,6 +152,12 @@ def test_set_nx(mc: redis.Redis, key: str) -> None:
     assert mc.execute_command("INCR", key) == 8
 
 
+def test_set_nx_on_an_existing_key_at_that_watermark_is_nil(mc: redis.Redis, key: str) -> None:
+    assert mc.execute_command("INCRBY", key, "7") == 7
+    assert mc.execute_command("SET", key, "7", "NX") is None  # exists: nil, even though 7 is its watermark
+    assert mc.execute_command("INCR", key) == 8
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
