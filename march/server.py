@@ -43,8 +43,8 @@ from .store.sqlite import SqliteStore
 
 log = logging.getLogger("march")
 
-_HIGH_WATER = 256 << 10
-_monotonic = time.monotonic  # pause reading from a client whose unsent replies pass this many bytes
+_HIGH_WATER = 256 << 10  # pause reading from a client whose unsent replies pass this many bytes
+_monotonic = time.monotonic
 
 
 class ListenError(Exception):
@@ -146,15 +146,14 @@ class Connection(asyncio.Protocol):
                     self.app.stats.commands += 1
                     self.transport.write(b":%d\r\n" % result)
                     return
-                if not asyncio.iscoroutine(result):
-                    self.app.stats.commands += 1
+                self.app.stats.commands += 1
+                if asyncio.iscoroutine(result):
+                    self.wait(result, requests, 1)
+                else:
                     self.transport.write(
                         self.error_reply(result) if isinstance(result, Exception) else encode(result, client.proto)
                     )
-                    return
-                # It must wait: leave that to ``run``. A hot handler that returns a coroutine has
-                # done nothing yet (the coroutine does the work), so running it again is safe.
-                result.close()
+                return
         self.run(requests, 0)
 
     # --- running requests ---------------------------------------------------------------------
@@ -216,9 +215,7 @@ class Connection(asyncio.Protocol):
                 if out:
                     transport.write(b"".join(out))
                 stats.commands += i - start
-                self.busy = True
-                transport.pause_reading()
-                self.task = asyncio.get_running_loop().create_task(self.finish(result, requests, i))
+                self.wait(result, requests, i)
                 return
             elif result is not NO_REPLY:
                 append(encode(result, client.proto))
@@ -236,6 +233,12 @@ class Connection(asyncio.Protocol):
             self.close()
         elif self.backlog and not self.busy:
             self.run_backlog()
+
+    def wait(self, pending: Any, requests: list[list[bytes]], resume_at: int) -> None:
+        """A handler must wait: pause this connection until ``pending`` is done, keeping order."""
+        self.busy = True
+        self.transport.pause_reading()
+        self.task = asyncio.get_running_loop().create_task(self.finish(pending, requests, resume_at))
 
     async def finish(self, pending: Any, requests: list[list[bytes]], resume_at: int) -> None:
         """Await one handler's coroutine, write its reply, then run the rest of the read."""

@@ -59,8 +59,7 @@ REGISTRY: dict[str, CommandSpec] = {}
 # common case needs no ``.lower()``; anything else falls back to a lower-cased lookup.
 TABLE: dict[bytes, CommandSpec] = {}
 # The server's fast path: (arity, handler, consecutive) of commands registered ``hot=True``, which
-# never change connection state (authentication, MULTI, protocol), keyed like TABLE. A hot handler
-# that returns a coroutine must have done nothing before (the server may drop it and call again).
+# never change connection state (authentication, MULTI, protocol), keyed like TABLE.
 # ``consecutive(client, args, count)`` answers a run of ``count`` identical requests at once: it
 # returns the last of ``count`` consecutive integer replies, or None to run them one by one.
 Consecutive = Callable[["Client", list[bytes], int], "int | None"]
