@@ -13,6 +13,7 @@ store write. This module is the INCR hot path: keep it lean.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -24,7 +25,15 @@ from .registry import command
 if TYPE_CHECKING:
     from ..client import Client
 
-_WRITE = ("@write", "@string", "@fast")
+# INCR and INCRBY: the hot path, one key, an integer reply
+_hands_out_ids = partial(
+    command,
+    flags=("write", "denyoom", "fast"),
+    categories=("@write", "@string", "@fast"),
+    keys=(1, 1, 1),
+    hot=True,
+    group="string",
+)
 
 
 def incr_run(client: Client, args: list[bytes], count: int) -> int | None:
@@ -33,17 +42,7 @@ def incr_run(client: Client, args: list[bytes], count: int) -> int | None:
     return None if gen is None else gen.take(count)
 
 
-@command(
-    "incr",
-    2,
-    ("write", "denyoom", "fast"),
-    _WRITE,
-    keys=(1, 1, 1),
-    hot=True,
-    consecutive=incr_run,
-    summary="The next ID of the sequence (created at 1 if new).",
-    group="string",
-)
+@_hands_out_ids("incr", 2, consecutive=incr_run, summary="The next ID of the sequence (created at 1 if new).")
 def incr(client: Client, args: list[bytes]) -> Any:
     gen = client.generators.get(args[1])
     if gen is not None:
@@ -53,16 +52,7 @@ def incr(client: Client, args: list[bytes]) -> Any:
     return _take(client, args[1], 1)
 
 
-@command(
-    "incrby",
-    3,
-    ("write", "denyoom", "fast"),
-    _WRITE,
-    keys=(1, 1, 1),
-    hot=True,
-    summary="INCRBY key n: hand out n consecutive IDs, return the last.",
-    group="string",
-)
+@_hands_out_ids("incrby", 3, summary="INCRBY key n: hand out n consecutive IDs, return the last.")
 def incrby(client: Client, args: list[bytes]) -> Any:
     n = parse_int(args[2])
     if n < 1:
