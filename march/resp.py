@@ -6,10 +6,10 @@ into ``nc``) by ``split_inline``, which follows Redis' ``sdssplitargs`` quoting 
 input means "need more": the parser keeps it. Malformed input raises ``ProtocolError`` with
 Redis' own text; the server answers it and closes that one connection.
 
-Limits are enforced here, cheaply: the argument count of every request, the bulk length declared
-by a request header that arrives at the start of a read, the length of an inline line, and an
-upper bound on the bytes held for one incomplete request (which bounds memory whatever a client
-sends).
+Limits are enforced here, cheaply: the argument count of every request; the length of every
+argument (at its ``$`` header when the header starts a read, else before the request is returned,
+so an oversized request never runs); the length of an inline line; and an upper bound on the
+bytes held for one unfinished request (which bounds memory whatever a client sends).
 
 Request boundaries: hiredis consumes an array's header and complete elements before the array is
 complete, and does not say so. A read that starts with ``*`` or ``$``, or while hiredis holds
@@ -34,9 +34,6 @@ import hiredis
 from .errors import CommandError
 
 CRLF = b"\r\n"
-OK = b"+OK\r\n"
-QUEUED = b"+QUEUED\r\n"
-PONG = b"+PONG\r\n"
 
 _STAR = 42  # ord("*")
 _DOLLAR = 36  # ord("$")
@@ -79,8 +76,8 @@ class RequestParser:
         self._max_args = max_args
         self._max_bulk = max_bulk
         self._max_inline = max_inline
-        # An incomplete request may legitimately hold up to max_args bulk strings of max_bulk bytes,
-        # but no more; header overhead per argument is at most 2 + 20 + 2 + 2 bytes.
+        # One request may hold two arguments of max_bulk bytes plus every header (at most 32 bytes
+        # per argument): ample for any command March has, and a hard bound on buffered input.
         self._max_pending = max_bulk * 2 + max_args * 32 + 1024
         self._pending = 0  # upper bound on the bytes of the unfinished request held by the reader
         self._inline = b""  # an inline line still waiting for its newline
@@ -272,8 +269,8 @@ def encode_request(args: list[bytes]) -> bytes:
 def _check_header(data: bytes, max_args: int, max_bulk: int) -> None:
     """Refuse a request whose header, at the start of ``data``, declares too much.
 
-    Called only for a request that begins a read and is still incomplete at its end, so the cost
-    is paid only by large or slow requests. Redis answers these with the same texts.
+    ``data`` starts either a request (``*``) or the next argument of one (``$``) and completed no
+    request, so the cost is paid only by large or slow requests. Redis answers with the same texts.
     """
     if data[:1] == b"$":  # the next argument of an array whose header came earlier
         count, pos = 1 << 62, 0
