@@ -13,9 +13,11 @@ import os
 import signal
 import sys
 
+import uvloop
+
 from . import config as config_mod
 from .app import VERSION
-from .server import ListenError
+from .server import ListenError, serve
 from .store.base import StoreError
 
 
@@ -68,22 +70,15 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    import uvloop
-
     try:
         uvloop.run(_serve(config))
-    except StoreError as exc:
-        print(f"march: {exc}", file=sys.stderr)
-        return 1
-    except ListenError as exc:
+    except (StoreError, ListenError) as exc:  # a locked data dir, a port in use: say so, no traceback
         print(f"march: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
 async def _serve(config: config_mod.Config) -> None:
-    from .server import serve
-
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
     signals = 0
