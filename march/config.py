@@ -48,17 +48,37 @@ class Config:
     max_wait: float = 2.0
     store_timeout: float = 5.0
     max_incrby: int = 1_000_000
+    timestamp_lookahead_ms: int = 3000
+    enable_debug_command: bool = False
+    etcd: str = ""
+    etcd_prefix: str = "/march"
+    node_id: str = ""
+    advertise: str = ""
+    lease_ttl: int = 3
+    etcd_user: str = ""
+    etcd_password: str = ""
+    etcd_ca_cert_file: str = ""
+    etcd_cert_file: str = ""
+    etcd_key_file: str = ""
     config_file: str = ""
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    @property
+    def etcd_endpoints(self) -> list[str]:
+        return [e.strip() for e in self.etcd.split(",") if e.strip()]
+
+    @property
+    def cluster(self) -> bool:
+        return bool(self.etcd_endpoints)
 
     def public_items(self) -> dict[str, str]:
         """``CONFIG GET`` view: dashed names, string values, the password masked."""
         out: dict[str, str] = {}
         for o in OPTIONS:
             value = getattr(self, o.name)
-            if o.name == "requirepass" and value:
+            if o.name in ("requirepass", "etcd_password") and value:
                 text = "********"
             elif isinstance(value, bool):
                 text = "yes" if value else "no"
@@ -92,6 +112,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("protected_mode", "with no password, refuse clients that are not on the loopback interface"),
     Option("log_level", "debug, info, warning or error"),
     Option("shutdown_timeout", "seconds that SHUTDOWN/SIGTERM wait for in-flight requests"),
+    Option("enable_debug_command", "allow DEBUG CLOCK-OFFSET, which moves the clock timestamp IDs read (tests only)"),
     # limits
     Option("max_clients", "connections beyond this get 'ERR max number of clients reached'", "limits"),
     Option("max_args", "most arguments in one request (protocol error beyond)", "limits"),
@@ -108,6 +129,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_wait", "seconds a request waits for a store write before TRYAGAIN", "sequences"),
     Option("store_timeout", "seconds before one store write is given up (and retried)", "sequences"),
     Option("max_incrby", "largest n in INCRBY key n", "sequences"),
+    Option(
+        "timestamp_lookahead_ms",
+        "timestamp sequences persist a time bound this far ahead (a restart starts past it)",
+        "sequences",
+    ),
+    # cluster
+    Option("etcd", "etcd endpoints host:port,...; empty = single node on the embedded store", "cluster"),
+    Option("etcd_prefix", "every key of this cluster lives under this etcd prefix", "cluster"),
+    Option("node_id", "this node's id in the cluster (default: advertised host:port)", "cluster"),
+    Option("advertise", "host:port that clients are sent to (MOVED, CLUSTER SLOTS); default bind:port", "cluster"),
+    Option("lease_ttl", "seconds of the leadership lease; a dead primary is replaced after about this", "cluster"),
+    Option("etcd_user", "etcd user name (with etcd_password)", "cluster"),
+    Option("etcd_password", "etcd password", "cluster"),
+    Option("etcd_ca_cert_file", "CA certificate for TLS to etcd (enables TLS)", "cluster"),
+    Option("etcd_cert_file", "client certificate for TLS to etcd", "cluster"),
+    Option("etcd_key_file", "client key for TLS to etcd", "cluster"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}
@@ -133,7 +170,23 @@ def _validate(c: Config) -> None:
     need(c.max_wait > 0, "max_wait must be > 0")
     need(c.store_timeout > 0, "store_timeout must be > 0")
     need(1 <= c.max_incrby <= MAX_ID, "max_incrby must be >= 1")
+    need(1 <= c.timestamp_lookahead_ms <= 86_400_000, "timestamp_lookahead_ms must be between 1 and 86400000")
     need(c.shutdown_timeout >= 0, "shutdown_timeout must be >= 0")
+    need(2 <= c.lease_ttl <= 60, "lease_ttl must be between 2 and 60 seconds")
+    need(bool(c.etcd_user) == bool(c.etcd_password), "etcd_user and etcd_password go together")
+    need(bool(c.etcd_cert_file) == bool(c.etcd_key_file), "etcd_cert_file and etcd_key_file go together")
+    need(
+        c.etcd_prefix.startswith("/") and not c.etcd_prefix.endswith("/"),
+        "etcd_prefix must start with / and not end with /",
+    )
+    for endpoint in c.etcd_endpoints:
+        need(_is_host_port(endpoint), f"etcd endpoint {endpoint!r} must be host:port")
+    need(not c.advertise or _is_host_port(c.advertise), "advertise must be host:port")
+
+
+def _is_host_port(text: str) -> bool:
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) <= 65535)
 
 
 def parse_value(option: Option, raw: Any, origin: str) -> Any:

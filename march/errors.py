@@ -77,11 +77,41 @@ SET_OPTION = "ERR SET on a sequence takes only NX (no expiry, GET or XX: sequenc
 BATCH_RANGE = "ERR MINBATCH and MAXBATCH must satisfy 1 <= MINBATCH <= MAXBATCH <= {}"
 START_RANGE = "ERR START must be between 1 and 9223372036854775807"
 
+# --- timestamp sequences -----------------------------------------------------------------------
+TS_PRESET = "ERR unknown timestamp preset '{}' (snowflake, sonyflake, js53, custom)"
+TS_BITS = "ERR a timestamp layout needs TIMEBITS >= 1, NODEBITS >= 0, SEQBITS >= 0 and at most 63 bits in all (got {})"
+TS_ORDER = "ERR ORDER names time, node and seq once each, highest first, with time above seq (e.g. time,node,seq)"
+TS_NODE = "ERR NODE {} does not fit the {}-bit node field (0..{})"
+TS_EPOCH = "ERR EPOCH must be milliseconds since 1970-01-01, not negative"
+TS_EPOCH_FUTURE = "ERR EPOCH {} is in the future (the clock says {})"
+TS_UNIT = "ERR UNIT must be between 1 and 86400000 milliseconds"
+TS_LOOKAHEAD = "ERR LOOKAHEAD must be between 1 and 86400000 milliseconds"
+TS_EXHAUSTED = "ERR timestamp sequence '{}' has run out of time bits: its layout ends at {}"
+TS_LAYOUT_ENDED = "ERR this layout has already run out of time bits: it ends at {}"
+TS_FLOOR = "ERR {} is above every ID this layout can make for node {}"
+TS_NOT_AN_ID = "ERR {} is not an ID of this layout: IDs are between 0 and {}"
+DEBUG_DISABLED = (
+    "ERR DEBUG command not allowed. Set enable_debug_command to yes in the configuration "
+    "(it lets any client move the server's clock), and then restart the server."
+)
+
 # --- availability (retryable: the client did not get an ID) -------------------------------------
 TRYAGAIN_STORE = "TRYAGAIN the durable ceiling for '{}' could not be extended in time, please retry"
 TRYAGAIN_STORE_DOWN = "TRYAGAIN the store did not answer, please retry"
 TRYAGAIN_STARTING = "TRYAGAIN March is loading its state, please retry"
 SHUTTING_DOWN = "TRYAGAIN March is shutting down, please retry on another node"
+CLUSTERDOWN = "CLUSTERDOWN The cluster is down"
+TRYAGAIN_NO_PRIMARY = "TRYAGAIN the primary is not registered yet, please retry"
+TRYAGAIN_TAKING_OVER = "TRYAGAIN this node is taking over as primary, please retry"
+CLUSTER_DISABLED = "ERR This instance has cluster support disabled"
+FAILOVER_NOT_PRIMARY = "ERR FAILOVER is not valid when server is a replica."
+FAILOVER_IN_PROGRESS = "ERR FAILOVER already in progress."
+FAILOVER_TARGET_UNKNOWN = "ERR FAILOVER target HOST and PORT is not a replica."
+FAILOVER_NO_STANDBY = "ERR FAILOVER requires connected replicas."
+FAILOVER_NONE = "ERR No failover in progress."
+FAILOVER_ABORTED = "ERR FAILOVER aborted: this node is still the primary."
+FAILOVER_LOST_LEADERSHIP = "ERR FAILOVER could not hand over: this node no longer held the leader key."
+FAILOVER_TIMEOUT = "ERR FAILOVER timed out waiting for {} to take over; the cluster elects a primary by itself"
 NOT_SERVING = "CLUSTERDOWN this node lost its right to hand out IDs, please retry"
 
 # --- configuration -----------------------------------------------------------------------------

@@ -1,9 +1,16 @@
-"""Sequence commands: INCR, INCRBY, SEQ.CREATE, SEQ.INFO, SEQ.LIST.
+"""Sequence commands: INCR, INCRBY, SEQ.CREATE, SEQ.INFO, SEQ.LIST, SEQ.DECODE.
 
 - ``INCR key``: the next ID (a new key starts at 1, as in Redis, when auto_create is on).
-- ``INCRBY key n``: n consecutive IDs (1 <= n <= max_incrby); returns the last.
+- ``INCRBY key n``: n consecutive IDs (1 <= n <= max_incrby); returns the last. On a timestamp
+  sequence: n consecutive (time, sequence) slots, the last one's ID.
 - ``SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n]``: create a sequence explicitly.
-- ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits).
+- ``SEQ.CREATE key TIMESTAMP [PRESET name] [TIMEBITS n] [NODEBITS n] [SEQBITS n] [ORDER f,f,f]
+  [EPOCH ms] [UNIT ms] [NODE n] [FLOOR id] [LOOKAHEAD ms]``: create a timestamp sequence. Layout
+  options override the preset's fields (snowflake when no preset is named); a layout that differs
+  from its preset is shown as ``custom``. ``FLOOR id``: every ID is > id (migration).
+- ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits;
+  for a timestamp sequence its layout, logical time and its lead on the clock, saved bound, carries).
+- ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
 - ``SEQ.LIST``: every sequence name.
 
 INCR/INCRBY take the generator's synchronous fast path when the durable range has room, and
@@ -13,17 +20,23 @@ store write. This module is the INCR hot path: keep it lean.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..config import MAX_ID
 from ..errors import CommandError
+from ..generators import layout as layouts
+from ..generators.timestamp import KIND as TIMESTAMP
+from ..generators.timestamp import MAX_LOOKAHEAD_MS, TimestampGenerator
 from .args import key_text, parse_int
 from .registry import command
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..keyspace import Generator
 
 # INCR and INCRBY: the hot path, one key, an integer reply
 _hands_out_ids = partial(
@@ -39,7 +52,7 @@ _hands_out_ids = partial(
 def incr_run(client: Client, args: list[bytes], count: int) -> int | None:
     """``count`` pipelined ``INCR key`` at once: the last ID of the run, or None (run them singly)."""
     gen = client.generators.get(args[1])
-    return None if gen is None else gen.take(count)
+    return None if gen is None else gen.take_run(count)
 
 
 @_hands_out_ids("incr", 2, consecutive=incr_run, summary="The next ID of the sequence (created at 1 if new).")
@@ -80,19 +93,18 @@ async def _take(client: Client, key: bytes, n: int) -> int:
     ("write", "denyoom"),
     ("@write", "@slow"),
     keys=(1, 1, 1),
-    summary="SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n]: create a sequence.",
+    summary="SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n] / key TIMESTAMP [PRESET name] [layout options] "
+    "[NODE n] [FLOOR id] [LOOKAHEAD ms]: create a sequence.",
     group="sequence",
 )
 def seq_create(client: Client, args: list[bytes]) -> Any:
+    if len(args) > 2 and args[2].lower() == b"timestamp":
+        return _create_timestamp(client, args)
     config = client.app.config
     start = 1
     settings: dict[str, int] = {}
-    i = 2
-    while i < len(args):
-        opt = args[i].lower()
-        if i + 1 >= len(args):
-            raise CommandError(errors.SYNTAX)
-        value = parse_int(args[i + 1])
+    for opt, arg in _option_pairs(args, 2):
+        value = parse_int(arg)
         if opt == b"start":
             if not 1 <= value <= MAX_ID:
                 raise CommandError(errors.START_RANGE)
@@ -103,7 +115,6 @@ def seq_create(client: Client, args: list[bytes]) -> Any:
             settings["max_batch"] = value
         else:
             raise CommandError(errors.SYNTAX)
-        i += 2
     lo = settings.get("min_batch", min(config.min_batch, settings.get("max_batch", config.min_batch)))
     hi = settings.get("max_batch", max(config.max_batch, lo))
     if not 1 <= lo <= hi <= MAX_ID:
@@ -113,9 +124,81 @@ def seq_create(client: Client, args: list[bytes]) -> Any:
     return _create(client, args[1], start, settings)
 
 
-async def _create(client: Client, key: bytes, start: int, settings: dict[str, int]) -> Any:
-    await client.app.keyspace.create(key, start=start, settings=settings)
+# SEQ.CREATE key TIMESTAMP ...: integer options that change the layout, by the Layout field they set
+_LAYOUT_INTS = {
+    b"timebits": "time_bits",
+    b"nodebits": "node_bits",
+    b"seqbits": "seq_bits",
+    b"epoch": "epoch",
+    b"unit": "unit",
+}
+
+
+def _create_timestamp(client: Client, args: list[bytes]) -> Any:
+    preset = "snowflake"
+    changes: dict[str, Any] = {}
+    node = 0
+    start = 0
+    settings: dict[str, Any] = {}
+    for opt, value in _option_pairs(args, 3):
+        if opt == b"preset":
+            preset = value.decode("utf-8", "replace").lower()
+            layouts.preset(preset)  # an unknown name fails here, before anything else is looked at
+        elif opt == b"order":
+            changes["order"] = tuple(value.decode("utf-8", "replace").lower().split(","))
+        elif opt in _LAYOUT_INTS:
+            changes[_LAYOUT_INTS[opt]] = parse_int(value)
+        elif opt == b"node":
+            node = parse_int(value)
+        elif opt == b"floor":
+            floor = parse_int(value)
+            if floor < 0:
+                raise CommandError(errors.SET_NEGATIVE)
+            start = floor + 1
+        elif opt == b"lookahead":
+            lookahead = parse_int(value)
+            if not 1 <= lookahead <= MAX_LOOKAHEAD_MS:
+                raise CommandError(errors.TS_LOOKAHEAD)
+            settings["lookahead"] = lookahead
+        else:
+            raise CommandError(errors.SYNTAX)
+    base = layouts.preset(preset)
+    layout = dataclasses.replace(base, node=node, **changes)  # validates: bits, order, unit, node
+    if layout != dataclasses.replace(base, node=node):
+        layout = dataclasses.replace(layout, preset="custom")
+    keyspace = client.app.keyspace
+    layout.check_new(int(keyspace.wall() * 1000))
+    settings.update(layout.to_settings())
+    return _create(client, args[1], start, settings, TIMESTAMP)
+
+
+def _option_pairs(args: list[bytes], first: int) -> Iterator[tuple[bytes, bytes]]:
+    """``NAME value`` pairs from ``args[first:]``, names lower-cased; a name without a value is a syntax error."""
+    if (len(args) - first) % 2:
+        raise CommandError(errors.SYNTAX)
+    for i in range(first, len(args), 2):
+        yield args[i].lower(), args[i + 1]
+
+
+async def _create(client: Client, key: bytes, start: int, settings: dict[str, Any], kind: str = "sequence") -> Any:
+    await client.app.keyspace.create(key, start=start, settings=settings, kind=kind)
     return "OK"
+
+
+@command(
+    "seq.decode",
+    3,
+    ("readonly", "fast"),
+    ("@read", "@fast"),
+    keys=(1, 1, 1),
+    summary="SEQ.DECODE key id: the time (ISO-8601, UTC), node and sequence fields of a timestamp ID.",
+    group="sequence",
+)
+def seq_decode(client: Client, args: list[bytes]) -> Any:
+    gen = _existing(client, args[1])
+    if not isinstance(gen, TimestampGenerator):
+        raise CommandError(errors.WRONGTYPE)
+    return _fields(gen.decode(parse_int(args[2])))
 
 
 @command(
@@ -124,14 +207,23 @@ async def _create(client: Client, key: bytes, start: int, settings: dict[str, in
     ("readonly",),
     ("@read", "@slow"),
     keys=(1, 1, 1),
-    summary="Live state of a sequence: next, durable ceiling, batch, store writes, waits.",
+    summary="Live state of a sequence: next, durable ceiling, batch, store writes, waits (timestamp: layout, lead).",
     group="sequence",
 )
 def seq_info(client: Client, args: list[bytes]) -> Any:
-    gen = client.app.keyspace.get(args[1])
+    return _fields(_existing(client, args[1]).info())
+
+
+def _existing(client: Client, key: bytes) -> Generator:
+    gen = client.app.keyspace.get(key)
     if gen is None:
-        raise CommandError(errors.NO_SUCH_KEY.format(key_text(args[1])))
-    return {k.encode(): v if isinstance(v, int) else str(v).encode() for k, v in gen.info().items()}
+        raise CommandError(errors.NO_SUCH_KEY.format(key_text(key)))
+    return gen
+
+
+def _fields(fields: dict[str, Any]) -> dict[bytes, Any]:
+    """A map reply: integers stay integers, everything else is a bulk string."""
+    return {k.encode(): v if isinstance(v, int) else str(v).encode() for k, v in fields.items()}
 
 
 @command(

@@ -1,4 +1,5 @@
-"""What every generator is given (a lease, a clock, batch settings) and what it may raise.
+"""What every generator is given (a lease, a clock, batch settings), what it may raise, and the
+store-write machinery both generators share (``DurableBound``).
 
 A generator hands out an ID only while ``lease.valid()`` is true and only below a ceiling that the
 store has confirmed. It never knows a socket or a command; the keyspace wires it to both.
@@ -6,15 +7,26 @@ store has confirmed. It never knows a socket or a command; the keyspace wires it
 
 from __future__ import annotations
 
+import abc
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from ..store.base import SINGLE_NODE, Guard
+from .. import errors
+from ..errors import CommandError
+from ..store.base import SINGLE_NODE, Guard, GuardFailed, Store
 
 Clock = Callable[[], float]  # monotonic seconds
+WallClock = Callable[[], float]  # seconds since 1970 (time.time); may jump either way
+
+log = logging.getLogger("march.generators")
+
+_RETRY_MIN = 0.05  # first pause after a failed write: short, a store hiccup usually passes quickly
+_RETRY_MAX = 1.0  # never hammer a failing store more than once a second
 
 
 class NotServing(Exception):
@@ -67,3 +79,191 @@ class BatchPolicy:
 
 
 monotonic: Clock = time.monotonic
+
+
+class DurableBound(abc.ABC):
+    """A generator's durable ceiling and the one store write that extends it.
+
+    ``ceiling`` is an exclusive bound, confirmed by the store, below which the subclass hands out
+    IDs (for a sequence the ID itself, for a timestamp sequence the time field). One write is in
+    flight at a time (``write``); targets strictly increase over the generator's life, even across
+    failed or abandoned writes, so a late-landing abandoned write can never collide with a newer
+    one and the store's "greater than stored" check only fails when someone else wrote.
+    ``GuardFailed`` kills the generator and tells the lease; any other failure backs off (50 ms
+    doubling to 1 s) and lets the next request try a greater target.
+
+    A subclass says where the next target lies (``_next_target``) and may react to a new ceiling
+    (``_set_ceiling``); its fast path reads its own fields, never a method of this class.
+    """
+
+    kind = "generator"
+
+    def __init__(
+        self, key: bytes, ceiling: int, top: int, store: Store, lease: Lease, policy: BatchPolicy, clock: Clock
+    ) -> None:
+        self.key = key
+        self._store = store
+        self._lease = lease
+        self._valid = lease.valid
+        self._policy = policy
+        self._clock = clock
+        self._top = top  # the highest possible ceiling
+        self._ceiling = 0
+        self._set_ceiling(ceiling)
+        self._target = ceiling  # highest ceiling ever attempted
+        self._write: asyncio.Task[None] | None = None
+        self._changed: asyncio.Future[None] | None = None
+        self._dead = ""
+        self._durable_at_death = 0
+        self._retry_delay = 0.0
+        # figures for SEQ.INFO / INFO
+        self.writes = 0
+        self.write_failures = 0
+        self.last_write_at = 0.0  # clock() when the last successful write landed
+        self.last_write_latency = 0.0
+        self.waits = 0
+        self.wait_timeouts = 0
+
+    def _set_ceiling(self, ceiling: int) -> None:
+        self._ceiling = ceiling
+
+    @abc.abstractmethod
+    def _next_target(self, need: int) -> int:
+        """The ceiling to persist next, for a request that needs ``need`` (the subclass's unit)."""
+
+    # --- extension -----------------------------------------------------------------------------
+
+    def _extend(self, need: int) -> None:
+        """Start persisting a higher ceiling (one write in flight at a time)."""
+        if self._dead or self._ceiling >= self._top:
+            return
+        loop = asyncio.get_running_loop()
+        if self._target >= self._top:
+            # No greater target exists: find out whether the last attempt landed, else repeat it.
+            self._write = loop.create_task(self._reconcile_top())
+            return
+        target = min(self._top, max(self._target + 1, self._next_target(need)))
+        self._target = target
+        self._write = loop.create_task(self._persist(target))
+
+    async def _await_change(self, deadline: float) -> None:
+        """Wait until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
+        remaining = deadline - self._clock()
+        if remaining <= 0:
+            self.wait_timeouts += 1
+            raise CommandError(errors.TRYAGAIN_STORE.format(self.key.decode("utf-8", "replace")))
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(changed), remaining)
+
+    async def _reconcile_top(self) -> None:
+        """The write of the top ceiling failed or was abandoned: read back what the store holds.
+
+        While the lease is valid, nobody but this generator has written this key since it was
+        loaded (other writers fail the guard), so a stored top is this generator's own write.
+        """
+        try:
+            record = await asyncio.wait_for(self._store.load(self.key), self._policy.store_timeout)
+        except Exception as exc:
+            log.warning("reading back %r failed: %r", self.key, exc)
+            await self._pause_after_failure()
+            return
+        if record is not None and record.ceiling >= self._top and self._valid() and not self._dead:
+            self._set_ceiling(self._top)
+            self._write = None
+            self._notify()
+            return
+        await self._persist(self._top)
+
+    async def _persist(self, target: int) -> None:
+        started = self._clock()
+        try:
+            await asyncio.wait_for(
+                self._store.save_ceiling(self.key, target, self._lease.guard), self._policy.store_timeout
+            )
+        except GuardFailed as exc:
+            self.kill(f"guarded write of {self.key!r} refused: {exc}")
+            self._lease.lost(str(exc))
+            return
+        except asyncio.CancelledError:
+            self._write = None
+            self._notify()
+            raise
+        except Exception as exc:  # a store hiccup: pause, then let the next request try a greater target
+            self.write_failures += 1
+            log.warning("extending %r to %d failed: %r", self.key, target, exc)
+            await self._pause_after_failure()
+            return
+        if self._dead:  # landed after a kill: the ceiling stays down
+            return
+        now = self._clock()
+        self._retry_delay = 0.0
+        self.writes += 1
+        self.last_write_at = now
+        self.last_write_latency = now - started
+        if target > self._ceiling:
+            self._set_ceiling(target)
+        self._write = None
+        self._notify()
+
+    async def _pause_after_failure(self) -> None:
+        """Back off (50 ms doubling to 1 s), then let the next request start another attempt."""
+        self._retry_delay = min(_RETRY_MAX, max(_RETRY_MIN, self._retry_delay * 2))
+        await asyncio.sleep(self._retry_delay)
+        self._write = None
+        self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+
+    # --- life ----------------------------------------------------------------------------------
+
+    def _check_serving(self) -> None:
+        if self._dead:
+            raise NotServing(self._dead)
+        if not self._valid():
+            raise NotServing("lease is not valid")
+
+    def kill(self, reason: str) -> None:
+        """Stop handing out IDs for good (demotion, guard failure, shutdown).
+
+        The fast paths check only the ceiling and the lease, so a dead generator's ceiling drops
+        to 0: no later ``take`` can succeed, even through a stale reference.
+        """
+        if not self._dead:
+            self._dead = reason
+            self._durable_at_death = self._ceiling
+            self._set_ceiling(0)
+        self._notify()
+
+    @property
+    def durable_ceiling(self) -> int:
+        """The ceiling the store holds as far as this generator knows (also after a kill)."""
+        return self._durable_at_death if self._dead else self._ceiling
+
+    @property
+    def write(self) -> asyncio.Task[None] | None:
+        """The store write in flight, if any."""
+        return self._write
+
+    async def drain(self) -> None:
+        """Wait for the write in flight, if any (shutdown)."""
+        write = self._write
+        if write is not None:
+            await asyncio.wait({write})
+
+    def store_info(self) -> dict[str, Any]:
+        """The SEQ.INFO fields about store writes and waits, common to every kind."""
+        return {
+            "store_writes": self.writes,
+            "store_write_failures": self.write_failures,
+            "last_write_ago_ms": int((self._clock() - self.last_write_at) * 1000) if self.writes else -1,
+            "last_write_latency_us": int(self.last_write_latency * 1_000_000),
+            "waits": self.waits,
+            "wait_timeouts": self.wait_timeouts,
+            "serving": 0 if self._dead else 1,
+        }

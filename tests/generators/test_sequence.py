@@ -25,10 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.aio import FakeClock, finish, until
+from support.generators import FakeLease, settle, take_checked
 
 from march import errors
 from march.errors import CommandError
-from march.generators import sequence as sequence_module
+from march.generators import base as base_module
 from march.generators.base import BatchPolicy, NotServing
 from march.generators.sequence import MAX_ID, TOP, SequenceGenerator
 from march.store.base import SINGLE_NODE, Guard, SequenceRecord
@@ -39,21 +40,6 @@ KEY = b"k"
 # A fixed batch of 100 (min == max) keeps the arithmetic of most tests obvious; the adaptation
 # test and the property test use a range. max_wait is short (see the module docstring).
 FIXED = BatchPolicy(min_batch=100, max_batch=100, interval=1.0, watermark=0.5, max_wait=0.05, store_timeout=5.0)
-
-
-class FakeLease:
-    """A lease the test steers. ``lost()`` only records: validity is the test's to change."""
-
-    def __init__(self, guard: Guard = SINGLE_NODE) -> None:
-        self.guard = guard
-        self.is_valid = True
-        self.lost_reasons: list[str] = []
-
-    def valid(self) -> bool:
-        return self.is_valid
-
-    def lost(self, reason: str) -> None:
-        self.lost_reasons.append(reason)
 
 
 class RecordingStore(MemoryStore):
@@ -91,15 +77,7 @@ class Ledger:
 
     async def take(self, gen: SequenceGenerator, n: int = 1) -> int:
         """The way INCRBY takes: the fast path, else wait (checked in the loop step that allocated)."""
-        value = gen.take(n)
-        if value is not None:
-            return self.got(value, n)
-
-        async def wait() -> int:
-            return self.got(await gen.take_wait(n), n)
-
-        result: int = await finish(wait())
-        return result
+        return await take_checked(gen, n, self.got)
 
 
 @dataclass
@@ -135,10 +113,7 @@ class World:
 async def world() -> AsyncIterator[World]:
     w = World()
     yield w
-    # Leave no write task behind: the loop of this test closes after the fixture.
-    w.store.release()
-    for gen in w.gens:
-        await asyncio.wait_for(gen.drain(), 5.0)
+    await settle(w.store, w.gens)
 
 
 async def fill(gen: SequenceGenerator, ledger: Ledger, upto: int) -> None:
@@ -771,8 +746,8 @@ def test_no_interleaving_repeats_decreases_or_passes_the_ceiling(ops: list[tuple
     # Retry pacing after a failed write is a real sleep of 50 ms and more; shorten it so that many
     # histories fit in a few seconds. Nothing else in the generator reads these constants.
     with (
-        mock.patch.object(sequence_module, "_RETRY_MIN", 0.001),
-        mock.patch.object(sequence_module, "_RETRY_MAX", 0.004),
+        mock.patch.object(base_module, "_RETRY_MIN", 0.001),
+        mock.patch.object(base_module, "_RETRY_MAX", 0.004),
     ):
         asyncio.run(_run_history(ops))
 

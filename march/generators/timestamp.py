@@ -1,0 +1,276 @@
+"""The timestamp generator: snowflake-style IDs (time | node | sequence) that survive clock jumps.
+
+It counts in *slots* (``slot = time << seq_bits | seq``, see ``layout``); the ID of a slot grows
+with the slot. State: ``last``, the last slot handed out, and ``ceiling``, an exclusive bound on
+the *time field* (in layout units since the layout's epoch) that the store has confirmed.
+
+- **Logical time** = max(wall clock, last slot's time). A request takes the slot after ``last``,
+  or the first slot of the wall clock's current unit if the clock is ahead. So:
+  - the sequence field overflowing simply moves to the next unit (a *carry*): under a burst,
+    logical time runs ahead of the clock instead of waiting for it, and falls back to the clock
+    when the burst ends;
+  - a clock that jumps backwards (by any amount) is ignored until it catches up: nothing blocks,
+    nothing repeats; a clock that jumps forwards is followed.
+- **Durable lookahead**: every slot handed out has a time field < ``ceiling``. The ceiling is
+  persisted ``lookahead`` (default 3 s) ahead of logical time, and a new write starts in the
+  background once less than ``watermark`` (half) of that is left, so a busy key never waits for
+  the store. When a burst spends logical time faster than the clock (INCRBY at millions of IDs
+  per second), the distance stretches to what the last interval spent in ``batch_interval``
+  (at most ``MAX_STRETCH`` lookaheads): still about one store write per second, as for sequences.
+  A request that would pass the ceiling (a forward clock jump, a key idle for longer than its
+  lookahead, a slow store) waits for the write, at most ``max_wait``, then gets TRYAGAIN: never
+  an ID at or past a bound the store has not confirmed.
+- **Restart / new primary**: a generator built from a stored ceiling C starts at slot ``C << seq_bits``:
+  nothing at or after C was handed out, anything before may have been. Its first request
+  therefore waits for one store write (persist first, serve after).
+- ``take(n)`` hands out n consecutive slots and returns the last one's ID (INCRBY); ``take_run``
+  does the same only when those n IDs are consecutive integers (a pipelined run of INCRs, whose
+  replies the server writes as consecutive integers), and otherwise returns None.
+- When the time field runs out (``layout.ends_ms``), requests get an error, never a wrapped ID.
+
+Both clocks are injected: ``clock`` (monotonic seconds, for waits and write latencies) and
+``wall`` (seconds since 1970, for the time field). Store writes, lease checks and kills are
+``DurableBound``'s, shared with plain sequences. This module never reads a real clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import errors
+from ..errors import CommandError
+from ..store.base import SequenceRecord, Store
+from .base import BatchPolicy, Clock, DurableBound, Lease, WallClock
+from .layout import Layout, iso
+
+KIND = "timestamp"
+MAX_LOOKAHEAD_MS = 86_400_000  # a day: a bound further ahead only makes restarts jump further
+MAX_STRETCH = 20  # a burst may push the bound at most 20 lookaheads ahead: a restart jumps no further
+
+
+def lookahead_units(layout: Layout, lookahead_ms: int) -> int:
+    """The lookahead in whole time units, rounded up, at least one."""
+    return max(1, -(-lookahead_ms // layout.unit))
+
+
+def new_record(
+    key: bytes, settings: Mapping[str, Any], start: int, wall: WallClock, lookahead_ms: int
+) -> tuple[SequenceRecord, int]:
+    """The record of a new timestamp sequence whose IDs are all >= ``start``, and its first slot.
+
+    The first slot is the later of "now" and the first slot whose ID is >= ``start`` (FLOOR); the
+    stored ceiling is a lookahead past it, so the first request needs no store write.
+    """
+    layout = Layout.from_settings(settings)
+    now_slot = layout.units_at(int(wall() * 1000)) << layout.seq_bits
+    floor_slot = 0 if start <= 0 else layout.first_slot_above(start - 1)
+    if floor_slot is None:
+        raise CommandError(errors.TS_FLOOR.format(start - 1, layout.node))
+    first = max(now_slot, floor_slot)
+    ceiling = min(layout.time_top, (first >> layout.seq_bits) + lookahead_units(layout, lookahead_ms))
+    if first >> layout.seq_bits >= ceiling:
+        raise CommandError(errors.TS_LAYOUT_ENDED.format(iso(layout.ends_ms)))
+    return SequenceRecord(key, KIND, ceiling, dict(settings)), first
+
+
+class TimestampGenerator(DurableBound):
+    kind = KIND
+
+    def __init__(
+        self,
+        key: bytes,
+        ceiling: int,
+        layout: Layout,
+        store: Store,
+        lease: Lease,
+        policy: BatchPolicy,
+        clock: Clock,
+        wall: WallClock,
+        lookahead_ms: int,
+        first_slot: int | None = None,
+    ) -> None:
+        self.layout = layout
+        self._wall = wall
+        self._sb = sb = layout.seq_bits
+        self._mask = (1 << sb) - 1
+        self._epoch = layout.epoch
+        self._unit = layout.unit
+        self._time_shift = layout.shifts["time"]
+        self._seq_shift = layout.shifts["seq"]
+        self._node_part = layout.node << layout.shifts["node"]
+        self._slot_top = layout.slot_top
+        self.lookahead_ms = lookahead_ms
+        self._lookahead = lookahead_units(layout, lookahead_ms)
+        self._ahead = self._lookahead  # how far ahead of logical time the next bound goes (stretches)
+        self._low = max(1, int(self._ahead * policy.watermark))
+        self._last_extend: tuple[float, int] | None = None  # (clock, logical time) at the last extension
+        self._limit = 0  # slots below this have a durable time (ceiling << seq_bits)
+        self._extend_at = 0  # a slot at or past this starts the next write
+        super().__init__(key, ceiling, layout.time_top, store, lease, policy, clock)
+        # Nothing at or after the stored ceiling was handed out before this generator was built;
+        # a brand-new sequence starts at its first slot, below the ceiling stored with it.
+        start = ceiling << sb if first_slot is None else min(first_slot, ceiling << sb)
+        self._last = start - 1
+        self._floor = -1  # the highest floor raised (SET): a GET reports at least it
+        self._issued = 0
+        self.carries = 0  # times the sequence field overflowed into the time field ahead of the clock
+
+    def _set_ceiling(self, ceiling: int) -> None:
+        self._ceiling = ceiling
+        self._limit = ceiling << self._sb
+        self._extend_at = max(0, ceiling - self._low) << self._sb
+
+    def _now_slot(self) -> int:
+        """The first slot of the wall clock's current unit (negative before the epoch)."""
+        return ((int(self._wall() * 1000) - self._epoch) // self._unit) << self._sb
+
+    def _id(self, slot: int) -> int:
+        return ((slot >> self._sb) << self._time_shift) | ((slot & self._mask) << self._seq_shift) | self._node_part
+
+    # --- the fast path -------------------------------------------------------------------------
+
+    def take(self, n: int, run: bool = False) -> int | None:
+        """Hand out ``n`` >= 1 consecutive slots and return the last one's ID, or None if the caller must wait.
+
+        With ``run``, only if the n IDs are consecutive integers (else None: take them one by one).
+        """
+        now = ((int(self._wall() * 1000) - self._epoch) // self._unit) << self._sb
+        last = self._last
+        first = now if now > last else last + 1
+        end = first + n - 1
+        if end < self._limit and self._valid():
+            if run and (self._seq_shift or (end >> self._sb) != (first >> self._sb)):
+                return None
+            return self._hand_out(first, end, now)
+        return None
+
+    def take_run(self, n: int) -> int | None:
+        """A pipelined run of ``n`` INCRs: the last ID if the run's IDs are consecutive integers, else None."""
+        return self.take(n, True)
+
+    def _hand_out(self, first: int, end: int, now: int) -> int:
+        sb = self._sb
+        # Units crossed past the clock: from the previous slot's unit when logical time was ahead.
+        self.carries += (end >> sb) - ((self._last if now <= self._last else first) >> sb)
+        self._last = end
+        self._issued += end - first + 1
+        if end >= self._extend_at and self._write is None:
+            self._extend(0)
+        return self._id(end)
+
+    async def take_wait(self, n: int) -> int:
+        """Like ``take``, waiting (bounded) for the bound to be extended; raises on failure."""
+        deadline = self._clock() + self._policy.max_wait
+        waited = False
+        while True:
+            self._check_serving()
+            now = self._now_slot()
+            first = max(now, self._last + 1)
+            end = first + n - 1
+            if end >= self._slot_top:
+                raise CommandError(errors.TS_EXHAUSTED.format(self._name, iso(self.layout.ends_ms)))
+            if end < self._limit:
+                return self._hand_out(first, end, now)
+            if not waited:
+                waited = True
+                self.waits += 1
+            if self._write is None:
+                self._extend(end >> self._sb)
+            await self._await_change(deadline)
+
+    async def raise_floor(self, floor: int) -> None:
+        """Make every later ID > ``floor``, durably, before returning (SET key N, migration).
+
+        ``floor`` may come from another generator (another node, another layout): the next slot
+        is the first whose ID for this node is above it. ``last`` moves only once that slot's
+        time is below a durable ceiling, for the same reason as with sequences (a GET must never
+        report a floor that a restart could hand out IDs below).
+        """
+        watermark = self.watermark()
+        if floor < watermark:
+            raise CommandError(errors.SET_BACKWARDS.format(self._name, watermark))
+        slot = self.layout.first_slot_above(floor)
+        if slot is None:
+            raise CommandError(errors.TS_FLOOR.format(floor, self.layout.node))
+        deadline = self._clock() + self._policy.max_wait
+        while True:
+            self._check_serving()
+            if slot < self._limit:
+                break
+            if self._write is None:
+                self._extend(slot >> self._sb)
+            await self._await_change(deadline)
+        if slot - 1 > self._last:
+            self._last = slot - 1
+        self._floor = max(self._floor, floor)
+
+    @property
+    def _name(self) -> str:
+        return self.key.decode("utf-8", "replace")
+
+    @property
+    def issued(self) -> int:
+        """IDs handed out by this generator (since it was loaded)."""
+        return self._issued
+
+    def watermark(self) -> int:
+        """W: every ID handed out so far is <= W, every later one is > W (GET); -1 before the first slot.
+
+        After ``raise_floor(N)`` it is at least N (the slot before the next may carry another node's
+        smaller ID); a restart starts past the durable bound, whose slots' IDs are all above N.
+        """
+        return max(self._id(self._last) if self._last >= 0 else -1, self._floor)
+
+    def decode(self, id_: int) -> dict[str, Any]:
+        """SEQ.DECODE: the fields of an ID of this layout and its time, readable."""
+        if not 0 <= id_ <= self.layout.max_id:
+            raise CommandError(errors.TS_NOT_AN_ID.format(id_, self.layout.max_id))
+        time_field, node, seq = self.layout.decode(id_)
+        ms = self.layout.ms_of(time_field)
+        return {"time": iso(ms), "unix_ms": ms, "time_units": time_field, "node": node, "sequence": seq}
+
+    # --- extension -----------------------------------------------------------------------------
+
+    def _next_target(self, need: int) -> int:
+        """A lookahead past logical time (or past the unit a waiting request needs), stretched under a burst."""
+        now = (int(self._wall() * 1000) - self._epoch) // self._unit
+        logical = max(now, self._last >> self._sb, need)
+        at = self._clock()
+        previous, self._last_extend = self._last_extend, (at, logical)
+        if previous is not None and at > previous[0] and not self._retry_delay:
+            # Logical time spent per batch_interval at the recent pace: one write should last that long.
+            pace = (logical - previous[1]) * self._policy.interval / (at - previous[0])
+            self._ahead = max(self._lookahead, min(self._lookahead * MAX_STRETCH, int(pace)))
+            self._low = max(1, int(self._ahead * self._policy.watermark))
+        return logical + self._ahead
+
+    def info(self) -> dict[str, Any]:
+        layout = self.layout
+        now_ms = int(self._wall() * 1000)
+        now_units = layout.units_at(now_ms)
+        logical = max(now_units, self._last >> self._sb)
+        ceiling = self.durable_ceiling
+        return {
+            "type": self.kind,
+            "preset": layout.preset,
+            "layout": layout.describe(),
+            "epoch": layout.epoch,
+            "unit_ms": layout.unit,
+            "node": layout.node,
+            "watermark": self.watermark(),
+            "logical_time": iso(layout.ms_of(logical)),
+            "wall_time": iso(now_ms),
+            "lead_ms": (logical - now_units) * layout.unit,
+            "ceiling": ceiling,
+            "ceiling_time": iso(layout.ms_of(ceiling)),
+            "bound_ahead_ms": (ceiling - logical) * layout.unit if not self._dead else 0,
+            "lookahead_ms": self.lookahead_ms,
+            "lookahead_now_ms": self._ahead * layout.unit,
+            "extending_to": self._target if self._write is not None else 0,
+            "carries": self.carries,
+            "issued": self.issued,
+            "runs_out": iso(layout.ends_ms),
+            "runs_out_in_days": (layout.ends_ms - now_ms) // 86_400_000,
+            **self.store_info(),
+        }
