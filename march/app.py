@@ -10,8 +10,8 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .generators.base import Lease
@@ -20,6 +20,7 @@ from .store.base import Store
 
 if TYPE_CHECKING:
     from .client import Client
+    from .cluster.node import ClusterNode
 
 VERSION = "0.1.0"
 REDIS_COMPAT_VERSION = "7.0.0"  # what HELLO and INFO report as redis_version: the command set we follow
@@ -38,7 +39,14 @@ class Stats:
 
 
 class App:
-    def __init__(self, config: Config, store: Store, lease: Lease) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        lease: Lease,
+        hot: Mapping[bytes, Any],
+        node: ClusterNode | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.lease = lease
@@ -52,6 +60,16 @@ class App:
         self._ids = itertools.count(1)
         self.shutdown_requested: asyncio.Event | None = None
         self.closers: dict[int, Callable[[], None]] = {}
+        # Cluster mode: the node (role, topology, redirects). The server's fast path for hot
+        # commands (``hot``) is on only while this node serves; otherwise every request goes
+        # through the dispatcher, which redirects key commands.
+        self.node = node
+        self._hot = hot
+        self.hot: Mapping[bytes, Any] = hot if node is None else {}
+
+    def set_serving(self, serving: bool) -> None:
+        if self.node is not None:
+            self.hot = self._hot if serving else {}
 
     def next_client_id(self) -> int:
         return next(self._ids)

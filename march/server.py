@@ -31,14 +31,16 @@ from typing import Any, cast
 from . import errors
 from .app import VERSION, App
 from .client import Client
+from .cluster.node import ClusterNode
 from .commands import call
-from .commands.dispatch import as_error
+from .commands.dispatch import as_error, rerun
 from .commands.registry import HOT
 from .commands.server import NO_REPLY
 from .config import Config
-from .generators.base import SingleNodeLease
+from .generators.base import Lease, NotServing, SingleNodeLease
 from .resp import ProtocolError, RequestParser, encode, encode_error
 from .store.base import Store
+from .store.etcd import TLS, EtcdClient, EtcdStore
 from .store.sqlite import SqliteStore
 
 log = logging.getLogger("march")
@@ -135,7 +137,7 @@ class Connection(asyncio.Protocol):
             # One request per read (a client waiting for each reply): the hot path of ``run`` for a
             # single request, without its loop and bookkeeping.
             args = requests[0]
-            entry = HOT.get(args[0])
+            entry = self.app.hot.get(args[0])
             client = self.client
             if entry is not None and len(args) == entry[0] and client.authenticated and client.multi is None:
                 try:
@@ -174,7 +176,7 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         append = out.append
         stats = self.app.stats
-        hot = HOT
+        hot = self.app.hot
         # Fast path: a hot command (one that never changes connection state) with its exact arity
         # on a plain connection (authenticated, not in MULTI). Everything else goes through
         # ``call``, which makes every check. This loop runs for every request: keep it lean.
@@ -244,7 +246,14 @@ class Connection(asyncio.Protocol):
         """Await one handler's coroutine, write its reply, then run the rest of the read."""
         client = self.client
         try:
-            value = await pending
+            try:
+                value = await pending
+            except NotServing:
+                if self.app.node is None:
+                    raise
+                # This node stopped serving while the request waited (it got no ID): run it again
+                # once the change is over, here if this node serves by then, else a MOVED reply.
+                value = await rerun(client, requests[resume_at - 1])
             reply = encode(value, client.proto) if value is not NO_REPLY else b""
         except Exception as exc:
             reply = self.error_reply(exc)
@@ -291,20 +300,41 @@ def _is_loopback(peer: Any) -> bool:
         return False
 
 
-def make_store(config: Config) -> Store:
-    return SqliteStore(config.data_dir)
+def make_store(config: Config) -> tuple[Store, Lease, ClusterNode | None]:
+    """The embedded store and its trivial lease, or (with ``etcd``) the etcd store and a cluster node."""
+    if not config.cluster:
+        return SqliteStore(config.data_dir), SingleNodeLease(), None
+    tls = None
+    if config.etcd_ca_cert_file or config.etcd_cert_file:
+        tls = TLS(config.etcd_ca_cert_file, config.etcd_cert_file, config.etcd_key_file)
+    client = EtcdClient(
+        config.etcd_endpoints,
+        user=config.etcd_user,
+        password=config.etcd_password,
+        tls=tls,
+        timeout=config.store_timeout,
+    )
+    node = ClusterNode(config, client)
+    return EtcdStore(client, config.etcd_prefix, config.store_timeout), node, node
 
 
 async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int] | None = None) -> None:
-    """Run a single node until ``stop`` completes or SHUTDOWN is called."""
+    """Run a node until ``stop`` completes or SHUTDOWN is called.
+
+    A single node loads its state and serves before it listens. A cluster node listens first
+    (standbys answer too) and then joins: election and promotion run in the background.
+    """
     loop = asyncio.get_running_loop()
-    store = make_store(config)
+    store, lease, node = make_store(config)
     await store.open()
-    app = App(config, store, SingleNodeLease())
+    app = App(config, store, lease, HOT, node)
+    if node is not None:
+        node.attach(app)
     app.shutdown_requested = asyncio.Event()
     conns: set[Connection] = set()
     try:
-        await app.keyspace.start_serving()
+        if node is None:
+            await app.keyspace.start_serving()
         try:
             server = await loop.create_server(
                 lambda: Connection(app, conns), config.bind, config.port, reuse_address=True
@@ -320,6 +350,8 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
             store.name,
             len(app.keyspace.generators),
         )
+        if node is not None:
+            await node.start(app.port)
         if ready is not None and not ready.done():
             ready.set_result(app.port)
         idle = loop.create_task(_close_idle(app, conns)) if config.timeout > 0 else None
@@ -333,7 +365,10 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
                 t.cancel()
         server.close()
         await _close_connections(conns, config.shutdown_timeout)
-        app.keyspace.stop_serving("shutting down")
+        if node is not None:
+            await node.stop()  # steps down and gives the leader key back at once
+        if app.keyspace.serving:
+            app.keyspace.stop_serving("shutting down")
         try:
             await asyncio.wait_for(app.keyspace.drain(), config.store_timeout)
         except TimeoutError:  # safe: nothing at or above an unconfirmed ceiling was handed out

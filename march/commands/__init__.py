@@ -4,7 +4,7 @@ Layout: ``registry`` (the decorator and tables), ``dispatch`` (name -> checks ->
 ``connection``, ``transactions``, ``server``, ``keys``, ``sequences``, ``refused``, ``debug``.
 """
 
-from . import connection, debug, keys, refused, sequences, server, transactions  # noqa: F401  (registration)
+from . import cluster, connection, debug, keys, refused, sequences, server, transactions  # noqa: F401  (registration)
 from .dispatch import call
 
 __all__ = ["call"]

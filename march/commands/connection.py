@@ -111,8 +111,8 @@ def hello(client: Client, args: list[bytes]) -> Any:
         b"version": REDIS_COMPAT_VERSION.encode(),
         b"proto": proto,
         b"id": client.id,
-        b"mode": b"standalone",
-        b"role": b"master",
+        b"mode": b"standalone" if client.app.node is None else b"cluster",
+        b"role": b"master" if client.app.node is None or client.app.node.leading else b"replica",
         b"modules": [],
     }
 

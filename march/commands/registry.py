@@ -42,6 +42,11 @@ class CommandSpec:
         """Commands that act at once inside MULTI instead of being queued."""
         return "no_multi" in self.flags or self.name in ("exec", "discard", "multi", "quit", "reset")
 
+    @property
+    def routed(self) -> bool:
+        """Served by the primary only: commands with keys and the keyspace-wide ones."""
+        return self.keys[0] != 0 or self.name in ("keys", "scan", "dbsize", "seq.list")
+
     def arity_ok(self, n: int) -> bool:
         a = self.arity
         return n == a if a > 0 else n >= -a

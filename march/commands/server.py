@@ -230,7 +230,7 @@ def _section(client: Client, section: str) -> dict[str, Any]:
         return {
             "redis_version": REDIS_COMPAT_VERSION,
             "march_version": VERSION,
-            "redis_mode": "standalone",
+            "redis_mode": "standalone" if app.node is None else "cluster",
             "os": f"{platform.system()} {platform.release()} {platform.machine()}",
             "arch_bits": 64,
             "process_id": os.getpid(),
@@ -256,7 +256,7 @@ def _section(client: Client, section: str) -> dict[str, Any]:
         }
     if section == "persistence":
         gens = list(app.keyspace.generators.values())
-        out: dict[str, Any] = {"loading": 0 if app.keyspace.serving else 1}
+        out: dict[str, Any] = {"loading": 0 if app.keyspace.serving or app.node is not None else 1}
         out.update(app.store.describe())
         out["store_writes"] = sum(g.writes for g in gens)
         out["store_write_failures"] = sum(g.write_failures for g in gens)
@@ -264,7 +264,7 @@ def _section(client: Client, section: str) -> dict[str, Any]:
         out["rdb_changes_since_last_save"] = 0
         return out
     if section == "replication":
-        return {"role": "master", "connected_slaves": 0}
+        return _replication(client)
     if section == "keyspace":
         n = len(app.keyspace.generators)
         return {"db0": f"keys={n},expires=0,avg_ttl=0"} if n else {}
@@ -280,5 +280,41 @@ def _section(client: Client, section: str) -> dict[str, Any]:
             "max_batch": app.config.max_batch,
         }
     if section == "cluster":
-        return {"cluster_enabled": 0}
+        node = app.node
+        if node is None:
+            return {"cluster_enabled": 0}
+        return {
+            "cluster_enabled": 1,
+            "march_node_id": node.node_id,
+            "march_advertise": node.addr,
+            "march_role": node.role,
+            "etcd_prefix": app.config.etcd_prefix,
+            "lease_ttl": node.ttl,
+            "promotions": node.promotions,
+            "demotions": node.demotions,
+            "last_change": node.last_change,
+        }
     return {}
+
+
+def _replication(client: Client) -> dict[str, Any]:
+    """Redis' shape: role:master with its standbys as slaves, or role:slave with the primary's address."""
+    node = client.app.node
+    if node is None:
+        return {"role": "master", "connected_slaves": 0}
+    topology = node.topology
+    if node.leading:
+        standbys = [n for n in topology.standbys() if n.id != node.node_id]
+        out: dict[str, Any] = {"role": "master", "connected_slaves": len(standbys)}
+        for i, n in enumerate(standbys):
+            out[f"slave{i}"] = f"ip={n.host},port={n.port},state=online,offset=0,lag=0"
+        out["lease_remaining_ms"] = int(node.lease_remaining * 1000)
+        return out
+    primary = topology.primary
+    return {
+        "role": "slave",
+        "master_host": primary.host if primary else "",
+        "master_port": primary.port if primary else 0,
+        "master_link_status": "up" if primary and primary.id != node.node_id else "down",
+        "march_role": node.role,
+    }

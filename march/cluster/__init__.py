@@ -1,0 +1,1 @@
+"""Cluster mode: election and lease (``node``), Redis Cluster key slots (``slots``)."""

@@ -1,0 +1,212 @@
+"""Cluster commands: CLUSTER SLOTS/SHARDS/NODES/INFO/MYID/KEYSLOT, READONLY, READWRITE, ASKING, FAILOVER.
+
+Every node answers the topology commands from the node registry in etcd: the primary (the node
+that holds the leader key) owns slots 0-16383 and the standbys are its replicas, which is the
+shape redis-py ``RedisCluster``, ``redis-cli -c`` and ioredis ``Cluster`` follow. Node ids are
+the sha1 of the configured ``node_id`` (clients expect 40 hex digits). On a single node (no etcd)
+these commands answer as a Redis server without cluster support does.
+
+``READONLY``, ``READWRITE`` and ``ASKING`` are accepted for client compatibility; reads are never
+served by standbys (a standby knows no watermark), so key commands on a standby are redirected
+whatever the connection's mode.
+
+``FAILOVER [TO host port] [TIMEOUT ms] [ABORT]`` (on the primary) is a planned switchover: this
+node holds new key requests, hands leadership to the chosen standby (or the first one) and
+replies ``OK`` once the new primary holds the leader key; the held requests then get ``MOVED``.
+TIMEOUT (default 5000 ms) bounds the wait for the new primary. ``FAILOVER ABORT`` cancels a
+switchover that has not handed over yet.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..cluster.node import ClusterNode, NodeInfo
+from ..cluster.slots import SLOTS, key_slot
+from ..errors import CommandError
+from ..resp import Verbatim
+from .args import parse_int
+from .registry import check_subcommand, command
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+_CLUSTER_SUBS = (
+    ("slots", 2, "the slot ranges and the nodes that serve them (the primary owns 0-16383)"),
+    ("shards", 2, "the shard (one: the primary and its standbys) with its nodes"),
+    ("nodes", 2, "the nodes in CLUSTER NODES text format"),
+    ("info", 2, "cluster state: ok while a primary is known"),
+    ("myid", 2, "this node's id"),
+    ("keyslot", 3, "the hash slot of a key (CRC16 with hash tags)"),
+)
+
+_DEFAULT_FAILOVER_TIMEOUT_MS = 5000
+
+
+def _node(client: Client) -> ClusterNode:
+    node = client.app.node
+    if node is None:
+        raise CommandError(errors.CLUSTER_DISABLED)
+    return node
+
+
+def _members(node: ClusterNode) -> tuple[NodeInfo | None, list[NodeInfo]]:
+    """(primary, standbys) from the last topology read; this node is always among them."""
+    topology = node.topology
+    me = NodeInfo(node.node_id, node.addr)
+    nodes = dict(topology.nodes)
+    nodes.setdefault(me.id, me)
+    primary = nodes.get(topology.leader) if topology.leader is not None else None
+    standbys = sorted((n for n in nodes.values() if primary is None or n.id != primary.id), key=lambda n: n.id)
+    return primary, standbys
+
+
+def _endpoint(n: NodeInfo) -> list[Any]:
+    return [n.host.encode(), n.port, n.cluster_id.encode()]
+
+
+@command(
+    "cluster",
+    -2,
+    ("stale",),
+    ("@slow",),
+    summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT.",
+    group="cluster",
+    subcommands=_CLUSTER_SUBS,
+)
+def cluster(client: Client, args: list[bytes]) -> Any:
+    sub = check_subcommand("cluster", args)
+    if sub == b"help":
+        return [f"CLUSTER {s.upper()}: {text}".encode() for s, _, text in _CLUSTER_SUBS]
+    node = _node(client)
+    if sub == b"keyslot":
+        return key_slot(args[2])
+    if sub == b"myid":
+        return NodeInfo(node.node_id, node.addr).cluster_id.encode()
+    primary, standbys = _members(node)
+    if sub == b"slots":
+        if primary is None:
+            return []
+        return [[0, SLOTS - 1, _endpoint(primary), *(_endpoint(n) for n in standbys)]]
+    if sub == b"shards":
+        return _shards(node, primary, standbys)
+    if sub == b"nodes":
+        return Verbatim(_nodes_text(node, primary, standbys))
+    return Verbatim(_info_text(node, primary, standbys))
+
+
+def _shards(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeInfo]) -> list[Any]:
+    def describe(n: NodeInfo, role: str) -> dict[bytes, Any]:
+        return {
+            b"id": n.cluster_id.encode(),
+            b"port": n.port,
+            b"ip": n.host.encode(),
+            b"endpoint": n.host.encode(),
+            b"role": role.encode(),
+            b"replication-offset": 0,
+            b"health": b"online",
+        }
+
+    nodes = [describe(n, "replica") for n in standbys]
+    if primary is None:
+        return [{b"slots": [], b"nodes": nodes}] if nodes else []
+    return [{b"slots": [0, SLOTS - 1], b"nodes": [describe(primary, "master"), *nodes]}]
+
+
+def _nodes_text(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
+    epoch = node.topology.leader_revision
+    lines = []
+    for n, is_primary in [*([(primary, True)] if primary else []), *((s, False) for s in standbys)]:
+        flags = ("myself," if n.id == node.node_id else "") + ("master" if is_primary or primary is None else "slave")
+        master = "-" if is_primary or primary is None else primary.cluster_id
+        slots = f" 0-{SLOTS - 1}" if is_primary else ""
+        lines.append(
+            f"{n.cluster_id} {n.host}:{n.port}@{n.port + 10000} {flags} {master} 0 0 {epoch} connected{slots}\n"
+        )
+    return "".join(lines)
+
+
+def _info_text(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
+    ok = primary is not None
+    assigned = SLOTS if ok else 0
+    epoch = node.topology.leader_revision
+    fields = [
+        ("cluster_state", "ok" if ok else "fail"),
+        ("cluster_slots_assigned", assigned),
+        ("cluster_slots_ok", assigned),
+        ("cluster_slots_pfail", 0),
+        ("cluster_slots_fail", 0),
+        ("cluster_known_nodes", len(standbys) + (1 if ok else 0)),
+        ("cluster_size", 1 if ok else 0),
+        ("cluster_current_epoch", epoch),
+        ("cluster_my_epoch", epoch),
+        ("cluster_stats_messages_sent", 0),
+        ("cluster_stats_messages_received", 0),
+        ("total_cluster_links_buffer_limit_exceeded", 0),
+    ]
+    return "".join(f"{k}:{v}\r\n" for k, v in fields)
+
+
+def _accept(client: Client, args: list[bytes]) -> Any:
+    _node(client)
+    return "OK"
+
+
+for _name, _summary in (
+    ("readonly", "Accepted for cluster clients; reads still go to the primary."),
+    ("readwrite", "Accepted for cluster clients (the default mode)."),
+    ("asking", "Accepted for cluster clients; March never migrates slots."),
+):
+    command(_name, 1, ("fast", "loading", "stale"), ("@fast", "@connection"), summary=_summary, group="cluster")(
+        _accept
+    )
+
+
+@command(
+    "failover",
+    -1,
+    ("admin", "noscript", "stale"),
+    ("@admin", "@slow", "@dangerous"),
+    summary="FAILOVER [TO host port] [TIMEOUT ms] [ABORT]: hand the primary role to a standby, no client error.",
+    group="cluster",
+)
+def failover(client: Client, args: list[bytes]) -> Any:
+    target: str | None = None
+    timeout_ms = _DEFAULT_FAILOVER_TIMEOUT_MS
+    abort = False
+    i = 1
+    while i < len(args):
+        opt = args[i].lower()
+        if opt == b"to" and i + 2 < len(args):
+            port = parse_int(args[i + 2])
+            if not 0 < port < 65536:
+                raise CommandError(errors.SYNTAX)
+            target = f"{args[i + 1].decode('utf-8', 'replace')}:{port}"
+            i += 3
+        elif opt == b"timeout" and i + 1 < len(args):
+            timeout_ms = parse_int(args[i + 1])
+            if timeout_ms <= 0:
+                raise CommandError("ERR FAILOVER timeout must be greater than 0")
+            i += 2
+        elif opt == b"abort":
+            abort = True
+            i += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+    node = client.app.node
+    if abort:
+        if target is not None or len(args) > 2:
+            raise CommandError("ERR FAILOVER with ABORT takes no other option.")
+        if node is None:
+            raise CommandError(errors.FAILOVER_NONE)
+        node.abort_failover()
+        return "OK"
+    if node is None:
+        raise CommandError(errors.FAILOVER_NO_STANDBY)
+    return _failover(node, target, timeout_ms / 1000)
+
+
+async def _failover(node: ClusterNode, target: str | None, timeout: float) -> Any:
+    await node.failover(target, timeout)
+    return "OK"
