@@ -396,6 +396,8 @@ class ClusterNode:
             await app.keyspace.start_serving()  # linearizable load of every ceiling
             if not self.valid():
                 raise StoreError("lease deadline passed while loading")
+            for gen in app.keyspace.generators.values():
+                gen.prime()  # persist new ceilings at once; each key serves once its write lands
             app.set_serving(True)
             self.role = PRIMARY
             self.promotions += 1

@@ -146,6 +146,12 @@ class DurableBound(abc.ABC):
         self._target = target
         self._write = loop.create_task(self._persist(target))
 
+    def prime(self) -> None:
+        """Start persisting a new ceiling now, before a request needs it (a new primary loads
+        ceilings with nothing spendable below them)."""
+        if self._write is None:
+            self._extend(0)
+
     async def _await_change(self, deadline: float) -> None:
         """Wait until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
         remaining = deadline - self._clock()
