@@ -315,7 +315,8 @@ def make_store(config: Config) -> tuple[Store, Lease, ClusterNode | None]:
         timeout=config.store_timeout,
     )
     node = ClusterNode(config, client)
-    return EtcdStore(client, config.etcd_prefix, config.store_timeout), node, node
+    write_timeout = max(0.5, config.lease_ttl / 3)
+    return EtcdStore(client, config.etcd_prefix, config.store_timeout, write_timeout), node, node
 
 
 async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int] | None = None) -> None:

@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -173,11 +174,26 @@ class ClusterNode:
         self.node_id = cfg.node_id or self.addr
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._control_loop(), name="march-election"),
-            loop.create_task(self._keepalive_loop(), name="march-keepalive"),
-            loop.create_task(self._watch_loop(), name="march-watch"),
+            loop.create_task(self._supervised("election", self._control_loop), name="march-election"),
+            loop.create_task(self._supervised("keep-alive", self._keepalive_loop), name="march-keepalive"),
+            loop.create_task(self._supervised("watch", self._watch_loop), name="march-watch"),
         ]
         log.info("node %s (%s) joining cluster %s at %s", self.node_id, self.addr, cfg.etcd_prefix, cfg.etcd)
+
+    async def _supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        """Run a background loop for the node's life: whatever ends it early is logged, and it restarts."""
+        while not self._closing:
+            try:
+                await run()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closing or (task is not None and task.cancelling()):
+                    raise
+                log.error("the %s loop was cancelled from below; restarting it", name)
+            except Exception:
+                log.exception("the %s loop failed; restarting it in %ds", name, 2 * self.ttl)
+                self._quiet_until = _monotonic() + 2 * self.ttl
+                await asyncio.sleep(2 * self.ttl)
 
     async def stop(self) -> None:
         """Leave: step down, give the leader key back at once, revoke the lease (drops the registration)."""
@@ -213,10 +229,15 @@ class ClusterNode:
         )
 
     def _check_deadline(self) -> None:
-        if self._leading and _monotonic() >= self._deadline:
-            log.warning("lease deadline passed without a keep-alive reply: stepping down")
-            self._step_down("lease deadline passed")
-            self._changed.set()
+        if not self._leading:
+            return
+        early = self._deadline - _monotonic()
+        if early > 0:  # the loop's timers may fire a little early: look again at the deadline
+            self._deadline_timer = asyncio.get_running_loop().call_later(early + 0.001, self._check_deadline)
+            return
+        log.warning("lease deadline passed without a keep-alive reply: stepping down")
+        self._step_down("lease deadline passed")
+        self._changed.set()
 
     async def _new_lease(self) -> None:
         sent = _monotonic()

@@ -84,6 +84,15 @@ class TLS:
     key_file: str = ""
 
 
+def _cancelled(endpoint: str) -> BaseException:
+    """A call cancelled under us: our own task's cancellation goes on; a call cut short because its
+    channel was closed (another call found the endpoint broken) is an ordinary StoreError."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        return asyncio.CancelledError()
+    return StoreError(f"etcd {endpoint}: the call was cut short (its channel was closed)")
+
+
 def _read(path: str) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
@@ -180,6 +189,8 @@ class EtcdClient:
             return await fn(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, generation) from None
+        except asyncio.CancelledError:
+            raise _cancelled(self.endpoint) from None
 
     def _error(self, exc: grpc.aio.AioRpcError, generation: int) -> StoreError:
         code = exc.code()
@@ -241,6 +252,8 @@ class EtcdClient:
             raise StoreError(f"etcd {self.endpoint}: keep-alive stream ended without a reply")
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, generation) from None
+        except asyncio.CancelledError:
+            raise _cancelled(self.endpoint) from None
         finally:
             call.cancel()
 
@@ -262,6 +275,8 @@ class EtcdClient:
                     yield int(reply.header.revision)
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, generation) from None
+        except asyncio.CancelledError:
+            raise _cancelled(self.endpoint) from None
         finally:
             call.cancel()
         raise StoreError(f"etcd {self.endpoint}: watch stream ended")
@@ -323,8 +338,12 @@ class EtcdStore(Store):
 
     name = "etcd"
 
-    def __init__(self, client: EtcdClient, prefix: str, timeout: float = 5.0) -> None:
+    def __init__(self, client: EtcdClient, prefix: str, timeout: float = 5.0, write_timeout: float = 5.0) -> None:
         self.client = client
+        # A write caught by an etcd leader change can hang until its deadline although etcd elects
+        # a new leader in about a second: writes get a short deadline, and the generator retries
+        # with a greater ceiling (an abandoned write that lands later is harmless).
+        self.write_timeout = min(timeout, write_timeout)
         self.prefix = prefix.encode()
         self.leader_key = self.prefix + b"/leader"
         self.seq_prefix = self.prefix + b"/seq/"
@@ -361,7 +380,7 @@ class EtcdStore(Store):
             [*guard_compares(self.leader_key, guard), created_at(seq, 0)],
             [put_op(seq, value)],
             [get_op(self.leader_key)],
-            self.timeout,
+            self.write_timeout,
         )
         if reply.succeeded:
             self._meta[record.key] = value.partition(b" ")[2]
@@ -383,7 +402,7 @@ class EtcdStore(Store):
             [*guard_compares(self.leader_key, guard), value_below(seq, digits)],
             [put_op(seq, digits + b" " + meta)],
             [],
-            self.timeout,
+            self.write_timeout,
         )
         if not reply.succeeded:
             raise GuardFailed(f"ceiling {ceiling} for {key!r}: leadership lost or a higher ceiling is stored")
