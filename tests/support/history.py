@@ -1,16 +1,18 @@
 """Histories of ID requests and the checker for DESIGN.md guarantees 1 and 2.
 
 An `Op` is one successful request: which client sent it, when the request was sent, when the
-reply arrived (both `time.monotonic_ns()` in this process) and the ID it carried. Requests
-that failed or never got a reply are not recorded: they handed out no ID to anyone.
+reply arrived (both `time.monotonic_ns()` in this process), the ID it carried and, where the
+client knows it, which node (host:port) answered. A `Failure` is a request that got an error
+or no reply at all: it handed out no ID to anyone, so the checker ignores it; drills count
+failures for their figures (error count and window).
 
-`check_history` verifies, over the whole history of one sequence:
-  1. unique: no ID appears twice;
-  2. real-time order: if the reply carrying `a` arrived before the request for `b` was sent,
-     then `a < b` (this includes "each client's IDs strictly increase", checked on its own
-     too for a clearer message);
+`analyze` counts, over the whole history of one sequence:
+  1. duplicates: an ID appearing twice;
+  2. real-time order violations: the reply carrying `a` arrived before the request for `b` was
+     sent, yet `a >= b` (this includes "each client's IDs strictly increase", counted on its
+     own too for a clearer message);
 in O(n log n): sort by send time and by reply time, sweep with the largest ID already
-replied.
+replied. `check_history` raises AssertionError describing the first violations.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,23 +30,39 @@ class Op:
     sent: int  # monotonic_ns just before the request's first byte was written
     replied: int  # monotonic_ns just after the reply was parsed
     id: int
+    node: str = ""  # host:port that answered, where the client knows it
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    client: str
+    sent: int
+    replied: int  # when the error reply, timeout or connection loss was seen
+    error: str  # e.g. "TRYAGAIN ...", "ConnectionError: ..."
+    node: str = ""
 
 
 class History:
-    """Thread-safe append-only list of `Op`s (one History per sequence/key)."""
+    """Thread-safe append-only lists of `Op`s and `Failure`s (one History per sequence/key)."""
 
     def __init__(self) -> None:
         self._ops: list[Op] = []
+        self._failures: list[Failure] = []
         self._lock = threading.Lock()
 
     @staticmethod
     def now() -> int:
         return time.monotonic_ns()
 
-    def record(self, client: str, sent: int, replied: int, id_: int) -> None:
-        op = Op(client, sent, replied, id_)
+    def record(self, client: str, sent: int, replied: int, id_: int, node: str = "") -> None:
+        op = Op(client, sent, replied, id_, node)
         with self._lock:
             self._ops.append(op)
+
+    def record_error(self, client: str, sent: int, replied: int, error: str, node: str = "") -> None:
+        failure = Failure(client, sent, replied, error, node)
+        with self._lock:
+            self._failures.append(failure)
 
     def extend(self, ops: list[Op]) -> None:
         with self._lock:
@@ -55,41 +73,76 @@ class History:
         with self._lock:
             return list(self._ops)
 
+    def ops_from(self, index: int) -> list[Op]:
+        """The ops recorded after the first ``index`` ones (for incremental scans)."""
+        with self._lock:
+            return self._ops[index:]
+
+    @property
+    def failures(self) -> list[Failure]:
+        with self._lock:
+            return list(self._failures)
+
     def __len__(self) -> int:
+        """Successful requests only, as before failures were recorded."""
         with self._lock:
             return len(self._ops)
 
 
-def check_history(history: History | list[Op], max_report: int = 10) -> dict[str, int]:
-    """Raise AssertionError describing the first violations; return a few counts when all is well."""
+@dataclass
+class Analysis:
+    ops: int = 0
+    clients: int = 0
+    min_id: int = 0
+    max_id: int = 0
+    duplicates: int = 0
+    decreases: int = 0  # per-client: a client's later request got a smaller or equal ID
+    order_violations: int = 0  # across clients, real-time order
+    clock_misuse: int = 0  # an op replied before it was sent: a bug in the test
+    problems: list[str] = field(default_factory=list)  # the first few, described
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicates or self.decreases or self.order_violations or self.clock_misuse)
+
+    def summary(self) -> str:
+        return (
+            f"history of {self.ops} ops: {self.duplicates} duplicates, {self.decreases} per-client decreases, "
+            f"{self.order_violations} real-time order violations"
+        )
+
+
+def analyze(history: History | list[Op], max_report: int = 10) -> Analysis:
+    """Count every violation of guarantees 1 and 2; describe the first ``max_report``."""
     ops = history.ops if isinstance(history, History) else list(history)
-    problems: list[str] = []
+    a = Analysis(ops=len(ops))
+
+    def problem(text: str) -> None:
+        if len(a.problems) < max_report:
+            a.problems.append(text)
 
     for op in ops:
         if op.replied < op.sent:
-            problems.append(f"reply before request (clock misuse in the test): {op}")
+            a.clock_misuse += 1
+            problem(f"reply before request (clock misuse in the test): {op}")
 
     # 1. uniqueness
     by_id = sorted(ops, key=lambda o: o.id)
-    duplicates = 0
     for prev, cur in itertools.pairwise(by_id):
         if prev.id == cur.id:
-            duplicates += 1
-            if len(problems) < max_report:
-                problems.append(f"duplicate ID {cur.id}: {prev} and {cur}")
+            a.duplicates += 1
+            problem(f"duplicate ID {cur.id}: {prev} and {cur}")
 
     # per client: IDs strictly increase in the order the client sent them
     per_client: dict[str, list[Op]] = defaultdict(list)
     for op in ops:
         per_client[op.client].append(op)
-    decreases = 0
     for client_ops in per_client.values():
         client_ops.sort(key=lambda o: (o.sent, o.replied))
         for prev, cur in itertools.pairwise(client_ops):
             if cur.id <= prev.id:
-                decreases += 1
-                if len(problems) < max_report:
-                    problems.append(f"client {cur.client} went back: {prev.id} then {cur.id} ({prev} -> {cur})")
+                a.decreases += 1
+                problem(f"client {cur.client} went back: {prev.id} then {cur.id} ({prev} -> {cur})")
 
     # 2. real-time order: sweep requests by send time; `best` is the op with the largest ID
     # among those whose reply arrived strictly before the current request was sent.
@@ -97,25 +150,27 @@ def check_history(history: History | list[Op], max_report: int = 10) -> dict[str
     by_send = sorted(ops, key=lambda o: o.sent)
     best: Op | None = None
     i = 0
-    order_violations = 0
     for b in by_send:
         while i < len(by_reply) and by_reply[i].replied < b.sent:
             if best is None or by_reply[i].id > best.id:
                 best = by_reply[i]
             i += 1
         if best is not None and best.id >= b.id:
-            order_violations += 1
-            if len(problems) < max_report:
-                problems.append(
-                    f"real-time order broken: ID {best.id} was replied (client {best.client}, t={best.replied}) "
-                    f"before ID {b.id} was requested (client {b.client}, t={b.sent})"
-                )
+            a.order_violations += 1
+            problem(
+                f"real-time order broken: ID {best.id} was replied (client {best.client}, t={best.replied}) "
+                f"before ID {b.id} was requested (client {b.client}, t={b.sent})"
+            )
 
-    if problems:
-        summary = (
-            f"history of {len(ops)} ops: {duplicates} duplicates, {decreases} per-client decreases, "
-            f"{order_violations} real-time order violations"
-        )
-        raise AssertionError(summary + "\n  " + "\n  ".join(problems))
-    return {"ops": len(ops), "clients": len(per_client), "min_id": by_id[0].id if ops else 0,
-            "max_id": by_id[-1].id if ops else 0}  # fmt: skip
+    a.clients = len(per_client)
+    if ops:
+        a.min_id, a.max_id = by_id[0].id, by_id[-1].id
+    return a
+
+
+def check_history(history: History | list[Op], max_report: int = 10) -> dict[str, int]:
+    """Raise AssertionError describing the first violations; return a few counts when all is well."""
+    a = analyze(history, max_report)
+    if not a.ok:
+        raise AssertionError(a.summary() + "\n  " + "\n  ".join(a.problems))
+    return {"ops": a.ops, "clients": a.clients, "min_id": a.min_id, "max_id": a.max_id}

@@ -1,0 +1,123 @@
+"""Fault drills against a local March cluster: its own etcd and three march nodes on free loopback
+ports, throwaway data. For each drill: a live timeline (one line per ~0.5 s: ops/s, errors, which
+node says it is primary), then a summary (failover time, error window, longest request delay,
+duplicates, order violations) next to the issue's bars. Run it through scripts/drill.
+
+The drills are the ones tests/fault/test_cluster_drills.py runs (tests/support/drills.py);
+here the timing bars are checked strictly: the exit status is 0 only if every repetition had no
+violation and met every bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NoReturn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.drills import DRILLS, LAYOUTS, DrillEnv, DrillResult  # noqa: E402
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [repr(e)])[0]
+
+
+def brief(e: BaseException, lines: int = 40) -> str:
+    """An error with the logs it carries cut to their last lines (the full logs stay on disk)."""
+    text = str(e).splitlines()
+    return "\n".join(text if len(text) <= lines else [*text[:5], "...", *text[-(lines - 6) :]])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("drills", nargs="*", metavar="DRILL", help=f"which drills (default all): {', '.join(DRILLS)}")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions of each drill (default 2)")
+    ap.add_argument("--ttl", type=int, default=3, help="lease TTL in whole seconds (default 3, march's default)")
+    ap.add_argument(
+        "--rate", type=float, default=None, help="INCRs per second per client (default: as fast as it goes)"
+    )
+    ap.add_argument("--ops", type=int, default=2000, help="successful INCRs before each fault and after recovery")
+    ap.add_argument("--keep", action="store_true", help="keep the logs and data (kept anyway after a failure)")
+    ap.add_argument("--quiet", action="store_true", help="no live timeline, summaries only")
+    args = ap.parse_args()
+    unknown = [d for d in args.drills if d not in DRILLS]
+    if unknown:
+        ap.error(f"unknown drill(s) {unknown}; choose from {list(DRILLS)}")
+    chosen = args.drills or list(DRILLS)
+
+    def on_signal(signum: int, _frame: object) -> NoReturn:
+        raise SystemExit(128 + signum)  # unwinds through `finally`, which stops every process
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    results: list[DrillResult] = []
+    failed: list[str] = []
+    started = time.monotonic()
+    # One environment per layout, each started once and stopped before the next.
+    layouts = list(dict.fromkeys(LAYOUTS[d] for d in chosen))
+    tmp = tempfile.mkdtemp(prefix="march-drill-")
+    try:
+        for members, proxies in layouts:
+            names = [d for d in chosen if LAYOUTS[d] == (members, proxies)]
+            base = Path(tmp) / f"etcd{members}{'-proxied' if proxies else ''}"
+            env = DrillEnv(
+                base, etcd_members=members, proxies=proxies, lease_ttl=args.ttl, rate=args.rate,
+                warmup_ops=args.ops, hold_ops=args.ops, out=None if args.quiet else say,
+            )  # fmt: skip
+            try:
+                try:
+                    env.start()
+                except (AssertionError, OSError) as e:
+                    failed.append(f"starting etcd + march ({members} etcd members): {first_line(e)}")
+                    say(f"could not start the cluster: {brief(e)}")
+                    continue
+                say(
+                    f"== etcd: {members} member(s) at {env.etcd.endpoints}"
+                    f"{' (each node through its own TCP proxy)' if proxies else ''}; march nodes "
+                    + ", ".join(f"{n.node_id} {n.address}" for n in env.cluster.nodes)
+                    + f"; lease TTL {args.ttl}s; logs under {base}"
+                )
+                for name in names:
+                    for rep in range(args.reps):
+                        say(f"-- {name} #{rep}")
+                        try:
+                            result = DRILLS[name](env, rep)
+                        except AssertionError as e:  # the cluster did not recover in time: say what was seen
+                            failed.append(f"{name} #{rep}: {first_line(e)}")
+                            say(f"{name} #{rep}: DID NOT RECOVER: {brief(e)}")
+                            break
+                        results.append(result)
+                        say(result.summary())
+            finally:
+                env.stop()
+    finally:
+        bad = failed or any(r.violations or not all(b.met for b in r.bars) for r in results)
+        if bad or args.keep:
+            say(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    say(f"\n== summary ({time.monotonic() - started:.0f}s, lease TTL {args.ttl}s)")
+    for r in results:
+        misses = [b.name for b in r.bars if not b.met]
+        verdict = "FAILED" if r.violations else ("bar missed: " + ", ".join(misses) if misses else "ok")
+        say(f"{r.drill + ' #' + str(r.rep):<40} {r.figures.line()}  [{verdict}]")
+    for f in failed:
+        say(f"{f}  [FAILED]")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""A March cluster for tests, drills and scripts: N `march serve --etcd ...` processes.
+
+`MarchCluster(base, etcd, size=3)` makes N `ClusterNode`s (a `MarchServer` with the cluster
+flags), each with its own etcd endpoint string, so one node can reach etcd through a
+`TcpProxy` that a test cuts. Every node gets the same fresh `--etcd-prefix`, so clusters of
+different tests never meet in one etcd. Roles come from `INFO replication` (`role:master`,
+`role:slave` + `master_port`), polled with deadlines; a paused (SIGSTOPped) node is never asked,
+since it would not answer.
+
+`stop()` reaps every node whatever its state (running, paused, killed).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Self
+
+from support.resp import RespConn, RespError, wait_until
+from support.servers import START_TIMEOUT, MarchServer, ServerExited
+
+DEFAULT_TTL = 2  # seconds, whole (etcd leases are): the shortest march accepts, so drills stay short
+
+
+def parse_info(text: bytes | str) -> dict[str, str]:
+    """`INFO` text -> {field: value} (section headers and blank lines skipped)."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and ":" in line:
+            k, v = line.split(":", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+class ClusterNode(MarchServer):
+    """One march node in cluster mode. `address` is what it advertises (and what MOVED names)."""
+
+    name = "march node"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        node_id: str,
+        etcd: str,
+        prefix: str,
+        lease_ttl: int = DEFAULT_TTL,
+        extra_args: Sequence[str] = (),
+        log_path: Path | None = None,
+    ) -> None:
+        super().__init__(data_dir, extra_args=list(extra_args), log_path=log_path)
+        self.node_id = node_id
+        self.name = f"march {node_id}"
+        self.etcd = etcd  # may be changed between restarts, e.g. to go through a proxy
+        self.prefix = prefix
+        self.lease_ttl = lease_ttl
+        self.paused = False
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        # Built at each start from the current port: a port retaken at start moves the advertise too.
+        cluster = ["--etcd", self.etcd, "--etcd-prefix", self.prefix, "--node-id", self.node_id]
+        cluster += ["--advertise", self.address, "--lease-ttl", str(self.lease_ttl)]
+        return super().command() + cluster
+
+    @property
+    def alive(self) -> bool:
+        """Running and not paused: it can answer."""
+        return self.running and not self.paused
+
+    def info(self, section: str = "replication", timeout: float = 0.5) -> dict[str, str] | None:
+        """`INFO section` as a dict; None if the node is down, paused or does not answer in time."""
+        if not self.alive:
+            return None
+        try:
+            with RespConn(self.port, timeout=timeout) as c:
+                reply = c.call("INFO", section)
+        except OSError:
+            return None
+        if not isinstance(reply, bytes | str):
+            return None
+        return parse_info(reply)
+
+    def role(self, timeout: float = 0.5) -> str | None:
+        """'master', 'slave' or None (down, paused, no answer)."""
+        info = self.info(timeout=timeout)
+        return None if info is None else info.get("role")
+
+    def master_address(self, timeout: float = 0.5) -> str | None:
+        """Whom this node calls its primary: itself if master, master_host:master_port if slave."""
+        info = self.info(timeout=timeout)
+        if info is None:
+            return None
+        if info.get("role") == "master":
+            return self.address
+        host, port = info.get("master_host"), info.get("master_port")
+        return f"{host}:{port}" if host and port and port != "0" else None
+
+    def pause(self, timeout: float = 5.0) -> None:
+        """SIGSTOP, and wait until the kernel reports the process stopped: a request sent after this
+        returns cannot be served before SIGCONT."""
+        self.send_signal(signal.SIGSTOP)
+        self.paused = True
+        stat = Path(f"/proc/{self.pid}/stat")
+        if stat.exists():  # Linux: the state letter follows the command name in parentheses
+            wait_until(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] in "tT", timeout, 0.001, "SIGSTOP")
+
+    def resume(self) -> None:
+        self.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.paused and self.running:
+            self.resume()  # a stopped process cannot act on SIGTERM
+        self.paused = False
+        return super().stop(timeout)
+
+    def call(self, *args: str | int, timeout: float = 2.0) -> object:
+        """One command on a fresh connection; the reply (errors as `RespError` values)."""
+        with RespConn(self.port, timeout=timeout) as c:
+            return c.call(*args)
+
+
+class MarchCluster:
+    """``size`` march nodes in one cluster (one etcd prefix). ``etcd`` is one endpoint string for
+    every node, or one per node."""
+
+    def __init__(
+        self,
+        base: Path,
+        etcd: str | Sequence[str],
+        *,
+        size: int = 3,
+        lease_ttl: int = DEFAULT_TTL,
+        prefix: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        per_node = [etcd] * size if isinstance(etcd, str) else list(etcd)
+        assert len(per_node) == size, f"{size} nodes, {len(per_node)} etcd endpoint strings"
+        self.prefix = prefix or f"/march-test-{uuid.uuid4().hex[:8]}"
+        self.lease_ttl = lease_ttl
+        self.base = base
+        self.nodes = [
+            ClusterNode(
+                base / f"n{i + 1}",
+                node_id=f"n{i + 1}",
+                etcd=per_node[i],
+                prefix=self.prefix,
+                lease_ttl=lease_ttl,
+                extra_args=extra_args,
+                log_path=base / f"n{i + 1}.log",
+            )
+            for i in range(size)
+        ]
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, timeout: float = START_TIMEOUT) -> ClusterNode:
+        """Start every node that is not running (all at once: Python starts are slow), wait until
+        each answers PING and one is primary; return the primary."""
+        self.start_nodes([n for n in self.nodes if not n.running], timeout)
+        return self.wait_primary(timeout)
+
+    def start_nodes(self, nodes: Iterable[ClusterNode], timeout: float = START_TIMEOUT) -> None:
+        nodes = list(nodes)
+        for n in nodes:
+            n.spawn()
+        for n in nodes:
+            try:
+                n.wait_ready(timeout)
+            except ServerExited:
+                if "in use" not in n.log_tail(2000).lower():
+                    raise
+                n.start(timeout)  # our free port was taken meanwhile: start() picks another
+
+    def restart(self, node: ClusterNode, timeout: float = START_TIMEOUT) -> None:
+        """Start a stopped or killed node again (same port, data dir and etcd endpoints)."""
+        if node.running:
+            node.stop()
+        node.start(timeout)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+    def kill(self, node: ClusterNode) -> None:
+        node.kill(signal.SIGKILL)
+
+    def kill_primary(self, timeout: float = 10.0) -> ClusterNode:
+        node = self.wait_primary(timeout)
+        self.kill(node)
+        return node
+
+    # -- roles -------------------------------------------------------------------------------
+    def node_at(self, address: str) -> ClusterNode | None:
+        return next((n for n in self.nodes if n.address == address), None)
+
+    def roles(self, timeout: float = 0.5) -> dict[str, str | None]:
+        """{node_id: 'master' | 'slave' | None} for every node (None: down, paused or silent)."""
+        return {n.node_id: n.role(timeout) for n in self.nodes}
+
+    def masters(self, timeout: float = 0.5) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.role(timeout) == "master"]
+
+    def primary(self, timeout: float = 0.5) -> ClusterNode | None:
+        """The one live node that says it is master; None if none or more than one does."""
+        masters = self.masters(timeout)
+        return masters[0] if len(masters) == 1 else None
+
+    def standbys(self, timeout: float = 0.5) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.role(timeout) == "slave"]
+
+    def wait_primary(
+        self, timeout: float = 10.0, exclude: Iterable[ClusterNode] = (), settled: bool = False
+    ) -> ClusterNode:
+        """Until one live node other than ``exclude`` says master (and, with ``settled``, every
+        other live node is a standby that names it); return it."""
+        excluded = set(map(id, exclude))
+        deadline = time.monotonic() + timeout
+        last: dict[str, str | None] = {}
+        while True:
+            p = self.primary()
+            if p is not None and id(p) not in excluded and (not settled or self._agree_on(p)):
+                return p
+            if time.monotonic() >= deadline:
+                last = {n.node_id: n.master_address() for n in self.nodes}
+                raise AssertionError(
+                    f"no {'settled ' if settled else ''}primary after {timeout}s"
+                    f"{' other than ' + str([n.node_id for n in exclude]) if excluded else ''}; "
+                    f"each node's primary: {last}\n" + self.describe()
+                )
+            time.sleep(0.02)
+
+    def wait_settled(self, timeout: float = 10.0) -> ClusterNode:
+        return self.wait_primary(timeout, settled=True)
+
+    def _agree_on(self, primary: ClusterNode) -> bool:
+        return all(n.master_address() == primary.address for n in self.nodes if n.alive)
+
+    def describe(self, tail: int = 3000) -> str:
+        return "\n".join(f"--- {n.name} ({n.address}, {n!r}) ---\n{n.log_tail(tail)}" for n in self.nodes)
+
+    def __repr__(self) -> str:
+        return f"<MarchCluster {self.prefix} {[n.address for n in self.nodes]}>"
+
+
+def moved_target(reply: object) -> str | None:
+    """'host:port' of a `MOVED slot host:port` reply, else None."""
+    if isinstance(reply, RespError) and reply.prefix == "MOVED":
+        return reply.message.split()[-1]
+    return None

@@ -1,0 +1,517 @@
+"""The cluster fault drills of issue 3, shared by tests/fault/test_cluster_drills.py and
+scripts/drill: each drill makes one fault under concurrent INCR load, waits (with deadlines)
+for the cluster to recover, and returns a `DrillResult`:
+
+- `violations`: a guarantee or a drill invariant broken (a duplicate, a real-time order
+  violation, an ID from a paused or partitioned old primary, a client error during a planned
+  FAILOVER, an ID not above everything issued before a restart). Always a failure.
+- `bars`: timing figures next to the issue's bar (failover within TTL + 1 s, ...). Tests
+  assert them with a slack (a loaded CI machine is no benchmark); scripts/drill prints them.
+- `figures`: failover time, error count and window, longest delay and gap, duplicates, order
+  violations (see `support.load.figures`).
+
+A `DrillEnv` owns the processes of one drill layout: an etcd (1 or 3 members), optional TCP
+proxies (one per march node, all to etcd member 0), and a three-node March cluster. Every
+drill leaves the cluster as it found it (all nodes running, one primary, standbys agreeing)
+so repetitions run on the same processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
+from support.etcd import EtcdCluster
+from support.history import History
+from support.load import KEYS, TIMESTAMP_KEY, Figures, Load, figures
+from support.proxy import TcpProxy
+from support.resp import RespConn, RespError, encode, wait_until
+
+WARMUP_OPS = 200  # successes before the fault: the load is really running
+HOLD_OPS = 200  # successes after recovery: the new primary really serves
+SETTLE = 20.0  # seconds for a cluster to settle between repetitions
+LATE_REQUESTS = 3  # INCRs queued on a paused primary's socket
+
+
+def recovery_timeout(ttl: float) -> float:
+    """Generous: a failed drill should say what it saw, not hang; the bars say what is fast enough."""
+    return 3 * ttl + 15
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+@dataclass
+class Bar:
+    name: str
+    value: float | None  # None: never happened (always a miss)
+    limit: float
+    asserted: bool = True  # False: reported only (tests never assert it)
+
+    @property
+    def met(self) -> bool:
+        return self.value is not None and self.value <= self.limit
+
+    def line(self) -> str:
+        v = "never" if self.value is None else f"{self.value * 1000:.0f} ms"
+        return f"{self.name}: {v} (bar {self.limit * 1000:.0f} ms: {'met' if self.met else 'MISSED'})"
+
+
+@dataclass
+class DrillResult:
+    drill: str
+    rep: int = 0
+    figures: Figures = field(default_factory=Figures)
+    violations: list[str] = field(default_factory=list)
+    bars: list[Bar] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    histories: dict[str, History] = field(default_factory=dict)
+    probes: dict[str, int] = field(default_factory=dict)  # replies to the drill's own probes of the old primary
+
+    recovered: bool = True
+    detail: str = ""  # what a failed wait saw (cluster state, logs): shown by assert_ok
+
+    def settle(self, cluster: MarchCluster) -> None:
+        """Back to a settled cluster for the next repetition (not after a failed recovery: the
+        violation says it all, and waiting would only hide the state it failed in)."""
+        if self.recovered:
+            with self.stage():
+                cluster.wait_settled(SETTLE)
+
+    @contextlib.contextmanager
+    def stage(self) -> Iterator[None]:
+        """The fault and the wait for recovery: a deadline that passes becomes a violation (the
+        figures are still computed from what was recorded) instead of losing the history."""
+        try:
+            yield
+        except AssertionError as e:
+            self.recovered = False
+            self.violations.append("did not recover: " + (str(e).splitlines() or ["?"])[0])
+            self.detail = str(e)
+
+    def finish(self, fault_at: int | None, old_primary: str | None) -> None:
+        """Compute the figures; duplicates and order violations become violations."""
+        self.figures = f = figures(self.histories, fault_at, old_primary)
+        if f.duplicates or f.order_violations:
+            self.violations.append(f"{f.duplicates} duplicates, {f.order_violations} order violations")
+            self.violations += f.problems[:10]
+        if f.ops == 0:
+            self.violations.append("no ID at all was handed out")
+
+    def summary(self) -> str:
+        lines = [f"{self.drill} #{self.rep}: {'OK' if not self.violations else 'FAILED'}", "  " + self.figures.line()]
+        if self.figures.error_kinds:
+            lines.append(f"  errors by kind: {self.figures.error_kinds}; first: {self.figures.error_samples}")
+        lines += [f"  {b.line()}" for b in self.bars]
+        lines += [f"  note: {n}" for n in self.notes]
+        if self.probes:
+            lines.append(f"  probes of the old primary answered: {self.probes}")
+        lines += [f"  VIOLATION: {v}" for v in self.violations]
+        return "\n".join(lines)
+
+    def assert_ok(self, slack: float) -> None:
+        """No violation; every asserted timing bar met within ``slack`` seconds."""
+        late = [b for b in self.bars if b.asserted and (b.value is None or b.value > b.limit + slack)]
+        assert not self.violations and not late, (
+            self.summary() + f"\n  timing bars missed by more than {slack}s: {[b.name for b in late]}\n{self.detail}"
+        )
+
+
+class DrillEnv:
+    """etcd (``etcd_members``), optional proxies, and a ``nodes``-node cluster, under ``base``.
+
+    ``out``: where a live timeline goes (one line per ~0.5 s while a drill's load runs), if anywhere.
+    """
+
+    def __init__(
+        self,
+        base: Path,
+        *,
+        etcd_members: int = 1,
+        proxies: bool = False,
+        nodes: int = 3,
+        lease_ttl: int = DEFAULT_TTL,
+        etcd_binary: str | None = None,
+        rate: float | None = None,
+        warmup_ops: int = WARMUP_OPS,
+        hold_ops: int = HOLD_OPS,
+        out: Callable[[str], None] | None = None,
+    ) -> None:
+        self.base = base
+        self.etcd = EtcdCluster(base / "etcd", size=etcd_members, binary=etcd_binary)
+        self.use_proxies = proxies
+        self.nodes = nodes
+        self.lease_ttl = lease_ttl
+        self.rate = rate
+        self.warmup_ops, self.hold_ops = warmup_ops, hold_ops
+        self.out = out
+        self.proxies: dict[str, TcpProxy] = {}
+        self._cluster: MarchCluster | None = None
+
+    @property
+    def cluster(self) -> MarchCluster:
+        assert self._cluster is not None, "DrillEnv not started"
+        return self._cluster
+
+    def start(self) -> None:
+        self.etcd.start()
+        endpoints = [m.endpoint for m in self.etcd.members]
+        per_node: list[str] = []
+        for i in range(self.nodes):
+            if self.use_proxies:
+                proxy = TcpProxy(self.etcd.members[0].port)
+                self.proxies[f"n{i + 1}"] = proxy
+                per_node.append(proxy.endpoint)
+            else:
+                # Each node lists the members from a different one: losing one member must not
+                # take every node's first endpoint away.
+                k = i % len(endpoints)
+                per_node.append(",".join(endpoints[k:] + endpoints[:k]))
+        self._cluster = MarchCluster(self.base / "march", per_node, size=self.nodes, lease_ttl=self.lease_ttl)
+        self._cluster.start()
+        # One key of every load is a timestamp sequence: the drills check it as they check the rest.
+        primary = self._cluster.wait_settled(SETTLE)
+        reply = primary.call("SEQ.CREATE", TIMESTAMP_KEY, "TIMESTAMP", "PRESET", "snowflake", "NODE", 1)
+        assert reply == "OK", f"SEQ.CREATE {TIMESTAMP_KEY} TIMESTAMP: {reply!r}"
+
+    def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.stop()
+        for p in self.proxies.values():
+            p.close()
+        self.etcd.stop()
+
+    def __enter__(self) -> DrillEnv:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def describe(self) -> str:
+        return self.etcd.describe() + "\n" + (self._cluster.describe() if self._cluster else "")
+
+    @property
+    def seeds(self) -> list[str]:
+        return [n.address for n in self.cluster.nodes]
+
+    @contextlib.contextmanager
+    def load(self, result: DrillResult) -> Iterator[Load]:
+        """Concurrent clients recording into ``result.histories`` (continued if not empty), with the
+        live timeline if ``out`` is set; stopped (and checked) at the end of the block."""
+        load = Load(self.seeds, result.histories, rate=self.rate)
+        timeline = Timeline(load, self.cluster, self.out, result.drill) if self.out else None
+        load.start()
+        if timeline:
+            timeline.start()
+        try:
+            yield load
+        finally:
+            if timeline:
+                timeline.stop()
+            load.stop(check=True)
+
+
+class Timeline(threading.Thread):
+    """One line per ``interval``: ops/s, errors in that interval, which node says it is primary."""
+
+    def __init__(
+        self, load: Load, cluster: MarchCluster, out: Callable[[str], None], label: str, interval: float = 0.5
+    ) -> None:
+        super().__init__(name="timeline", daemon=True)
+        self.load, self.cluster, self.out, self.label, self.interval = load, cluster, out, label, interval
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        start = last_t = time.monotonic()
+        last_ok, last_err = self.load.ok, self.load.errors
+        while not self._done.wait(self.interval):  # a reporting period, not synchronisation
+            now = time.monotonic()
+            ok, err = self.load.ok, self.load.errors
+            masters = [n.node_id for n in self.cluster.masters(timeout=0.2)]
+            who = ",".join(masters) if masters else "none"
+            self.out(
+                f"  {self.label:<22} {now - start:5.1f}s {(ok - last_ok) / (now - last_t):7.0f} ops/s "
+                f"{err - last_err:5d} errors  primary {who}"
+            )
+            last_t, last_ok, last_err = now, ok, err
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(5)
+
+
+# -- the drills --------------------------------------------------------------------------------
+
+
+def drill_kill_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """`kill -9` of the primary under load: a standby serves within TTL + 1 s."""
+    c, ttl = env.cluster, env.lease_ttl
+    r = DrillResult("kill -9 primary", rep)
+    old = c.wait_settled(SETTLE)
+    fault_at = History.now()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = History.now()
+        c.kill(old)
+        new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        r.notes.append(f"primary {old.node_id} -> {new.node_id}")
+        load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, old.address)
+    r.bars.append(Bar("first INCR on the new primary after the kill", r.figures.failover, ttl + 1.0))
+    c.restart(old)
+    r.settle(c)
+    return r
+
+
+def drill_pause_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """SIGSTOP of the primary for longer than the TTL, then SIGCONT: the old primary must not hand
+    out a single ID afterwards (not even for requests queued while it was stopped), and clients
+    that still talk to it get redirected to the new primary."""
+    c, ttl = env.cluster, env.lease_ttl
+    r = DrillResult("SIGSTOP primary", rep)
+    old = c.wait_settled(SETTLE)
+    key = KEYS[0]
+    fault_at = stopped_at = demoted_at = resumed_at = History.now()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = History.now()
+        old.pause()
+        stopped_at = History.now()  # from here on no request can reach the old primary's code
+        try:
+            # Requests that reach the paused primary's socket: it reads them only after SIGCONT,
+            # when its lease is long gone.
+            with RespConn(old.port, timeout=recovery_timeout(ttl)) as late:
+                late_sent = History.now()
+                late.send(encode("INCR", key) * LATE_REQUESTS)
+                new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+                r.notes.append(f"primary {old.node_id} -> {new.node_id}; {old.node_id} stopped for {ttl * 1.5:.1f}s")
+                load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+                stopped_for = ttl * 1.5  # the fault itself: paused for longer than the TTL
+                wait_until(lambda: History.now() - fault_at >= stopped_for * 1e9, timeout=stopped_for + 1)
+                old.resume()
+                resumed_at = History.now()
+                _late_replies(r, late, key, late_sent, old)
+        finally:
+            if old.paused:
+                old.resume()
+        _expect_redirect(r, old, new, key, recovery_timeout(ttl))
+        demoted_at = History.now()
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, old.address)
+    served = [
+        o for h in r.histories.values() for o in h.ops if o.node == old.address and stopped_at <= o.sent <= demoted_at
+    ]
+    if served:
+        ms = [
+            f"{o.id} (sent +{(o.sent - fault_at) / 1e6:.0f} ms, replied +{(o.replied - fault_at) / 1e6:.0f} ms)"
+            for o in served
+        ]
+        r.violations.append(
+            f"the paused old primary handed out {len(served)} IDs for requests sent after SIGSTOP "
+            f"(SIGCONT at +{(resumed_at - fault_at) / 1e6:.0f} ms): {', '.join(ms[:5])}"
+        )
+    # The issue sets this bar for kill -9; here clients also sit out their timeouts on the paused node.
+    r.bars.append(Bar("first INCR on the new primary after SIGSTOP", r.figures.failover, ttl + 1.0, asserted=False))
+    r.settle(c)
+    return r
+
+
+def drill_cut_primary_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """The primary's link to etcd cut (its proxy blackholes): it stops serving within the TTL, a
+    standby takes over; once healed, the old primary becomes a standby of the new one."""
+    c, ttl = env.cluster, env.lease_ttl
+    assert env.proxies, "this drill needs DrillEnv(proxies=True)"
+    r = DrillResult("etcd link of primary cut", rep)
+    old = c.wait_settled(SETTLE)
+    proxy = env.proxies[old.node_id]
+    key = KEYS[0]
+    fault_at = History.now()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = History.now()
+        proxy.cut()
+        try:
+            new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+            r.notes.append(f"primary {old.node_id} -> {new.node_id}")
+            load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+            # Still cut off: the old primary must refuse, whatever it answers.
+            sent = History.now()
+            reply = old.call("INCR", key, timeout=5)
+            _record(r, "isolated", key, sent, reply, old.address)
+            if isinstance(reply, int):
+                r.violations.append(f"the partitioned old primary answered INCR with an ID: {reply}")
+        finally:
+            proxy.restore()
+        _expect_redirect(r, old, new, key, recovery_timeout(ttl))
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, old.address)
+    r.bars.append(Bar("old primary's last ID after the cut", r.figures.old_primary_last or 0.0, ttl))
+    r.bars.append(Bar("first INCR on the new primary after the cut", r.figures.failover, ttl + 1.0))
+    r.settle(c)
+    return r
+
+
+def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """`kill -9` of the etcd raft leader (three members): service goes on, IDs stay correct."""
+    c, ttl, etcd = env.cluster, env.lease_ttl, env.etcd
+    assert len(etcd.members) >= 3, "this drill needs a three-member etcd"
+    r = DrillResult("kill -9 etcd leader", rep)
+    old = c.wait_settled(SETTLE)
+    leader = etcd.wait_leader()
+    fault_at = History.now()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = History.now()
+        etcd.kill(leader)
+        etcd.wait_leader(exclude=leader)
+        elected = History.now()
+        r.notes.append(
+            f"etcd leader {leader.member_name} killed, a new one elected in {(elected - fault_at) / 1e6:.0f} ms"
+        )
+        load.wait_success(elected, timeout=recovery_timeout(ttl))
+        primary = c.wait_primary(recovery_timeout(ttl))
+        r.notes.append(f"march primary {old.node_id} -> {primary.node_id}")
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, old.address)
+    etcd.restart(leader)
+    etcd.wait_leader()
+    r.settle(c)
+    return r
+
+
+def drill_planned_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """`FAILOVER` on the primary under load: zero client errors; the longest delay is reported
+    next to the 100 ms bar, never asserted."""
+    c, ttl = env.cluster, env.lease_ttl
+    r = DrillResult("planned FAILOVER", rep)
+    old = c.wait_settled(SETTLE)
+    fault_at = History.now()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = History.now()
+        reply = old.call("FAILOVER", timeout=recovery_timeout(ttl))
+        r.notes.append(f"FAILOVER answered {reply!r} in {(History.now() - fault_at) / 1e6:.0f} ms")
+        if reply != "OK":
+            r.violations.append(f"FAILOVER answered {reply!r}")
+        new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        r.notes.append(f"primary {old.node_id} -> {new.node_id}")
+        load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, old.address)
+    if r.figures.errors:
+        r.violations.append(f"{r.figures.errors} client errors during a planned FAILOVER: {r.figures.error_kinds}")
+    r.bars.append(Bar("longest request delay", r.figures.longest_delay, 0.1, asserted=False))
+    r.settle(c)
+    return r
+
+
+def drill_full_restart(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """Every node stopped (even repetitions: SIGTERM; odd: `kill -9`, etcd killed and restarted
+    too), then started again: the first IDs are above everything issued before."""
+    c, ttl = env.cluster, env.lease_ttl
+    hard = rep % 2 == 1
+    r = DrillResult("full restart" + (" (kill -9, etcd too)" if hard else " (SIGTERM)"), rep)
+    c.wait_settled(SETTLE)
+    fault_at = restarted_at = History.now()
+    before: dict[str, int] = {}
+    with r.stage():
+        with env.load(r) as load:
+            load.wait_ops(env.warmup_ops)
+        before = {k: max((o.id for o in h.ops), default=0) for k, h in r.histories.items()}
+        r.notes.append(f"highest IDs before: {before}")
+        fault_at = History.now()
+        for n in c.nodes:
+            if hard:
+                c.kill(n)
+            else:
+                code = n.stop()
+                if code != 0:
+                    r.violations.append(f"{n.node_id} exited with {code} on SIGTERM")
+        if hard:
+            for m in env.etcd.members:
+                env.etcd.kill(m)
+            env.etcd.restart_all()
+        restarted_at = History.now()
+        c.start(timeout=recovery_timeout(ttl))
+        with env.load(r) as load:
+            load.wait_ops(env.hold_ops)
+    r.finish(fault_at, None)
+    for k, h in r.histories.items():
+        after = [o.id for o in h.ops if o.sent >= restarted_at]
+        if after and before and min(after) <= before[k]:
+            r.violations.append(f"{k}: ID {min(after)} after the restart is not above {before[k]} issued before")
+    r.settle(c)
+    return r
+
+
+def _record(r: DrillResult, client: str, key: str, sent: int, reply: object, node: str) -> None:
+    """A probe's reply: an ID joins the key's history (so the checker sees it too); anything else
+    is tallied in ``r.probes``, not counted as a client error (a redirect is the expected answer)."""
+    if isinstance(reply, int):
+        r.histories.setdefault(key, History()).record(client, sent, History.now(), reply, node)
+        return
+    text = reply.message if isinstance(reply, RespError) else f"{type(reply).__name__}: {reply}"
+    kind = f"{client} {text.split(' ', 1)[0]}"
+    r.probes[kind] = r.probes.get(kind, 0) + 1
+
+
+def _late_replies(r: DrillResult, conn: RespConn, key: str, sent: int, old: ClusterNode) -> None:
+    """Replies to the requests queued on the paused primary: none may carry an ID."""
+    for _ in range(LATE_REQUESTS):
+        try:
+            reply: object = conn.read_reply()
+        except OSError as e:  # it may close the connection: no ID either
+            reply = e
+        _record(r, "late", key, sent, reply, old.address)
+        if isinstance(reply, int):
+            r.violations.append(f"the resumed old primary answered a queued INCR with ID {reply}")
+        if isinstance(reply, OSError):
+            break
+
+
+def _expect_redirect(r: DrillResult, old: ClusterNode, new: ClusterNode, key: str, timeout: float) -> None:
+    """The old primary, back in touch, sends INCR to the new primary with MOVED (a TRYAGAIN or
+    CLUSTERDOWN meanwhile is fine, an ID never is)."""
+
+    def redirected() -> bool:
+        sent = History.now()
+        reply = old.call("INCR", key, timeout=2)
+        _record(r, "old-primary", key, sent, reply, old.address)
+        if isinstance(reply, int):
+            r.violations.append(f"the old primary answered INCR with ID {reply} after the fault")
+            return True
+        return moved_target(reply) == new.address
+
+    try:
+        wait_until(redirected, timeout=timeout, interval=0.05, message=f"MOVED to {new.address} from {old.node_id}")
+    except AssertionError as e:
+        r.violations.append(str(e).splitlines()[0])
+
+
+DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
+    "kill": drill_kill_primary,
+    "pause": drill_pause_primary,
+    "cut": drill_cut_primary_etcd,
+    "etcd-leader": drill_kill_etcd_leader,
+    "failover": drill_planned_failover,
+    "restart": drill_full_restart,
+}
+
+# Which layout each drill needs: (etcd members, proxies).
+LAYOUTS: dict[str, tuple[int, bool]] = {
+    "kill": (1, False),
+    "pause": (1, False),
+    "cut": (1, True),
+    "etcd-leader": (3, False),
+    "failover": (1, False),
+    "restart": (1, False),
+}
