@@ -24,10 +24,11 @@ Every ceiling write is one transaction: ``value(leader) == guard.owner``, ``crea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,16 +247,10 @@ class EtcdClient:
         call = self._lease.LeaseKeepAlive(
             iter([rpc.LeaseKeepAliveRequest(ID=lease)]), timeout=timeout, metadata=self._metadata
         )
-        try:
-            async for reply in call:
+        async with contextlib.aclosing(self._replies(call, generation)) as replies:
+            async for reply in replies:
                 return int(reply.TTL)
-            raise StoreError(f"etcd {self.endpoint}: keep-alive stream ended without a reply")
-        except grpc.aio.AioRpcError as exc:
-            raise self._error(exc, generation) from None
-        except asyncio.CancelledError:
-            raise _cancelled(self.endpoint) from None
-        finally:
-            call.cancel()
+        raise StoreError(f"etcd {self.endpoint}: keep-alive stream ended without a reply")
 
     async def revoke(self, lease: int, timeout: float | None = None) -> None:
         await self._unary("_lease", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease), timeout)
@@ -267,19 +262,25 @@ class EtcdClient:
         generation = await self._ensure()
         create = rpc.WatchCreateRequest(key=start, range_end=end, start_revision=start_revision)
         call = self._watch.Watch(iter([rpc.WatchRequest(create_request=create)]), metadata=self._metadata)
-        try:
-            async for reply in call:
+        async with contextlib.aclosing(self._replies(call, generation)) as replies:
+            async for reply in replies:
                 if reply.canceled:
                     raise StoreError(f"etcd {self.endpoint}: watch canceled: {reply.cancel_reason}")
                 if reply.events:
                     yield int(reply.header.revision)
+        raise StoreError(f"etcd {self.endpoint}: watch stream ended")
+
+    async def _replies(self, call: Any, generation: int) -> AsyncGenerator[Any, None]:
+        """The replies of a streaming call, its failures as StoreError; the call ends with the iteration."""
+        try:
+            async for reply in call:
+                yield reply
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, generation) from None
         except asyncio.CancelledError:
             raise _cancelled(self.endpoint) from None
         finally:
             call.cancel()
-        raise StoreError(f"etcd {self.endpoint}: watch stream ended")
 
 
 # --- transaction building blocks ----------------------------------------------------------------
