@@ -495,7 +495,7 @@ class ClusterNode:
         """Hand leadership to ``target`` (host:port) or the first standby; raise CommandError if not possible."""
         if not self._leading:
             raise CommandError(errors.FAILOVER_NOT_PRIMARY)
-        if self._failover is not None:
+        if self._failover is not None or self.role != PRIMARY:  # one change at a time
             raise CommandError(errors.FAILOVER_IN_PROGRESS)
         topology = await self.read_topology()
         standbys = [n for n in topology.standbys() if n.id != self.node_id]

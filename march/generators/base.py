@@ -190,8 +190,9 @@ class DurableBound(abc.ABC):
                 self._store.save_ceiling(self.key, target, self._lease.guard), self._policy.store_timeout
             )
         except GuardFailed as exc:
-            self.kill(f"guarded write of {self.key!r} refused: {exc}")
-            self._lease.lost(str(exc))
+            if not self._dead:  # a killed generator's write is refused as expected: its term is over
+                self.kill(f"guarded write of {self.key!r} refused: {exc}")
+                self._lease.lost(str(exc))
             return
         except asyncio.CancelledError:
             self._write = None

@@ -385,6 +385,21 @@ async def test_after_guard_failed_the_fast_path_hands_out_nothing(world: World) 
     assert gen.take(1) is None
 
 
+async def test_a_refused_write_of_a_killed_generator_does_not_report_a_lost_lease(world: World) -> None:
+    """A demoted node kills its generators; their writes still in flight are refused later. That
+    refusal must not make the lease step down again (it may lead a new term by then)."""
+    gen = await world.fresh()
+    world.store.hold()
+    ledger = Ledger(world.store)
+    await fill(gen, ledger, 51)  # the extension starts and hangs in the store
+    assert gen.write is not None
+    gen.kill("demoted")
+    world.store.guard = Guard(b"another-node", 7)  # the next term, elsewhere
+    world.store.release()
+    await finish(gen.drain())
+    assert world.lease.lost_reasons == []
+
+
 async def test_a_killed_generator_hands_out_nothing(world: World) -> None:
     gen = await world.fresh()
     assert gen.take(1) == 1
