@@ -83,6 +83,7 @@ class NodeInfo:
 class Topology:
     leader: str | None = None  # id of the node holding the leader key
     leader_revision: int = 0  # create revision of the leader key
+    leader_lease: int = 0  # the lease the leader key is attached to
     handoff: str | None = None  # FAILOVER target named by the old primary
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     revision: int = 0
@@ -294,12 +295,12 @@ class ClusterNode:
     async def read_topology(self) -> Topology:
         kvs, revision = await self.client.get_range(self.leader_key, self._watch_end, self.ttl / 3)
         leader: str | None = None
-        leader_revision = 0
+        leader_revision = leader_lease = 0
         handoff: str | None = None
         nodes: dict[str, NodeInfo] = {}
         for kv in kvs:
             if kv.key == self.leader_key:
-                leader, leader_revision = kv.value.decode(), kv.create_revision
+                leader, leader_revision, leader_lease = kv.value.decode(), kv.create_revision, kv.lease
             elif kv.key == self.handoff_key:
                 handoff = kv.value.decode()
             elif kv.key.startswith(self.nodes_prefix):
@@ -308,7 +309,7 @@ class ClusterNode:
                     nodes[data["id"]] = NodeInfo(data["id"], data["addr"], data.get("role", STANDBY))
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed node record %r", kv.key)
-        topology = Topology(leader, leader_revision, handoff, nodes, revision)
+        topology = Topology(leader, leader_revision, leader_lease, handoff, nodes, revision)
         if topology.revision >= self.topology.revision:
             self.topology = topology
         return topology
@@ -340,9 +341,12 @@ class ClusterNode:
         me = self.node_id
         if self._leading and (topology.leader != me or topology.leader_revision != self._guard.revision):
             self._step_down("another node holds the leader key")
+        if topology.leader == me and topology.leader_lease == self._lease and not self._held_revision:
+            # A campaign of this process won although its reply was lost (a timeout): the key is ours.
+            self._held_revision = topology.leader_revision
         if self._resign:
-            self._resign = False
             await self._give_back_leader_key(self.ttl / 3)
+            self._resign = False  # only once it is done: a failed attempt is tried again
             return
         if topology.leader is None and self._may_campaign(topology):
             await self._campaign()
@@ -456,11 +460,13 @@ class ClusterNode:
 
     async def _give_back_leader_key(self, timeout: float) -> None:
         """Delete the leader key if it is still the one this node created."""
-        revision, self._held_revision = self._held_revision, 0
+        revision = self._held_revision
         if not revision:
             return
         guard = Guard(self.node_id.encode(), revision)
         await self.client.txn(guard_compares(self.leader_key, guard), [delete_op(self.leader_key)], [], timeout)
+        if self._held_revision == revision:
+            self._held_revision = 0
 
     # --- transitions: key requests wait instead of failing -----------------------------------
 
