@@ -540,7 +540,6 @@ class ClusterNode:
                 remaining = deadline - _monotonic()
                 if remaining <= 0:
                     raise CommandError(errors.FAILOVER_TIMEOUT.format(chosen.addr))
-                self._changed.set()  # let the control loop refresh the topology
                 await asyncio.sleep(min(0.005, remaining))  # polling the topology with a deadline
                 with contextlib.suppress(StoreError):
                     await self.read_topology()
