@@ -8,7 +8,13 @@
 - ``errors``: the one CommandError type and every error text.
 - ``commands/``: one module per command family, a registry, the dispatcher.
 - ``app`` / ``client``: server-wide and per-connection state that handlers see.
-- ``keyspace``: the generators this node serves, wired to the store and the lease.
+- ``node``: a node's store and group (and in cluster mode its etcd clients), built from the Config.
+- ``group``: one leadership group: serving state, keyspace, and the cluster member deciding who serves.
+- ``serving``: whether this node may hand out IDs: the one state machine that owns that fact.
+- ``keyspace``: the sequences a group serves, read lazily per term, wired to the store.
+- ``cluster/``: lease, election, registry and topology, planned failover (etcd mode).
 - ``generators/``: pure allocation logic with an injected clock, store and lease.
-- ``store/``: durable state behind one interface (sqlite embedded; memory for tests).
+- ``store/``: durable state behind one interface (sqlite embedded; etcd; memory for tests).
+- ``etcd/``: the etcd interface, key paths, the gRPC client and an in-process fake.
+- ``clock``: injected time (real, or moved by tests).
 """

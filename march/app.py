@@ -1,7 +1,11 @@
-"""Server-wide state shared by every connection: config, store, keyspace, clients, counters.
+"""Server-wide state shared by every connection: config, node (store and group), clients, counters.
 
-``App`` is built once by the server from the ``Config`` and handed to every ``Client``; command
-handlers reach the keyspace, the config and the statistics through it.
+``App`` is built once by the server and handed to every ``Client``; command handlers reach the
+keyspace, the group, the config and the statistics through it.
+
+``hot`` is the server's fast-path table: the hot commands while the group serves, empty otherwise
+(then every request goes through the dispatcher, which waits or redirects). It is derived from the
+group's serving state on every change, never set by hand.
 """
 
 from __future__ import annotations
@@ -11,16 +15,15 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .config import Config
-from .generators.base import Lease
-from .keyspace import Keyspace
-from .store.base import Store
+from .serving import Change, Phase
 
 if TYPE_CHECKING:
     from .client import Client
-    from .cluster.node import ClusterNode
+    from .commands.registry import Hot
+    from .node import Node
 
 VERSION = "0.1.0"
 REDIS_COMPAT_VERSION = "7.0.0"  # what HELLO and INFO report as redis_version: the command set we follow
@@ -39,18 +42,12 @@ class Stats:
 
 
 class App:
-    def __init__(
-        self,
-        config: Config,
-        store: Store,
-        lease: Lease,
-        hot: Mapping[bytes, Any],
-        node: ClusterNode | None = None,
-    ) -> None:
+    def __init__(self, config: Config, node: Node, hot: Mapping[bytes, Hot]) -> None:
         self.config = config
-        self.store = store
-        self.lease = lease
-        self.keyspace = Keyspace(config, store, lease)
+        self.node = node
+        self.store = node.store
+        self.group = node.group
+        self.keyspace = node.group.keyspace
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
         self.started = time.time()
@@ -60,16 +57,17 @@ class App:
         self._ids = itertools.count(1)
         self.shutdown_requested: asyncio.Event | None = None
         self.closers: dict[int, Callable[[], None]] = {}
-        # Cluster mode: the node (role, topology, redirects). The server's fast path for hot
-        # commands (``hot``) is on only while this node serves; otherwise every request goes
-        # through the dispatcher, which redirects key commands.
-        self.node = node
         self._hot = hot
-        self.hot: Mapping[bytes, Any] = hot if node is None else {}
+        state = node.group.state
+        self.hot: Mapping[bytes, Hot] = hot if state.serving else {}
+        state.subscribe(self._follow)
 
-    def set_serving(self, serving: bool) -> None:
-        if self.node is not None:
-            self.hot = self._hot if serving else {}
+    def _follow(self, change: Change) -> None:
+        self.hot = self._hot if change.phase is Phase.SERVING else {}
+
+    @property
+    def cluster(self) -> bool:
+        return self.config.cluster
 
     def next_client_id(self) -> int:
         return next(self._ids)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_ID = (1 << 63) - 1  # IDs are signed 64-bit integers, as Redis INCR replies are
+MAX_KEY_LEN = 64 << 10  # no sequence name may approach what one etcd request carries (1.5 MiB)
 
 
 class ConfigError(ValueError):
@@ -39,6 +40,7 @@ class Config:
     max_bulk_len: int = 1 << 20
     max_inline_len: int = 64 << 10
     max_output_buffer: int = 64 << 20
+    max_key_len: int = 1024
     timeout: float = 0.0
     auto_create: bool = True
     min_batch: int = 1000
@@ -119,6 +121,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_bulk_len", "largest argument in bytes (protocol error beyond)", "limits"),
     Option("max_inline_len", "longest inline command line in bytes", "limits"),
     Option("max_output_buffer", "bytes of unread replies before a client is disconnected", "limits"),
+    Option("max_key_len", "longest sequence name in bytes (creating a longer one is an error)", "limits"),
     Option("timeout", "close a client idle this many seconds (0 = never)", "limits"),
     # sequences
     Option("auto_create", "INCR on an unknown key creates a sequence (off: SEQ.CREATE first)", "sequences"),
@@ -164,6 +167,9 @@ def _validate(c: Config) -> None:
     need(c.max_inline_len >= 1024, "max_inline_len must be >= 1024")
     need(c.max_output_buffer >= 1 << 16, "max_output_buffer must be >= 65536")
     need(c.timeout >= 0, "timeout must be >= 0")
+    # 64 KiB: a name appears a few times in one etcd transaction, which must stay under etcd's
+    # default 1.5 MiB request limit (and the store batches several records per transaction).
+    need(1 <= c.max_key_len <= MAX_KEY_LEN, f"max_key_len must be between 1 and {MAX_KEY_LEN}")
     need(1 <= c.min_batch <= c.max_batch <= MAX_ID, "need 1 <= min_batch <= max_batch")
     need(c.batch_interval > 0, "batch_interval must be > 0")
     need(0 < c.watermark < 1, "watermark must be between 0 and 1 (exclusive)")

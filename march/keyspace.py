@@ -1,56 +1,90 @@
-"""The keyspace: every sequence this node serves, wired to the store and the lease.
+"""The keyspace: the sequences a group serves, wired to the store and to its serving state.
 
-Commands look generators up here (``generators`` is a plain dict, read on the hot path), create
-them (``create``, ``ensure`` for auto-creation) and list them. The keyspace loads every record from
-the store when it starts serving and kills every generator when it stops, so a node that lost its
-right to serve holds no live generator.
+**Lazy, per term.** Nothing is loaded when a node starts serving, whatever the number of
+sequences: takeover costs the same with ten keys or a hundred thousand. A key becomes *active* in
+the current term on its first request: one linearizable read of its record (``activate``; the reads
+of keys activated in the same loop turn share one store request), then a generator built from it.
+A loaded generator has nothing spendable (its next ID is the stored ceiling), so its first ``INCR``
+persists a higher ceiling before the first ID (guarded; the first writes of many keys share
+transactions too). ``generators`` (a plain dict, read on the hot path) holds only active keys.
 
-Creating a sequence stores its first range right away (ceiling = start + min_batch; for a
+**Derived from the serving state.** The keyspace subscribes to its group's ``ServingState``: when a
+term ends (or a new one starts) every generator is dropped and its waiting requests are woken (they
+see ``NotServing`` and are redirected or retried: they got no ID); on a FAILOVER's hold they are
+only woken. Generators check their own term on every hand-out, so nothing here needs to be kept in
+step by hand. Requests that arrive while this node does not serve get ``NotServing``.
+
+**Creating** a sequence stores its first range right away (ceiling = start + min_batch; for a
 timestamp sequence, a lookahead past its first slot), so the first INCR on a new key costs one
-store write, not two. Keys are never deleted, so ``order`` (creation order) is a stable basis for
-SCAN cursors.
+store write, not two. Concurrent requests for one key share one read and one creation.
 
-Generators are built by the record's kind (``sequence`` or ``timestamp``). Timestamp sequences
-read the wall clock through ``wall()``: ``time.time()`` moved by ``wall_offset`` seconds, which
-only ``DEBUG CLOCK-OFFSET`` changes (tests of clock jumps).
+**Bounded waits.** A request waits for a read or a creation at most ``max_wait`` and then gets
+``TRYAGAIN`` (the store call goes on, and a later request finds its result): a frozen disk or a
+hung etcd never holds a client longer than that.
+
+**Names** are at most ``max_key_len`` bytes: a longer one cannot exist (reading it finds nothing)
+and creating it is an error, so no request can pass what the store accepts.
+
+**Listing** (``keys``, ``scan``, ``count``) reads the store a page at a time, in byte order. A SCAN
+cursor is the number of names already returned; the name it stopped at is remembered for the
+next call (a bounded table), and an unknown cursor (another node's, or a forgotten one) skips that
+many names again. Names are never deleted, so names inserted meanwhile can only make a scan return
+some names twice, never miss one that existed throughout, which is SCAN's contract.
+
+Timestamp sequences read the wall clock through ``wall()``: ``time.time()`` moved by
+``wall_offset`` seconds, which only ``DEBUG CLOCK-OFFSET`` changes (tests of clock jumps).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from . import errors
 from .config import Config
 from .errors import CommandError
 from .generators import timestamp
-from .generators.base import BatchPolicy, Clock, Lease, NotServing, WallClock, monotonic
+from .generators.base import BatchPolicy, Clock, NotServing, WallClock, monotonic
 from .generators.layout import Layout
 from .generators.sequence import MAX_ID, SequenceGenerator
 from .generators.timestamp import TimestampGenerator
+from .serving import Change, Phase, ServingState, Term
 from .store.base import GuardFailed, SequenceRecord, Store
 
 Generator = SequenceGenerator | TimestampGenerator
+T = TypeVar("T")
+
+log = logging.getLogger("march")
+
+PAGE = 1000  # names per store read when listing
+_CURSORS = 4096  # SCAN resume points remembered (each a name); older ones are recomputed
 
 
 class Keyspace:
     def __init__(
-        self, config: Config, store: Store, lease: Lease, clock: Clock = monotonic, wall: WallClock = time.time
+        self,
+        config: Config,
+        store: Store,
+        state: ServingState,
+        clock: Clock = monotonic,
+        wall: WallClock = time.time,
     ) -> None:
         self.config = config
         self.store = store
-        self.lease = lease
+        self.state = state
         self.clock = clock
         self._wall = wall
         self.wall_offset = 0.0  # seconds; moved only by DEBUG CLOCK-OFFSET
-        self.generators: dict[bytes, Generator] = {}
-        self.order: list[bytes] = []
-        self.serving = False
-        self.stopped: list[Generator] = []
-        self._creating: dict[bytes, asyncio.Future[Generator]] = {}
+        self.generators: dict[bytes, Generator] = {}  # active in the current term
+        self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
+        self._loading: dict[bytes, asyncio.Task[Generator | None]] = {}
+        self._creating: dict[bytes, asyncio.Task[Generator]] = {}
+        self._cursors: OrderedDict[int, bytes] = OrderedDict()
         self.default_policy = BatchPolicy(
             min_batch=config.min_batch,
             max_batch=config.max_batch,
@@ -59,43 +93,73 @@ class Keyspace:
             max_wait=config.max_wait,
             store_timeout=config.store_timeout,
         )
+        state.subscribe(self._on_change)
 
-    # --- life ----------------------------------------------------------------------------------
+    # --- following the serving state -------------------------------------------------------------
 
-    async def start_serving(self) -> None:
-        """Load every sequence from the store (linearizable) and serve them."""
-        if self.serving:  # never two live generators for one key
-            self.stop_serving("reloading")
-        records = await self.store.load_all()
-        self.generators.clear()
-        self.order.clear()
-        for record in records:
-            self._add(record)
-        self.serving = True
+    def _on_change(self, change: Change) -> None:
+        if change.phase is Phase.SERVING:
+            return
+        gens = list(self.generators.values())
+        if change.phase is not Phase.STEPPING_DOWN:  # the term ended, or a new one begins
+            self.generators.clear()  # in place: the hot path holds this dict
+            self._retired = [g for g in (*self._retired, *gens) if g.write is not None]
+        for gen in gens:
+            gen.wake()  # waiting requests look again: NotServing (they got no ID)
 
-    def stop_serving(self, reason: str) -> None:
-        """Stop at once: every generator is killed; requests waiting on one get an error."""
-        self.serving = False
-        for gen in self.generators.values():
-            gen.kill(reason)
-        self.stopped = list(self.generators.values())  # still drained at shutdown
-        self.generators.clear()  # nothing is served from a stale entry
-        self.order.clear()
+    @property
+    def serving(self) -> bool:
+        return self.state.serving
 
-    async def drain(self) -> None:
-        """Wait for store writes in flight (shutdown)."""
-        writes = [g.write for g in [*self.generators.values(), *self.stopped] if g.write is not None]
+    def _term(self) -> Term:
+        """The term being served; NotServing if none."""
+        term = self.state.term
+        if term is None or not self.state.serving:
+            raise NotServing(term.ended if term is not None else "not serving")
+        return term
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout``) for the store writes in flight (a hand-over, shutdown)."""
+        writes = [g.write for g in (*self.generators.values(), *self._retired) if g.write is not None]
         if writes:
-            await asyncio.wait(writes)
+            await asyncio.wait(writes, timeout=timeout)
 
     # --- lookups -------------------------------------------------------------------------------
 
     def get(self, key: bytes) -> Generator | None:
+        """The key's generator if it is active in this term (no store read)."""
         return self.generators.get(key)
+
+    async def activate(self, key: bytes) -> Generator | None:
+        """The key's generator, reading its record if it is not active yet; None if there is no such sequence."""
+        gen = self.generators.get(key)
+        if gen is not None:
+            return gen
+        term = self._term()
+        creating = self._creating.get(key)
+        if creating is not None:
+            return await self._bounded(creating, key)
+        if len(key) > self.config.max_key_len:
+            return None  # no sequence has such a name
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = self._start(self._loading, key, self._load(key, term))
+        return await self._bounded(loading, key)
+
+    async def _load(self, key: bytes, term: Term) -> Generator | None:
+        record = await asyncio.wait_for(self.store.load(key), self.config.store_timeout)
+        self._check(term)
+        gen = self.generators.get(key)
+        if gen is None and record is not None:
+            gen = self._add(record, term)
+        return gen
 
     async def ensure(self, key: bytes) -> Generator:
         """The generator for ``key``, created with default settings if auto_create is on."""
         gen = self.generators.get(key)
+        if gen is not None:
+            return gen
+        gen = await self.activate(key)
         if gen is not None:
             return gen
         if not self.config.auto_create:
@@ -125,46 +189,49 @@ class Keyspace:
     ) -> tuple[Generator, bool]:
         """The generator for ``key`` and whether this call created it (False: it existed).
 
-        Concurrent calls for one key share one store write; only the first reports ``True``.
+        Concurrent calls for one key share one store write; only the one that started it reports ``True``.
         """
-        self._check_serving()
-        pending = self._creating.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending), False
-        existing = self.generators.get(key)
+        if len(key) > self.config.max_key_len:
+            raise CommandError(errors.KEY_TOO_LONG.format(self.config.max_key_len))
+        existing = await self.activate(key)
         if existing is not None:
             return existing, False
-        fut: asyncio.Future[Generator] = asyncio.get_running_loop().create_future()
-        self._creating[key] = fut
+        pending = self._creating.get(key)
+        if pending is not None:
+            return await self._bounded(pending, key), False
+        existing = self.generators.get(key)  # activated meanwhile
+        if existing is not None:
+            return existing, False
+        term = self._term()
+        if kind == timestamp.KIND:
+            record, first = timestamp.new_record(key, settings, start, self.wall, self.lookahead_ms(settings))
+        else:
+            policy = self.policy_for(settings)
+            record = SequenceRecord(key, "sequence", min(MAX_ID + 1, start + policy.min_batch), dict(settings))
+            first = start
+        created: list[bool] = []
+        task = self._start(self._creating, key, self._create(record, first, term, created))
+        gen = await self._bounded(task, key)
+        return gen, bool(created)
+
+    async def _create(self, record: SequenceRecord, first: int, term: Term, created: list[bool]) -> Generator:
         try:
-            if kind == timestamp.KIND:
-                record, first = timestamp.new_record(key, settings, start, self.wall, self.lookahead_ms(settings))
-            else:
-                policy = self.policy_for(settings)
-                record = SequenceRecord(key, "sequence", min(MAX_ID + 1, start + policy.min_batch), dict(settings))
-                first = start
-            try:
-                created = await self.store.create(record, self.lease.guard)
-            except GuardFailed as exc:  # leadership is gone: step down, the request got nothing
-                self.lease.lost(str(exc))
-                raise NotServing(str(exc)) from None
-            self._check_serving()
-            if created:
-                gen = self._add(record, first)
-            else:  # someone created it first (another node, before our load): use what is stored
-                stored = await self.store.load(key)
-                if stored is None:
-                    raise CommandError(errors.TRYAGAIN_STARTING)
-                gen = self._add(stored)
-            fut.set_result(gen)
-            return gen, created
-        except BaseException as exc:
-            if not fut.done():
-                fut.set_exception(exc)
-                fut.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
-            raise
-        finally:
-            del self._creating[key]
+            stored = await asyncio.wait_for(self.store.create(record, term.guard), self.config.store_timeout)
+        except GuardFailed as exc:  # leadership is gone: the term ends, the request got nothing
+            term.lost(str(exc))
+            raise NotServing(str(exc)) from None
+        self._check(term)
+        existing = self.generators.get(record.key)
+        if stored:
+            created.append(True)
+            return existing if existing is not None else self._add(record, term, first)
+        if existing is not None:
+            return existing
+        loaded = await asyncio.wait_for(self.store.load(record.key), self.config.store_timeout)
+        self._check(term)
+        if loaded is None:
+            raise CommandError(errors.TRYAGAIN_STARTING)
+        return self.generators.get(record.key) or self._add(loaded, term)
 
     def policy_for(self, settings: Mapping[str, Any]) -> BatchPolicy:
         changes = {k: int(settings[k]) for k in ("min_batch", "max_batch") if k in settings}
@@ -174,21 +241,93 @@ class Keyspace:
         """A timestamp sequence's lookahead: its own (SEQ.CREATE ... LOOKAHEAD) or the configured default."""
         return int(settings.get("lookahead", self.config.timestamp_lookahead_ms))
 
-    def _add(self, record: SequenceRecord, start: int | None = None) -> Generator:
-        """Serve ``record``; ``start`` places a brand-new generator (its next ID, or first slot)."""
+    def _add(self, record: SequenceRecord, term: Term, start: int | None = None) -> Generator:
+        """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
         gen: Generator
         policy = self.policy_for(record.settings)
         if record.kind == timestamp.KIND:
             layout = Layout.from_settings(record.settings)
-            gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, self.lease, policy, self.clock,
+            gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, term, policy, self.clock,
                                      self.wall, self.lookahead_ms(record.settings), start)  # fmt: skip
         else:
-            gen = SequenceGenerator(record.key, record.ceiling, self.store, self.lease, policy, self.clock, start)
-        if record.key not in self.generators:
-            self.order.append(record.key)
+            gen = SequenceGenerator(record.key, record.ceiling, self.store, term, policy, self.clock, start)
         self.generators[record.key] = gen
         return gen
 
-    def _check_serving(self) -> None:
-        if not self.serving:
-            raise NotServing("not serving")
+    def _check(self, term: Term) -> None:
+        """The term a read or creation started in is still served (else its result is not used)."""
+        if self.state.term is not term:
+            raise NotServing(term.ended or "the term changed")
+
+    def _start(self, table: dict[bytes, asyncio.Task[T]], key: bytes, work: Awaitable[T]) -> asyncio.Task[T]:
+        """Run ``work`` for ``key`` once, shared by every request for it until it is done."""
+
+        async def run() -> T:
+            return await work
+
+        task = asyncio.get_running_loop().create_task(run())
+        table[key] = task
+
+        def done(t: asyncio.Task[T]) -> None:
+            if table.get(key) is t:
+                del table[key]
+            if not t.cancelled():
+                t.exception()  # retrieved: each waiter re-raises it; nobody logs it as lost
+
+        task.add_done_callback(done)
+        return task
+
+    async def _bounded(self, task: asyncio.Task[T], key: bytes) -> T:
+        """Wait for a shared store call at most ``max_wait`` (it goes on after a timeout)."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self.config.max_wait)
+        except TimeoutError:
+            raise CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))) from None
+
+    # --- listing (a page at a time) --------------------------------------------------------------
+
+    async def keys(self, matches: Callable[[bytes], bool] | None = None, prefix: bytes = b"") -> list[bytes]:
+        """Every name starting with ``prefix`` for which ``matches`` holds (all: None), in byte order."""
+        out: list[bytes] = []
+        after: bytes | None = None
+        while True:
+            page = await self.store.list_keys(prefix, after, PAGE)
+            out.extend(page if matches is None else [k for k in page if matches(k)])
+            if len(page) < PAGE:
+                return out
+            after = page[-1]
+
+    async def scan(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
+        """About ``count`` names from ``cursor`` on, and the cursor to continue with (0: done)."""
+        after: bytes | None = None
+        if cursor:
+            after = self._cursors.get(cursor)
+            if after is None:
+                after = await self._skip(cursor)
+                if after is None:
+                    return 0, []
+        page = await self.store.list_keys(b"", after, count)
+        if len(page) < count:
+            return 0, page
+        nxt = cursor + len(page)
+        self._cursors[nxt] = page[-1]
+        self._cursors.move_to_end(nxt)
+        while len(self._cursors) > _CURSORS:
+            self._cursors.popitem(last=False)
+        return nxt, page
+
+    async def _skip(self, n: int) -> bytes | None:
+        """The ``n``-th name (1-based), reading pages from the start; None past the end."""
+        if n > await self.store.count():
+            return None
+        after: bytes | None = None
+        while n > 0:
+            page = await self.store.list_keys(b"", after, min(PAGE, n))
+            if not page:
+                return None
+            n -= len(page)
+            after = page[-1]
+        return after
+
+    async def count(self) -> int:
+        return await self.store.count()

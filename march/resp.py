@@ -31,6 +31,7 @@ from typing import Any
 
 import hiredis
 
+from . import errors
 from .errors import CommandError
 
 CRLF = b"\r\n"
@@ -126,7 +127,7 @@ class RequestParser:
                     elif req is None:  # `*-1`: ignored too
                         ignored = [*(ignored or ()), (len(requests), _NULL_ARRAY)]
                     else:
-                        raise ProtocolError(f"expected '*', got '{_type_byte(req)}'")
+                        raise ProtocolError(errors.PROTO_EXPECTED.format("*", _type_byte(req)))
             except hiredis.ProtocolError as exc:
                 rest = self._after_requests(data, requests, n_before, ignored)
                 if rest is None:
@@ -170,7 +171,7 @@ class RequestParser:
                 _check_header(data, self._max_args, self._max_bulk)
             pending = self._pending + len(data)
             if pending > self._max_pending:
-                raise ProtocolError("too big request")
+                raise ProtocolError(errors.PROTO_TOO_BIG)
             self._pending = pending
         else:
             self._pending = len(data)
@@ -228,17 +229,17 @@ class RequestParser:
             if nl < 0:
                 rest = buf[start:]
                 if len(rest) > self._max_inline:
-                    raise ProtocolError("too big inline request")
+                    raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
                 self._inline = rest
                 return b""
             if nl - start > self._max_inline:
-                raise ProtocolError("too big inline request")
+                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
             line = buf[start:nl]
             start = nl + 1
             args = split_inline(line.rstrip(b"\r"))
             if args:
                 if len(args) > self._max_args:
-                    raise ProtocolError("invalid multibulk length")
+                    raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
                 requests.append(args)
         return buf[start:]
 
@@ -248,17 +249,17 @@ def _check_bulks(requests: list[list[bytes]], start: int, max_bulk: int) -> None
     for i in range(start, len(requests)):
         if any(len(a) > max_bulk for a in requests[i]):
             del requests[i:]
-            raise ProtocolError("invalid bulk length")
+            raise ProtocolError(errors.PROTO_BULK_LENGTH)
 
 
 def _check_request(req: list[Any], max_args: int) -> None:
     if len(req) > max_args:
-        raise ProtocolError("invalid multibulk length")
+        raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
     for a in req:
         if a is None:  # `$-1` inside a request
-            raise ProtocolError("invalid bulk length")
+            raise ProtocolError(errors.PROTO_BULK_LENGTH)
         if a.__class__ is not bytes:
-            raise ProtocolError(f"expected '$', got '{_type_byte(a)}'")
+            raise ProtocolError(errors.PROTO_EXPECTED.format("$", _type_byte(a)))
 
 
 def encode_request(args: list[bytes]) -> bytes:
@@ -281,9 +282,9 @@ def _check_header(data: bytes, max_args: int, max_bulk: int) -> None:
         try:
             count = int(data[1:nl])
         except ValueError:
-            raise ProtocolError("invalid multibulk length") from None
+            raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH) from None
         if count > max_args:
-            raise ProtocolError("invalid multibulk length")
+            raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
         pos = nl + 2
     else:
         return
@@ -294,9 +295,9 @@ def _check_header(data: bytes, max_args: int, max_bulk: int) -> None:
         try:
             length = int(data[pos + 1 : nl])
         except ValueError:
-            raise ProtocolError("invalid bulk length") from None
+            raise ProtocolError(errors.PROTO_BULK_LENGTH) from None
         if length > max_bulk or length < 0:
-            raise ProtocolError("invalid bulk length")
+            raise ProtocolError(errors.PROTO_BULK_LENGTH)
         pos = nl + 2 + length + 2
         count -= 1
 
@@ -315,14 +316,14 @@ def _translate(hiredis_message: str) -> str:
     """hiredis' protocol error texts, in Redis' words where Redis has them."""
     low = hiredis_message.lower()
     if "multi-bulk length" in low or "multibulk" in low:
-        return "invalid multibulk length"
+        return errors.PROTO_MULTIBULK_LENGTH
     if "bulk" in low:
-        return "invalid bulk length"
+        return errors.PROTO_BULK_LENGTH
     if "reply type byte" in low:
         # e.g. 'Protocol error, got "x" as reply type byte'
         quoted = hiredis_message.split('"')
         got = quoted[1] if len(quoted) > 2 else "?"
-        return f"expected '$', got '{got}'"
+        return errors.PROTO_EXPECTED.format("$", got)
     return hiredis_message
 
 
@@ -351,7 +352,7 @@ def split_inline(line: bytes) -> list[bytes]:
         while True:
             if i >= n:
                 if quote:
-                    raise ProtocolError("unbalanced quotes in request")
+                    raise ProtocolError(errors.PROTO_UNBALANCED_QUOTES)
                 break
             c = line[i]
             if not quote:
@@ -363,7 +364,7 @@ def split_inline(line: bytes) -> list[bytes]:
                     cur.append(c)
             elif c == quote:  # a closing quote must end the argument
                 if i + 1 < n and line[i + 1] not in _SPACE:
-                    raise ProtocolError("unbalanced quotes in request")
+                    raise ProtocolError(errors.PROTO_UNBALANCED_QUOTES)
                 i += 1
                 break
             elif c == _BACKSLASH and quote == _DQ and i + 3 < n and line[i + 1] == ord("x") and _is_hex(line, i + 2):

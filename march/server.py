@@ -31,22 +31,20 @@ from typing import Any, cast
 from . import errors
 from .app import VERSION, App
 from .client import Client
-from .cluster.node import ClusterNode
 from .commands import call
 from .commands.dispatch import as_error, rerun
-from .commands.registry import HOT
+from .commands.registry import HOT, Hot
 from .commands.server import NO_REPLY
 from .config import Config
-from .generators.base import Lease, NotServing, SingleNodeLease
+from .generators.base import NotServing
+from .node import Node
 from .resp import ProtocolError, RequestParser, encode, encode_error
-from .store.base import Store
-from .store.etcd import TLS, EtcdClient, EtcdStore
-from .store.sqlite import SqliteStore
 
 log = logging.getLogger("march")
 
 _HIGH_WATER = 256 << 10  # pause reading from a client whose unsent replies pass this many bytes
 _monotonic = time.monotonic
+_NO_HOT: dict[bytes, Hot] = {}  # the fast-path table of a connection that is not plain (AUTH, MULTI)
 
 
 class ListenError(Exception):
@@ -133,29 +131,6 @@ class Connection(asyncio.Protocol):
         if self.busy:
             self.backlog.extend(requests)
             return
-        if len(requests) == 1 and not self.protocol_error:
-            # One request per read (a client waiting for each reply): the hot path of ``run`` for a
-            # single request, without its loop and bookkeeping.
-            args = requests[0]
-            entry = self.app.hot.get(args[0])
-            client = self.client
-            if entry is not None and len(args) == entry[0] and client.authenticated and client.multi is None:
-                try:
-                    result = entry[1](client, args)
-                except Exception as exc:
-                    result = exc
-                if result.__class__ is int:
-                    self.app.stats.commands += 1
-                    self.transport.write(b":%d\r\n" % result)
-                    return
-                self.app.stats.commands += 1
-                if asyncio.iscoroutine(result):
-                    self.wait(result, requests, 1)
-                else:
-                    self.transport.write(
-                        self.error_reply(result) if isinstance(result, Exception) else encode(result, client.proto)
-                    )
-                return
         self.run(requests, 0)
 
     # --- running requests ---------------------------------------------------------------------
@@ -170,65 +145,62 @@ class Connection(asyncio.Protocol):
         return encode_error(as_error(self.client, exc).message)
 
     def run(self, requests: list[list[bytes]], start: int) -> None:
-        """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it."""
+        """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
+
+        The one fast path: a hot command (one that never changes connection state) with its exact
+        arity on a plain connection (authenticated, not in MULTI) is called directly; everything
+        else goes through ``call``, which makes every check. This runs for every request (a read
+        holding one request is the common case): keep it lean.
+        """
         client = self.client
-        transport = self.transport
+        app = self.app
+        hot = app.hot if client.authenticated and client.multi is None else _NO_HOT
         out: list[bytes] = []
-        append = out.append
-        stats = self.app.stats
-        hot = self.app.hot
-        # Fast path: a hot command (one that never changes connection state) with its exact arity
-        # on a plain connection (authenticated, not in MULTI). Everything else goes through
-        # ``call``, which makes every check. This loop runs for every request: keep it lean.
-        plain = client.authenticated and client.multi is None
         n = len(requests)
         i = start
         while i < n:
             args = requests[i]
             i += 1
+            entry = hot.get(args[0])
             try:
-                entry = hot.get(args[0]) if plain else None
-                if entry is not None and len(args) == entry[0]:
-                    if i < n and entry[2] is not None and requests[i] == args:
+                if entry is not None and len(args) == entry.arity:
+                    if i < n and entry.consecutive is not None and requests[i] == args:
                         # A run of identical requests (a pipeline of INCRs on one key): answered
                         # with consecutive integers from one call, exactly what running them one
                         # by one would give, since nothing else runs in between.
                         j = i + 1
                         while j < n and requests[j] == args:
                             j += 1
-                        last = entry[2](client, args, j - i + 1)
+                        last = entry.consecutive(client, args, j - i + 1)
                         if last is not None:
                             out.extend([b":%d\r\n" % v for v in range(last - (j - i), last + 1)])
                             i = j
                             continue
-                    result = entry[1](client, args)
-                    if result.__class__ is int:
-                        append(b":%d\r\n" % result)
-                        continue
+                    result = entry.handler(client, args)
                 else:
                     result = call(client, args)
-                    plain = client.authenticated and client.multi is None
+                    hot = app.hot if client.authenticated and client.multi is None else _NO_HOT
             except Exception as exc:
-                append(self.error_reply(exc))
+                out.append(self.error_reply(exc))
                 continue
             if result.__class__ is int:
-                append(b":%d\r\n" % result)
+                out.append(b":%d\r\n" % result)
             elif asyncio.iscoroutine(result):
                 if out:
-                    transport.write(b"".join(out))
-                stats.commands += i - start
+                    self.transport.write(b"".join(out))
+                app.stats.commands += i - start
                 self.wait(result, requests, i)
                 return
             elif result is not NO_REPLY:
-                append(encode(result, client.proto))
+                out.append(encode(result, client.proto))
             if client.close_after:
                 break
-        stats.commands += i - start
+        app.stats.commands += i - start
         if self.protocol_error and not self.backlog and not client.close_after:
-            out.append(encode_error("ERR Protocol error: " + self.protocol_error))
+            out.append(encode_error(errors.PROTOCOL_ERROR.format(self.protocol_error)))
             client.close_after = True
         if out:
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
             if self.write_paused:
                 self.check_output_buffer()
         if client.close_after:
@@ -249,8 +221,6 @@ class Connection(asyncio.Protocol):
             try:
                 value = await pending
             except NotServing:
-                if self.app.node is None:
-                    raise
                 # This node stopped serving while the request waited (it got no ID): run it again
                 # once the change is over, here if this node serves by then, else a MOVED reply.
                 value = await rerun(client, requests[resume_at - 1])
@@ -300,42 +270,20 @@ def _is_loopback(peer: Any) -> bool:
         return False
 
 
-def make_store(config: Config) -> tuple[Store, Lease, ClusterNode | None]:
-    """The embedded store and its trivial lease, or (with ``etcd``) the etcd store and a cluster node."""
-    if not config.cluster:
-        return SqliteStore(config.data_dir), SingleNodeLease(), None
-    tls = None
-    if config.etcd_ca_cert_file or config.etcd_cert_file:
-        tls = TLS(config.etcd_ca_cert_file, config.etcd_cert_file, config.etcd_key_file)
-    client = EtcdClient(
-        config.etcd_endpoints,
-        user=config.etcd_user,
-        password=config.etcd_password,
-        tls=tls,
-        timeout=config.store_timeout,
-    )
-    node = ClusterNode(config, client)
-    write_timeout = max(0.5, config.lease_ttl / 3)
-    return EtcdStore(client, config.etcd_prefix, config.store_timeout, write_timeout), node, node
-
-
 async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int] | None = None) -> None:
     """Run a node until ``stop`` completes or SHUTDOWN is called.
 
-    A single node loads its state and serves before it listens. A cluster node listens first
-    (standbys answer too) and then joins: election and promotion run in the background.
+    The store opens first (a locked or unwritable data dir fails before listening). A single node
+    serves as soon as it listens; a cluster node listens (standbys answer too), then joins:
+    election and the rest run in the background.
     """
     loop = asyncio.get_running_loop()
-    store, lease, node = make_store(config)
-    await store.open()
-    app = App(config, store, lease, HOT, node)
-    if node is not None:
-        node.attach(app)
+    node = Node(config)
+    await node.open()
+    app = App(config, node, HOT)
     app.shutdown_requested = asyncio.Event()
     conns: set[Connection] = set()
     try:
-        if node is None:
-            await app.keyspace.start_serving()
         try:
             server = await loop.create_server(
                 lambda: Connection(app, conns), config.bind, config.port, reuse_address=True
@@ -344,15 +292,9 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
             raise ListenError(f"cannot listen on {config.bind}:{config.port}: {exc}") from exc
         app.port = server.sockets[0].getsockname()[1]
         log.info(
-            "March %s ready to accept connections on %s:%d (store: %s, %d sequences)",
-            VERSION,
-            config.bind,
-            app.port,
-            store.name,
-            len(app.keyspace.generators),
+            "March %s ready to accept connections on %s:%d (store: %s)", VERSION, config.bind, app.port, node.store.name
         )
-        if node is not None:
-            await node.start(app.port)
+        node.join(app.port)
         if ready is not None and not ready.done():
             ready.set_result(app.port)
         idle = loop.create_task(_close_idle(app, conns)) if config.timeout > 0 else None
@@ -366,16 +308,8 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
                 t.cancel()
         server.close()
         await _close_connections(conns, config.shutdown_timeout)
-        if node is not None:
-            await node.stop()  # steps down and gives the leader key back at once
-        if app.keyspace.serving:
-            app.keyspace.stop_serving("shutting down")
-        try:
-            await asyncio.wait_for(app.keyspace.drain(), config.store_timeout)
-        except TimeoutError:  # safe: nothing at or above an unconfirmed ceiling was handed out
-            log.warning("store writes still in flight after %.1fs; stopping without them", config.store_timeout)
     finally:
-        await store.close()
+        await node.stop()  # steps down (a primary gives the leader key back at once), drains, closes
     log.info("March stopped")
 
 

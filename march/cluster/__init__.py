@@ -1,1 +1,3 @@
-"""Cluster mode: election and lease (``node``), Redis Cluster key slots (``slots``)."""
+"""Cluster mode, one part per responsibility, each with an injected clock: the lease (``lease``),
+the election (``election``), the node registry and topology (``registry``), planned failover
+(``failover``), their wiring (``member``), and Redis Cluster key slots (``slots``)."""

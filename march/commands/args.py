@@ -63,3 +63,21 @@ def glob_to_regex(pattern: bytes) -> re.Pattern[bytes]:
             out += re.escape(c)
         i += 1
     return re.compile(bytes(out) + rb"\Z", re.DOTALL)
+
+
+def literal_prefix(pattern: bytes) -> bytes:
+    """The bytes every name matching the glob ``pattern`` starts with (up to its first wildcard)."""
+    out = bytearray()
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c in b"*?[":
+            break
+        if c == 0x5C:  # backslash: the next byte is literal
+            if i + 1 >= len(pattern):
+                break
+            i += 1
+            c = pattern[i]
+        out.append(c)
+        i += 1
+    return bytes(out)

@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..cluster.node import ClusterNode, NodeInfo
+from ..cluster.member import ClusterMember
+from ..cluster.registry import NodeInfo
 from ..cluster.slots import SLOTS, key_slot
 from ..errors import CommandError
 from ..resp import Verbatim
@@ -44,22 +45,11 @@ _CLUSTER_SUBS = (
 _DEFAULT_FAILOVER_TIMEOUT_MS = 5000
 
 
-def _node(client: Client) -> ClusterNode:
-    node = client.app.node
-    if node is None:
+def _member(client: Client) -> ClusterMember:
+    member = client.app.group.member
+    if member is None:
         raise CommandError(errors.CLUSTER_DISABLED)
-    return node
-
-
-def _members(node: ClusterNode) -> tuple[NodeInfo | None, list[NodeInfo]]:
-    """(primary, standbys) from the last topology read; this node is always among them."""
-    topology = node.topology
-    me = NodeInfo(node.node_id, node.addr)
-    nodes = dict(topology.nodes)
-    nodes.setdefault(me.id, me)
-    primary = nodes.get(topology.leader) if topology.leader is not None else None
-    standbys = sorted((n for n in nodes.values() if primary is None or n.id != primary.id), key=lambda n: n.id)
-    return primary, standbys
+    return member
 
 
 def _endpoint(n: NodeInfo) -> list[Any]:
@@ -79,24 +69,25 @@ def cluster(client: Client, args: list[bytes]) -> Any:
     sub = check_subcommand("cluster", args)
     if sub == b"help":
         return [f"CLUSTER {s.upper()}: {text}".encode() for s, _, text in _CLUSTER_SUBS]
-    node = _node(client)
+    member = _member(client)
     if sub == b"keyslot":
         return key_slot(args[2])
     if sub == b"myid":
-        return NodeInfo(node.node_id, node.addr).cluster_id.encode()
-    primary, standbys = _members(node)
+        return member.me.cluster_id.encode()
+    primary, standbys = member.registry.members()
     if sub == b"slots":
         if primary is None:
             return []
         return [[0, SLOTS - 1, _endpoint(primary), *(_endpoint(n) for n in standbys)]]
     if sub == b"shards":
-        return _shards(node, primary, standbys)
+        return _shards(primary, standbys)
+    epoch = member.registry.topology.leader_revision
     if sub == b"nodes":
-        return Verbatim(_nodes_text(node, primary, standbys))
-    return Verbatim(_info_text(node, primary, standbys))
+        return Verbatim(_nodes_text(member.me, epoch, primary, standbys))
+    return Verbatim(_info_text(epoch, primary, standbys))
 
 
-def _shards(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeInfo]) -> list[Any]:
+def _shards(primary: NodeInfo | None, standbys: list[NodeInfo]) -> list[Any]:
     def describe(n: NodeInfo, role: str) -> dict[bytes, Any]:
         return {
             b"id": n.cluster_id.encode(),
@@ -114,11 +105,10 @@ def _shards(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeInfo
     return [{b"slots": [0, SLOTS - 1], b"nodes": [describe(primary, "master"), *nodes]}]
 
 
-def _nodes_text(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
-    epoch = node.topology.leader_revision
+def _nodes_text(me: NodeInfo, epoch: int, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
     lines = []
     for n, is_primary in [*([(primary, True)] if primary else []), *((s, False) for s in standbys)]:
-        flags = ("myself," if n.id == node.node_id else "") + ("master" if is_primary or primary is None else "slave")
+        flags = ("myself," if n.id == me.id else "") + ("master" if is_primary or primary is None else "slave")
         master = "-" if is_primary or primary is None else primary.cluster_id
         slots = f" 0-{SLOTS - 1}" if is_primary else ""
         lines.append(
@@ -127,10 +117,9 @@ def _nodes_text(node: ClusterNode, primary: NodeInfo | None, standbys: list[Node
     return "".join(lines)
 
 
-def _info_text(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
+def _info_text(epoch: int, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
     ok = primary is not None
     assigned = SLOTS if ok else 0
-    epoch = node.topology.leader_revision
     fields = [
         ("cluster_state", "ok" if ok else "fail"),
         ("cluster_slots_assigned", assigned),
@@ -149,7 +138,7 @@ def _info_text(node: ClusterNode, primary: NodeInfo | None, standbys: list[NodeI
 
 
 def _accept(client: Client, args: list[bytes]) -> Any:
-    _node(client)
+    _member(client)
     return "OK"
 
 
@@ -187,26 +176,26 @@ def failover(client: Client, args: list[bytes]) -> Any:
         elif opt == b"timeout" and i + 1 < len(args):
             timeout_ms = parse_int(args[i + 1])
             if timeout_ms <= 0:
-                raise CommandError("ERR FAILOVER timeout must be greater than 0")
+                raise CommandError(errors.FAILOVER_TIMEOUT_RANGE)
             i += 2
         elif opt == b"abort":
             abort = True
             i += 1
         else:
             raise CommandError(errors.SYNTAX)
-    node = client.app.node
+    member = client.app.group.member
     if abort:
         if target is not None or len(args) > 2:
-            raise CommandError("ERR FAILOVER with ABORT takes no other option.")
-        if node is None:
+            raise CommandError(errors.FAILOVER_ABORT_ALONE)
+        if member is None:
             raise CommandError(errors.FAILOVER_NONE)
-        node.abort_failover()
+        member.failover.abort()
         return "OK"
-    if node is None:
+    if member is None:
         raise CommandError(errors.FAILOVER_NO_STANDBY)
-    return _failover(node, target, timeout_ms / 1000)
+    return _failover(member, target, timeout_ms / 1000)
 
 
-async def _failover(node: ClusterNode, target: str | None, timeout: float) -> Any:
-    await node.failover(target, timeout)
+async def _failover(member: ClusterMember, target: str | None, timeout: float) -> Any:
+    await member.failover.run(target, timeout)
     return "OK"

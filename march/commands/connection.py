@@ -78,7 +78,7 @@ def hello(client: Client, args: list[bytes]) -> Any:
         try:
             proto = int(args[1])
         except ValueError:
-            raise CommandError("ERR Protocol version is not an integer or out of range") from None
+            raise CommandError(errors.HELLO_PROTOVER) from None
         if proto not in (2, 3):
             raise CommandError(errors.PROTOCOL_VERSION)
         i = 2
@@ -94,7 +94,7 @@ def hello(client: Client, args: list[bytes]) -> Any:
             name = args[i + 1]
             i += 2
         else:
-            raise CommandError(f"ERR Syntax error in HELLO option '{args[i].decode('utf-8', 'replace')}'")
+            raise CommandError(errors.HELLO_OPTION.format(args[i].decode("utf-8", "replace")))
     if auth_pair is not None:
         if not client.app.config.requirepass:
             if auth_pair[0] != b"default":
@@ -111,8 +111,8 @@ def hello(client: Client, args: list[bytes]) -> Any:
         b"version": REDIS_COMPAT_VERSION.encode(),
         b"proto": proto,
         b"id": client.id,
-        b"mode": b"standalone" if client.app.node is None else b"cluster",
-        b"role": b"master" if client.app.node is None or client.app.node.leading else b"replica",
+        b"mode": b"cluster" if client.app.cluster else b"standalone",
+        b"role": b"master" if client.app.group.state.leading else b"replica",
         b"modules": [],
     }
 
@@ -126,13 +126,15 @@ def select(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@_handshake("quit", -1, summary="Close the connection after the reply.")
+@_handshake("quit", -1, queued=False, summary="Close the connection after the reply.")
 def quit_(client: Client, args: list[bytes]) -> Any:
     client.close_after = True
     return "OK"
 
 
-@_handshake("reset", 1, summary="Reset the connection's state (protocol, name, transaction, authentication).")
+@_handshake(
+    "reset", 1, queued=False, summary="Reset the connection's state (protocol, name, transaction, authentication)."
+)
 def reset(client: Client, args: list[bytes]) -> Any:
     client.reset()
     return "RESET"
@@ -140,7 +142,7 @@ def reset(client: Client, args: list[bytes]) -> Any:
 
 def _set_name(client: Client, name: bytes) -> None:
     if any(c <= 32 or c > 126 for c in name):
-        raise CommandError("ERR Client names cannot contain spaces, newlines or special characters.")
+        raise CommandError(errors.CLIENT_NAME)
     client.name = name.decode()
 
 
@@ -180,13 +182,13 @@ def client_(client: Client, args: list[bytes]) -> Any:
         attr = args[2].lower()
         value = args[3].decode("utf-8", "replace")
         if any(c in value for c in " \n\r"):
-            raise CommandError(f"ERR {args[2].decode()} cannot contain spaces, newlines or special characters.")
+            raise CommandError(errors.CLIENT_INFO_VALUE.format(args[2].decode("utf-8", "replace")))
         if attr == b"lib-name":
             client.lib_name = value
         elif attr == b"lib-ver":
             client.lib_ver = value
         else:
-            raise CommandError(f"ERR Unrecognized option '{args[2].decode('utf-8', 'replace')}'")
+            raise CommandError(errors.CLIENT_OPTION.format(args[2].decode("utf-8", "replace")))
         return "OK"
     if sub == b"info" and n == 2:
         from ..resp import Verbatim
@@ -216,7 +218,7 @@ def _kill(client: Client, args: list[bytes]) -> Any:
     if len(args) == 3:  # old form: CLIENT KILL ip:port
         targets = [c for c in app.clients.values() if c.addr == args[2].decode()]
         if not targets:
-            raise CommandError("ERR No such client")
+            raise CommandError(errors.NO_SUCH_CLIENT)
         for c in targets:
             app.closers[c.id]()
         return "OK"
@@ -227,7 +229,7 @@ def _kill(client: Client, args: list[bytes]) -> Any:
         opt, val = args[i].lower(), args[i + 1].decode("utf-8", "replace")
         if opt == b"id":
             if not val.isdigit():
-                raise CommandError("ERR client-id should be greater than 0")
+                raise CommandError(errors.CLIENT_ID)
             chosen = [c for c in chosen if c.id == int(val)]
         elif opt == b"addr":
             chosen = [c for c in chosen if c.addr == val]

@@ -3,11 +3,12 @@
 ``call`` returns what the handler returned (a value, or a coroutine to await) or raises
 ``CommandError``. The server encodes; EXEC calls ``call`` for each queued request.
 
-Routing (cluster mode): a node that is not serving answers every key command, and the keyspace
-commands without a key (KEYS, SCAN, DBSIZE, SEQ.LIST, as slot 0), with ``MOVED`` to the primary;
-while this node is being promoted or is handing over (FAILOVER), such requests wait for that to
-finish (bounded by ``max_wait``) and then run here or get ``MOVED``. A request that was running
-when this node stopped serving got no ID; ``rerun`` runs it again the same way.
+Routing follows the group's serving state (``march.serving``), declared per command at
+registration (``primary``: the key commands and the keyspace-wide KEYS, SCAN, DBSIZE, SEQ.LIST).
+A node that does not serve answers them with ``MOVED`` to the primary (or ``CLUSTERDOWN``); while
+a promotion or a FAILOVER is in progress they wait for it to end (bounded by ``max_wait``) and
+then run here or get ``MOVED``. A request that was running when this node stopped serving got no
+ID; ``rerun`` runs it again the same way.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..errors import CommandError
 from ..generators.base import NotServing
-from ..store.base import StoreError
-from .registry import TABLE, CommandSpec
+from ..store.base import StoreError, StoreFull, StoreRejected
+from .registry import TABLE, CommandSpec, lookup
 
 if TYPE_CHECKING:
     from ..client import Client
-    from ..cluster.node import ClusterNode
 
 log = logging.getLogger("march")
 
@@ -50,48 +50,50 @@ def call(client: Client, args: list[bytes]) -> Any:
         if client.multi is not None:
             client.multi_error = True
         raise CommandError(errors.NOAUTH)
-    node = client.app.node
-    if node is not None and spec.routed and not client.app.keyspace.serving:
+    group = client.app.group
+    if spec.primary and not group.serving:
         if client.multi is not None:
             client.multi_error = True
-        elif node.transition is not None:
+        elif group.in_transition:
             return rerun(client, args)
-        raise moved(node, spec, args)
-    if client.multi is not None and not spec.in_multi:
+        raise moved(client, spec, args)
+    if client.multi is not None and spec.queued:
         client.multi.append(args)
         return "QUEUED"
     return spec.handler(client, args)
 
 
 async def rerun(client: Client, args: list[bytes]) -> Any:
-    """Run a key request again once a promotion or failover in progress is over (cluster mode).
+    """Run a request again once a promotion or FAILOVER in progress is over.
 
     Only for requests that got no ID: they were refused (``NotServing``) or never started.
     """
-    node = client.app.node
-    spec = TABLE.get(args[0]) or TABLE.get(args[0].lower())
-    if node is None or spec is None or not spec.routed:
+    group = client.app.group
+    spec = lookup(args[0])
+    if spec is None or not spec.primary:
         raise CommandError(errors.NOT_SERVING)
-    await node.settle(client.app.config.max_wait)
-    if not client.app.keyspace.serving:
-        raise moved(node, spec, args)
+    await group.settled(client.app.config.max_wait)
+    if not group.serving:
+        raise moved(client, spec, args)
     result = call(client, args)
     if asyncio.iscoroutine(result):
         try:
             return await result
         except NotServing:
-            raise moved(node, spec, args) from None
+            raise moved(client, spec, args) from None
     return result
 
 
-def moved(node: ClusterNode, spec: CommandSpec, args: list[bytes]) -> CommandError:
-    return node.redirect(args[spec.keys[0]] if spec.keys[0] else b"")
+def moved(client: Client, spec: CommandSpec, args: list[bytes]) -> CommandError:
+    """MOVED to the primary for the request's first key (slot 0 for the keyspace-wide commands)."""
+    return client.app.group.redirect(args[spec.keys[0]] if spec.keys[0] else b"")
 
 
 def as_error(client: Client, exc: Exception) -> CommandError:
     """The error a client sees for a failed request; every one but a bug's is Redis-shaped.
 
-    ``NotServing`` and ``StoreError`` become retryable errors: the client got no ID.
+    ``NotServing`` and ``StoreError`` become retryable errors: the client got no ID. A request the
+    store will never accept (``StoreRejected``) is an error, not TRYAGAIN: retrying cannot help.
     """
     if isinstance(exc, CommandError):
         return exc
@@ -99,7 +101,11 @@ def as_error(client: Client, exc: Exception) -> CommandError:
         return CommandError(errors.SHUTTING_DOWN)
     if isinstance(exc, NotServing):
         return CommandError(errors.NOT_SERVING)
+    if isinstance(exc, StoreRejected):
+        return CommandError(errors.STORE_REJECTED.format(exc))
+    if isinstance(exc, StoreFull):
+        return CommandError(errors.TRYAGAIN_STORE_FULL)
     if isinstance(exc, StoreError):
         return CommandError(errors.TRYAGAIN_STORE_DOWN)
     log.error("command failed", exc_info=exc)
-    return CommandError(f"ERR internal error: {exc!r}")
+    return CommandError(errors.INTERNAL.format(exc))

@@ -1,27 +1,35 @@
 """Keyspace commands on sequences: GET, MGET, SET, EXISTS, TYPE, TTL, PTTL, KEYS, SCAN, DBSIZE.
 
 - ``GET key`` returns a watermark W: every ID handed out before the GET is <= W, every ID handed
-  out after it is > W. Nil for an unknown key.
+  out after it is > W. Nil for an unknown key. A key not yet active in this term is read from
+  the store first (its stored ceiling minus one is such a watermark).
 - ``SET key N [NX]`` raises the floor so the next ID is > N, durably before it replies (for moving
   from Redis INCR counters or database auto-increment). It refuses to move a sequence backwards;
   ``SET key N`` with N equal to the current watermark is accepted and changes nothing. On an
   unknown key it creates the sequence (first ID N+1). NX: only if the key does not exist (nil if
   it does).
 - Sequences are strings to Redis tools (``TYPE`` says ``string``) and never expire (``TTL`` -1).
+- ``KEYS``, ``SCAN``, ``DBSIZE`` read the store a page at a time (``Keyspace.keys/scan/count``),
+  in byte order; a pattern's literal prefix narrows what ``KEYS`` reads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
-from .args import glob_to_regex, parse_int
+from ..keyspace import PAGE
+from .args import glob_to_regex, literal_prefix, parse_int
 from .registry import command
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..keyspace import Generator
 
 _READ = ("@read", "@string", "@fast")
 _KEYSPACE = ("@keyspace", "@read")
@@ -29,6 +37,22 @@ _KEYSPACE = ("@keyspace", "@read")
 _key_query = partial(
     command, flags=("readonly", "fast"), categories=(*_KEYSPACE, "@fast"), keys=(1, 1, 1), hot=True, group="generic"
 )
+
+
+def _on_key(client: Client, key: bytes, answer: Callable[[Generator | None], Any]) -> Any:
+    """``answer(generator or None)``: at once for a key active in this term, else after reading it."""
+    gen = client.generators.get(key)
+    if gen is not None:
+        return answer(gen)
+    return _after_reading(client, key, answer)
+
+
+async def _after_reading(client: Client, key: bytes, answer: Callable[[Generator | None], Any]) -> Any:
+    return answer(await client.app.keyspace.activate(key))
+
+
+def _watermark(gen: Generator | None) -> bytes | None:
+    return None if gen is None else b"%d" % gen.watermark()
 
 
 @command(
@@ -42,18 +66,20 @@ _key_query = partial(
     group="string",
 )
 def get(client: Client, args: list[bytes]) -> Any:
-    gen = client.app.keyspace.generators.get(args[1])
-    return None if gen is None else b"%d" % gen.watermark()
+    return _on_key(client, args[1], _watermark)
 
 
 @command("mget", -2, ("readonly", "fast"), _READ, keys=(1, -1, 1), summary="GET for several keys.", group="string")
 def mget(client: Client, args: list[bytes]) -> Any:
-    gens = client.app.keyspace.generators
-    out: list[bytes | None] = []
-    for key in args[1:]:
-        gen = gens.get(key)
-        out.append(None if gen is None else b"%d" % gen.watermark())
-    return out
+    gens = client.generators
+    if all(key in gens for key in args[1:]):
+        return [_watermark(gens[key]) for key in args[1:]]
+    return _mget(client, args[1:])
+
+
+async def _mget(client: Client, keys: list[bytes]) -> list[bytes | None]:
+    found = await asyncio.gather(*(client.app.keyspace.activate(k) for k in keys))  # the reads share requests
+    return [_watermark(gen) for gen in found]
 
 
 @command(
@@ -79,12 +105,9 @@ def set_(client: Client, args: list[bytes]) -> Any:
 
 
 async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
-    keyspace = client.app.keyspace
-    gen = keyspace.get(key)
-    if gen is None:
-        gen, created = await keyspace.create_or_get(key, start=floor + 1, settings={})
-        if created:
-            return "OK"
+    gen, created = await client.app.keyspace.create_or_get(key, start=floor + 1, settings={})
+    if created:
+        return "OK"
     if nx:
         return None
     await gen.raise_floor(floor)
@@ -101,18 +124,25 @@ async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
     group="generic",
 )
 def exists(client: Client, args: list[bytes]) -> Any:
-    gens = client.app.keyspace.generators
-    return sum(1 for k in args[1:] if k in gens)
+    gens = client.generators
+    if all(key in gens for key in args[1:]):
+        return len(args) - 1
+    return _exists(client, args[1:])
+
+
+async def _exists(client: Client, keys: list[bytes]) -> int:
+    found = await asyncio.gather(*(client.app.keyspace.activate(k) for k in keys))
+    return sum(1 for gen in found if gen is not None)
 
 
 @_key_query("type", 2, summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.")
 def type_(client: Client, args: list[bytes]) -> Any:
-    return "string" if args[1] in client.app.keyspace.generators else "none"
+    return _on_key(client, args[1], lambda gen: "none" if gen is None else "string")
 
 
 @_key_query("ttl", 2, summary="-1: sequences never expire (-2 if the key does not exist).")
 def ttl(client: Client, args: list[bytes]) -> Any:
-    return -1 if args[1] in client.app.keyspace.generators else -2
+    return _on_key(client, args[1], lambda gen: -2 if gen is None else -1)
 
 
 @_key_query("pttl", 2, summary="-1: sequences never expire (-2 if the key does not exist).")
@@ -125,14 +155,16 @@ def pttl(client: Client, args: list[bytes]) -> Any:
     2,
     ("readonly",),
     (*_KEYSPACE, "@slow", "@dangerous"),
-    summary="Every sequence name matching a glob pattern.",
+    primary=True,
+    summary="Every sequence name matching a glob pattern, in byte order.",
     group="generic",
 )
 def keys(client: Client, args: list[bytes]) -> Any:
-    if args[1] == b"*":
-        return list(client.app.keyspace.order)
-    rx = glob_to_regex(args[1])
-    return [k for k in client.app.keyspace.order if rx.match(k)]
+    pattern = args[1]
+    if pattern == b"*":
+        return client.app.keyspace.keys()
+    rx = glob_to_regex(pattern)
+    return client.app.keyspace.keys(lambda k: rx.match(k) is not None, literal_prefix(pattern))
 
 
 @command(
@@ -140,6 +172,7 @@ def keys(client: Client, args: list[bytes]) -> Any:
     -2,
     ("readonly",),
     (*_KEYSPACE, "@slow"),
+    primary=True,
     summary="SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]: iterate over sequence names.",
     group="generic",
 )
@@ -164,13 +197,23 @@ def scan(client: Client, args: list[bytes]) -> Any:
         else:
             raise CommandError(errors.SYNTAX)
         i += 2
-    order = client.app.keyspace.order  # creation order; keys are never removed, so cursors are stable
-    chunk = order[cursor : cursor + count]
-    nxt = cursor + count if cursor + count < len(order) else 0
-    found = [k for k in chunk if (rx is None or rx.match(k)) and (kind is None or kind == b"string")]
+    return _scan(client, cursor, min(count, PAGE), rx, kind)
+
+
+async def _scan(client: Client, cursor: int, count: int, rx: re.Pattern[bytes] | None, kind: bytes | None) -> Any:
+    nxt, page = await client.app.keyspace.scan(cursor, count)
+    found = [k for k in page if (rx is None or rx.match(k)) and (kind is None or kind == b"string")]
     return [b"%d" % nxt, found]
 
 
-@command("dbsize", 1, ("readonly", "fast"), (*_KEYSPACE, "@fast"), summary="How many sequences exist.", group="server")
+@command(
+    "dbsize",
+    1,
+    ("readonly", "fast"),
+    (*_KEYSPACE, "@fast"),
+    primary=True,
+    summary="How many sequences exist.",
+    group="server",
+)
 def dbsize(client: Client, args: list[bytes]) -> Any:
-    return len(client.app.keyspace.generators)
+    return client.app.keyspace.count()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..client import Client
 
 Handler = Callable[["Client", list[bytes]], Any]
+Consecutive = Callable[["Client", list[bytes], int], "int | None"]
 
 
 @dataclass(eq=False)
@@ -32,20 +33,12 @@ class CommandSpec:
     summary: str
     group: str
     subcommands: tuple[tuple[str, int, str], ...] = ()  # (name, arity, summary)
+    primary: bool = False  # served by the primary only: standbys redirect it (MOVED)
+    queued: bool = True  # inside MULTI it is queued for EXEC (False: it acts at once)
 
     @property
     def noauth(self) -> bool:
         return "no_auth" in self.flags
-
-    @property
-    def in_multi(self) -> bool:
-        """Commands that act at once inside MULTI instead of being queued."""
-        return "no_multi" in self.flags or self.name in ("exec", "discard", "multi", "quit", "reset")
-
-    @property
-    def routed(self) -> bool:
-        """Served by the primary only: commands with keys and the keyspace-wide ones."""
-        return self.keys[0] != 0 or self.name in ("keys", "scan", "dbsize", "seq.list")
 
     def arity_ok(self, n: int) -> bool:
         a = self.arity
@@ -59,16 +52,25 @@ class CommandSpec:
         return list(range(first, end + 1, step))
 
 
+@dataclass(frozen=True, slots=True)
+class Hot:
+    """A command the server's fast path runs directly (registered ``hot=True``): one that never
+    changes connection state (authentication, MULTI, protocol), called only with its exact arity
+    on a plain connection."""
+
+    arity: int
+    handler: Handler
+    # ``consecutive(client, args, count)`` answers a run of ``count`` identical pipelined requests
+    # at once: the last of ``count`` consecutive integer replies, or None to run them one by one.
+    consecutive: Consecutive | None
+
+
 REGISTRY: dict[str, CommandSpec] = {}
 # Dispatch table keyed by the name as sent; filled with lower- and upper-case spellings so the
 # common case needs no ``.lower()``; anything else falls back to a lower-cased lookup.
 TABLE: dict[bytes, CommandSpec] = {}
-# The server's fast path: (arity, handler, consecutive) of commands registered ``hot=True``, which
-# never change connection state (authentication, MULTI, protocol), keyed like TABLE.
-# ``consecutive(client, args, count)`` answers a run of ``count`` identical requests at once: it
-# returns the last of ``count`` consecutive integer replies, or None to run them one by one.
-Consecutive = Callable[["Client", list[bytes], int], "int | None"]
-HOT: dict[bytes, tuple[int, Handler, Consecutive | None]] = {}
+# The server's fast path, keyed like TABLE.
+HOT: dict[bytes, Hot] = {}
 
 
 def command(
@@ -82,16 +84,31 @@ def command(
     subcommands: tuple[tuple[str, int, str], ...] = (),
     hot: bool = False,
     consecutive: Consecutive | None = None,
+    primary: bool | None = None,
+    queued: bool = True,
 ) -> Callable[[Handler], Handler]:
+    """Register a handler. ``primary``: served by the primary only (default: when it has keys);
+    ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...)."""
+
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(
-            name, fn, arity, flags, categories, keys, summary or (fn.__doc__ or "").strip(), group, subcommands
+            name,
+            fn,
+            arity,
+            flags,
+            categories,
+            keys,
+            summary or (fn.__doc__ or "").strip(),
+            group,
+            subcommands,
+            primary=keys[0] != 0 if primary is None else primary,
+            queued=queued,
         )
         REGISTRY[name] = spec
         TABLE[name.encode()] = spec
         TABLE[name.upper().encode()] = spec
         if hot:
-            HOT[name.encode()] = HOT[name.upper().encode()] = (arity, fn, consecutive)
+            HOT[name.encode()] = HOT[name.upper().encode()] = Hot(arity, fn, consecutive)
         return fn
 
     return register

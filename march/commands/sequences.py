@@ -11,7 +11,7 @@
 - ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits;
   for a timestamp sequence its layout, logical time and its lead on the clock, saved bound, carries).
 - ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
-- ``SEQ.LIST``: every sequence name.
+- ``SEQ.LIST``: every sequence name, in byte order (read from the store a page at a time).
 
 INCR/INCRBY take the generator's synchronous fast path when the durable range has room, and
 return a coroutine (awaited by the dispatcher) only when they must create the key or wait for a
@@ -81,9 +81,7 @@ def incrby(client: Client, args: list[bytes]) -> Any:
 
 
 async def _take(client: Client, key: bytes, n: int) -> int:
-    gen = client.app.keyspace.get(key)
-    if gen is None:
-        gen = await client.app.keyspace.ensure(key)
+    gen = await client.app.keyspace.ensure(key)  # active, read from the store, or created
     return await gen.take_wait(n)
 
 
@@ -195,10 +193,14 @@ async def _create(client: Client, key: bytes, start: int, settings: dict[str, An
     group="sequence",
 )
 def seq_decode(client: Client, args: list[bytes]) -> Any:
-    gen = _existing(client, args[1])
+    return _decode(client, args[1], parse_int(args[2]))
+
+
+async def _decode(client: Client, key: bytes, id_: int) -> Any:
+    gen = await _existing(client, key)
     if not isinstance(gen, TimestampGenerator):
         raise CommandError(errors.WRONGTYPE)
-    return _fields(gen.decode(parse_int(args[2])))
+    return _fields(gen.decode(id_))
 
 
 @command(
@@ -211,11 +213,15 @@ def seq_decode(client: Client, args: list[bytes]) -> Any:
     group="sequence",
 )
 def seq_info(client: Client, args: list[bytes]) -> Any:
-    return _fields(_existing(client, args[1]).info())
+    return _info(client, args[1])
 
 
-def _existing(client: Client, key: bytes) -> Generator:
-    gen = client.app.keyspace.get(key)
+async def _info(client: Client, key: bytes) -> Any:
+    return _fields((await _existing(client, key)).info())
+
+
+async def _existing(client: Client, key: bytes) -> Generator:
+    gen = await client.app.keyspace.activate(key)
     if gen is None:
         raise CommandError(errors.NO_SUCH_KEY.format(key_text(key)))
     return gen
@@ -231,8 +237,9 @@ def _fields(fields: dict[str, Any]) -> dict[bytes, Any]:
     1,
     ("readonly",),
     ("@read", "@slow"),
-    summary="Every sequence name, in creation order.",
+    primary=True,
+    summary="Every sequence name, in byte order.",
     group="sequence",
 )
 def seq_list(client: Client, args: list[bytes]) -> Any:
-    return list(client.app.keyspace.order)
+    return client.app.keyspace.keys()

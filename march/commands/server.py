@@ -7,6 +7,7 @@ it. ``CONFIG`` is a read-only view of the Config (``CONFIG SET`` is refused: res
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import sys
@@ -17,6 +18,7 @@ from .. import errors
 from ..app import REDIS_COMPAT_VERSION, VERSION
 from ..errors import CommandError
 from ..resp import Verbatim
+from ..store.base import StoreError
 from .args import glob_to_regex
 from .registry import REGISTRY, CommandSpec, check_subcommand, command, lookup
 
@@ -122,12 +124,12 @@ def command_(client: Client, args: list[bytes]) -> Any:
     if sub == b"getkeys" and len(args) >= 3:
         spec = lookup(args[2])
         if spec is None:
-            raise CommandError("ERR Invalid command specified")
+            raise CommandError(errors.GETKEYS_NO_COMMAND)
         if not spec.arity_ok(len(args) - 2):
-            raise CommandError("ERR Invalid number of arguments specified for command")
+            raise CommandError(errors.GETKEYS_ARITY)
         positions = spec.key_positions(len(args) - 2)
         if not positions:
-            raise CommandError("ERR The command has no key arguments")
+            raise CommandError(errors.GETKEYS_NO_KEYS)
         return [args[2 + p] for p in positions]
     if sub == b"help":
         return [b"COMMAND [COUNT | INFO name... | DOCS name... | LIST [FILTERBY ...] | GETKEYS cmd args...]"]
@@ -179,6 +181,7 @@ def time_(client: Client, args: list[bytes]) -> Any:
     -1,
     ("admin", "noscript", "loading", "stale", "no_multi", "allow_busy"),
     _ADMIN,
+    queued=False,
     summary="Stop the server gracefully (state is always durable; NOSAVE/SAVE are accepted).",
     group="server",
 )
@@ -187,7 +190,7 @@ def shutdown(client: Client, args: list[bytes]) -> Any:
         if a.lower() not in (b"nosave", b"save", b"now", b"force", b"abort"):
             raise CommandError(errors.SYNTAX)
         if a.lower() == b"abort":
-            raise CommandError("ERR No shutdown in progress.")
+            raise CommandError(errors.NO_SHUTDOWN)
     client.app.request_shutdown()
     client.close_after = True
     return _NO_REPLY
@@ -215,22 +218,37 @@ def info(client: Client, args: list[bytes]) -> Any:
     wanted = [a.decode("utf-8", "replace").lower() for a in args[1:]]
     if not wanted or any(w in ("all", "everything", "default") for w in wanted):
         wanted = list(_SECTIONS)
+    sections = [s for s in _SECTIONS if s in wanted]
+    if "keyspace" in sections or "sequences" in sections:
+        return _info_counting(client, sections)  # these read the number of sequences from the store
+    return _info_text(client, sections, None)
+
+
+async def _info_counting(client: Client, sections: list[str]) -> Any:
+    try:
+        count: int | None = await asyncio.wait_for(client.app.keyspace.count(), client.app.config.max_wait)
+    except (StoreError, TimeoutError):
+        count = None  # the store did not answer: INFO still answers, without the count
+    return _info_text(client, sections, count)
+
+
+def _info_text(client: Client, sections: list[str], count: int | None) -> Verbatim:
     parts = []
-    for section in _SECTIONS:
-        if section in wanted:
-            lines = _section(client, section)
-            parts.append(f"# {section.capitalize()}\r\n" + "".join(f"{k}:{v}\r\n" for k, v in lines.items()))
+    for section in sections:
+        lines = _section(client, section, count)
+        parts.append(f"# {section.capitalize()}\r\n" + "".join(f"{k}:{v}\r\n" for k, v in lines.items()))
     return Verbatim("\r\n".join(parts))
 
 
-def _section(client: Client, section: str) -> dict[str, Any]:
+def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
     app = client.app
+    state = app.group.state
     if section == "server":
         up = time.monotonic() - app.started_mono
         return {
             "redis_version": REDIS_COMPAT_VERSION,
             "march_version": VERSION,
-            "redis_mode": "standalone" if app.node is None else "cluster",
+            "redis_mode": "cluster" if app.cluster else "standalone",
             "os": f"{platform.system()} {platform.release()} {platform.machine()}",
             "arch_bits": 64,
             "process_id": os.getpid(),
@@ -256,7 +274,7 @@ def _section(client: Client, section: str) -> dict[str, Any]:
         }
     if section == "persistence":
         gens = list(app.keyspace.generators.values())
-        out: dict[str, Any] = {"loading": 0 if app.keyspace.serving or app.node is not None else 1}
+        out: dict[str, Any] = {"loading": 0}
         out.update(app.store.describe())
         out["store_writes"] = sum(g.writes for g in gens)
         out["store_write_failures"] = sum(g.write_failures for g in gens)
@@ -266,12 +284,12 @@ def _section(client: Client, section: str) -> dict[str, Any]:
     if section == "replication":
         return _replication(client)
     if section == "keyspace":
-        n = len(app.keyspace.generators)
-        return {"db0": f"keys={n},expires=0,avg_ttl=0"} if n else {}
+        return {"db0": f"keys={count},expires=0,avg_ttl=0"} if count else {}
     if section == "sequences":
         gens = list(app.keyspace.generators.values())
         return {
-            "sequences": len(gens),
+            "sequences": count if count is not None else "?",
+            "active_sequences": len(gens),
             "ids_issued": sum(g.issued for g in gens),
             "waits": sum(g.waits for g in gens),
             "wait_timeouts": sum(g.wait_timeouts for g in gens),
@@ -280,41 +298,44 @@ def _section(client: Client, section: str) -> dict[str, Any]:
             "max_batch": app.config.max_batch,
         }
     if section == "cluster":
-        node = app.node
-        if node is None:
+        member = app.group.member
+        if member is None:
             return {"cluster_enabled": 0}
         return {
             "cluster_enabled": 1,
-            "march_node_id": node.node_id,
-            "march_advertise": node.addr,
-            "march_role": node.role,
+            "march_node_id": member.me.id,
+            "march_advertise": member.me.addr,
+            "march_role": member.election.role,
+            "march_phase": state.phase.value,
             "etcd_prefix": app.config.etcd_prefix,
-            "lease_ttl": node.ttl,
-            "promotions": node.promotions,
-            "demotions": node.demotions,
-            "last_change": node.last_change,
+            "lease_ttl": member.ttl,
+            "lease_remaining_ms": int(state.remaining() * 1000),
+            "promotions": state.promotions,
+            "demotions": state.demotions,
+            "last_change": state.last_change,
         }
     return {}
 
 
 def _replication(client: Client) -> dict[str, Any]:
     """Redis' shape: role:master with its standbys as slaves, or role:slave with the primary's address."""
-    node = client.app.node
-    if node is None:
+    member = client.app.group.member
+    state = client.app.group.state
+    if member is None:
         return {"role": "master", "connected_slaves": 0}
-    topology = node.topology
-    if node.leading:
-        standbys = [n for n in topology.standbys() if n.id != node.node_id]
+    me = member.me
+    if state.leading:
+        standbys = [n for n in member.registry.topology.standbys() if n.id != me.id]
         out: dict[str, Any] = {"role": "master", "connected_slaves": len(standbys)}
         for i, n in enumerate(standbys):
             out[f"slave{i}"] = f"ip={n.host},port={n.port},state=online,offset=0,lag=0"
-        out["lease_remaining_ms"] = int(node.lease_remaining * 1000)
+        out["lease_remaining_ms"] = int(state.remaining() * 1000)
         return out
-    primary = topology.primary
+    primary = member.registry.topology.primary
     return {
         "role": "slave",
         "master_host": primary.host if primary else "",
         "master_port": primary.port if primary else 0,
-        "master_link_status": "up" if primary and primary.id != node.node_id else "down",
-        "march_role": node.role,
+        "master_link_status": "up" if primary and primary.id != me.id else "down",
+        "march_role": member.election.role,
     }

@@ -27,7 +27,7 @@ _transaction = partial(
 )
 
 
-@_transaction("multi", 1, summary="Start a transaction.")
+@_transaction("multi", 1, queued=False, summary="Start a transaction.")
 def multi(client: Client, args: list[bytes]) -> Any:
     if client.multi is not None:
         raise CommandError(errors.MULTI_NESTED)
@@ -36,7 +36,7 @@ def multi(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-@_transaction("discard", 1, summary="Discard a transaction.")
+@_transaction("discard", 1, queued=False, summary="Discard a transaction.")
 def discard(client: Client, args: list[bytes]) -> Any:
     if client.multi is None:
         raise CommandError(errors.DISCARD_WITHOUT_MULTI)
@@ -50,6 +50,7 @@ def discard(client: Client, args: list[bytes]) -> Any:
     1,
     ("noscript", "loading", "stale", "skip_slowlog"),
     ("@slow", "@transaction"),
+    queued=False,
     summary="Execute the queued commands of a transaction.",
     group="transactions",
 )

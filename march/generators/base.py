@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .. import errors
 from ..errors import CommandError
-from ..store.base import SINGLE_NODE, Guard, GuardFailed, Store
+from ..store.base import Guard, GuardFailed, Store, StoreFull, StoreRejected
 
 Clock = Callable[[], float]  # monotonic seconds
 WallClock = Callable[[], float]  # seconds since 1970 (time.time); may jump either way
@@ -30,40 +30,29 @@ _RETRY_MAX = 1.0  # never hammer a failing store more than once a second
 
 
 class NotServing(Exception):
-    """This node may not hand out IDs now (lease expired, guard failed, shutting down)."""
+    """This node may not hand out IDs now (not serving, lease expired, guard failed, shutting down)."""
 
 
 class Lease(Protocol):
-    """The right to hand out IDs, as the generators see it."""
+    """The right to hand out IDs, as the generators see it: a ``march.serving.Term``.
+
+    ``valid()`` is checked before every hand-out. Once ``ended`` is set (why the term ended), the
+    lease is never valid again; a generator of an ended term starts no more store writes.
+    """
 
     @property
     def guard(self) -> Guard: ...
 
+    @property
+    def ended(self) -> str: ...
+
     def valid(self) -> bool:
-        """True while the local lease deadline is in the future."""
+        """True while the term is served and its lease deadline is in the future."""
         ...
 
     def lost(self, reason: str) -> None:
-        """A guarded write failed: leadership is gone; stop serving at once."""
+        """A guarded write failed: leadership is gone; stop serving at once (ignored once ended)."""
         ...
-
-
-class SingleNodeLease:
-    """The embedded store's lease: the data dir lock is held for the life of the process."""
-
-    guard = SINGLE_NODE
-
-    def __init__(self) -> None:
-        self.lost_reason = ""
-
-    def valid(self) -> bool:
-        return not self.lost_reason
-
-    def lost(self, reason: str) -> None:
-        logging.getLogger("march").critical(
-            "a guarded write was refused (%s): no more IDs are handed out until a restart", reason
-        )
-        self.lost_reason = reason
 
 
 @dataclass(frozen=True)
@@ -88,9 +77,16 @@ class DurableBound(abc.ABC):
     IDs (for a sequence the ID itself, for a timestamp sequence the time field). One write is in
     flight at a time (``write``); targets strictly increase over the generator's life, even across
     failed or abandoned writes, so a late-landing abandoned write can never collide with a newer
-    one and the store's "greater than stored" check only fails when someone else wrote.
-    ``GuardFailed`` kills the generator and tells the lease; any other failure backs off (50 ms
-    doubling to 1 s) and lets the next request try a greater target.
+    one and the store's "greater than stored" check only fails when someone else wrote. A retry
+    after a failure aims at what is needed now (one more than the last target at least), not one
+    more batch per attempt, so a long outage leaves the stored ceiling about one batch above the
+    last ID. ``GuardFailed`` tells the lease (the term ends); any other failure backs off (50 ms
+    doubling to 1 s) and lets the next request try again. Requests that time out waiting get
+    TRYAGAIN (naming the cause when the store is out of space); a write the store will never
+    accept (``StoreRejected``) makes them fail with that error instead.
+
+    Whether the generator may hand out IDs is its lease's (``valid()``), never a flag of its own:
+    once its term ended it serves nothing, even through a stale reference.
 
     A subclass says where the next target lies (``_next_target``) and may react to a new ceiling
     (``_set_ceiling``); its fast path reads its own fields, never a method of this class.
@@ -113,9 +109,9 @@ class DurableBound(abc.ABC):
         self._target = ceiling  # highest ceiling ever attempted
         self._write: asyncio.Task[None] | None = None
         self._changed: asyncio.Future[None] | None = None
-        self._dead = ""
-        self._durable_at_death = 0
         self._retry_delay = 0.0
+        self._failure: BaseException | None = None  # the last store failure, until a write lands
+        self._rejected: StoreRejected | None = None
         # figures for SEQ.INFO / INFO
         self.writes = 0
         self.write_failures = 0
@@ -135,7 +131,7 @@ class DurableBound(abc.ABC):
 
     def _extend(self, need: int) -> None:
         """Start persisting a higher ceiling (one write in flight at a time)."""
-        if self._dead or self._ceiling >= self._top:
+        if self._lease.ended or self._ceiling >= self._top:
             return
         loop = asyncio.get_running_loop()
         if self._target >= self._top:
@@ -146,17 +142,15 @@ class DurableBound(abc.ABC):
         self._target = target
         self._write = loop.create_task(self._persist(target))
 
-    def prime(self) -> None:
-        """Start persisting a new ceiling now, before a request needs it (a new primary loads
-        ceilings with nothing spendable below them)."""
-        if self._write is None:
-            self._extend(0)
-
     async def _await_change(self, deadline: float) -> None:
         """Wait until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
+        if self._rejected is not None:
+            raise CommandError(errors.STORE_REJECTED.format(self._rejected))
         remaining = deadline - self._clock()
         if remaining <= 0:
             self.wait_timeouts += 1
+            if isinstance(self._failure, StoreFull):
+                raise CommandError(errors.TRYAGAIN_STORE_FULL)
             raise CommandError(errors.TRYAGAIN_STORE.format(self.key.decode("utf-8", "replace")))
         changed = self._changed
         if changed is None:
@@ -174,9 +168,9 @@ class DurableBound(abc.ABC):
             record = await asyncio.wait_for(self._store.load(self.key), self._policy.store_timeout)
         except Exception as exc:
             log.warning("reading back %r failed: %r", self.key, exc)
-            await self._pause_after_failure()
+            await self._pause_after_failure(exc)
             return
-        if record is not None and record.ceiling >= self._top and self._valid() and not self._dead:
+        if record is not None and record.ceiling >= self._top and self._valid():
             self._set_ceiling(self._top)
             self._write = None
             self._notify()
@@ -186,38 +180,48 @@ class DurableBound(abc.ABC):
     async def _persist(self, target: int) -> None:
         started = self._clock()
         try:
-            await asyncio.wait_for(
+            stored = await asyncio.wait_for(
                 self._store.save_ceiling(self.key, target, self._lease.guard), self._policy.store_timeout
             )
         except GuardFailed as exc:
-            if not self._dead:  # a killed generator's write is refused as expected: its term is over
-                self.kill(f"guarded write of {self.key!r} refused: {exc}")
-                self._lease.lost(str(exc))
+            # The term ends (an ended term's late refusal is expected and changes nothing).
+            self._lease.lost(f"guarded write of {self.key!r} refused: {exc}")
+            self._write = None
+            self._notify()
             return
         except asyncio.CancelledError:
             self._write = None
             self._notify()
             raise
-        except Exception as exc:  # a store hiccup: pause, then let the next request try a greater target
+        except StoreRejected as exc:  # never accepted, whatever the target: waiting requests fail
             self.write_failures += 1
-            log.warning("extending %r to %d failed: %r", self.key, target, exc)
-            await self._pause_after_failure()
+            log.error("the store refused to extend %r to %d: %s", self.key, target, exc)
+            self._rejected = exc
+            await self._pause_after_failure(exc)
             return
-        if self._dead:  # landed after a kill: the ceiling stays down
+        except Exception as exc:  # a store hiccup: pause, then let the next request try again
+            self.write_failures += 1
+            log.warning("extending %r to %d failed: %s", self.key, target, exc or repr(exc))
+            await self._pause_after_failure(exc)
             return
         now = self._clock()
         self._retry_delay = 0.0
+        self._failure = None
+        self._rejected = None
         self.writes += 1
         self.last_write_at = now
         self.last_write_latency = now - started
-        if target > self._ceiling:
-            self._set_ceiling(target)
+        self._target = max(self._target, stored)  # above an earlier write that landed late, if any
+        if stored > self._ceiling:
+            self._set_ceiling(min(stored, self._top))
         self._write = None
         self._notify()
 
-    async def _pause_after_failure(self) -> None:
+    async def _pause_after_failure(self, exc: BaseException) -> None:
         """Back off (50 ms doubling to 1 s), then let the next request start another attempt."""
+        self._failure = exc
         self._retry_delay = min(_RETRY_MAX, max(_RETRY_MIN, self._retry_delay * 2))
+        self._notify()  # waiters see the failure now (a rejected request fails at once)
         await asyncio.sleep(self._retry_delay)
         self._write = None
         self._notify()
@@ -230,27 +234,21 @@ class DurableBound(abc.ABC):
     # --- life ----------------------------------------------------------------------------------
 
     def _check_serving(self) -> None:
-        if self._dead:
-            raise NotServing(self._dead)
         if not self._valid():
-            raise NotServing("lease is not valid")
+            raise NotServing(self._lease.ended or "lease is not valid")
 
-    def kill(self, reason: str) -> None:
-        """Stop handing out IDs for good (demotion, guard failure, shutdown).
-
-        The fast paths check only the ceiling and the lease, so a dead generator's ceiling drops
-        to 0: no later ``take`` can succeed, even through a stale reference.
-        """
-        if not self._dead:
-            self._dead = reason
-            self._durable_at_death = self._ceiling
-            self._set_ceiling(0)
+    def wake(self) -> None:
+        """Let requests waiting on this generator look again (its term ended or is on hold)."""
         self._notify()
 
     @property
+    def serving(self) -> bool:
+        return self._valid()
+
+    @property
     def durable_ceiling(self) -> int:
-        """The ceiling the store holds as far as this generator knows (also after a kill)."""
-        return self._durable_at_death if self._dead else self._ceiling
+        """The ceiling the store holds as far as this generator knows."""
+        return self._ceiling
 
     @property
     def write(self) -> asyncio.Task[None] | None:
@@ -270,7 +268,8 @@ class DurableBound(abc.ABC):
             "store_write_failures": self.write_failures,
             "last_write_ago_ms": int((self._clock() - self.last_write_at) * 1000) if self.writes else -1,
             "last_write_latency_us": int(self.last_write_latency * 1_000_000),
+            "last_write_error": str(self._failure or ""),
             "waits": self.waits,
             "wait_timeouts": self.wait_timeouts,
-            "serving": 0 if self._dead else 1,
+            "serving": 1 if self._valid() else 0,
         }

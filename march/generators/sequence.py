@@ -8,8 +8,8 @@ store). Invariant: every ID handed out is < ``ceiling`` and was handed out while
   below the watermark. It returns None when the caller must wait (``take_wait``).
 - ``take_wait(n)`` waits for the extension to land, bounded by ``max_wait``, then raises TRYAGAIN.
   It never returns an ID the store has not confirmed.
-- The store writes (one in flight, strictly increasing targets, ``GuardFailed`` kills the
-  generator, other failures back off) are ``DurableBound``'s, shared with timestamp sequences.
+- The store writes (one in flight, strictly increasing targets, ``GuardFailed`` ends the term,
+  other failures back off) are ``DurableBound``'s, shared with timestamp sequences.
 - The batch doubles when one lasted less than half the target interval and halves when one lasted
   more than four intervals, between ``min_batch`` and ``max_batch``.
 """
@@ -126,7 +126,8 @@ class SequenceGenerator(DurableBound):
     def _next_target(self, need: int) -> int:
         if not self._retry_delay:  # a failure streak says nothing about demand
             self._adapt_batch()
-        return max(self._target, self._ceiling, self._next + max(need, 0)) + self._batch
+        # Not above the last target: after a failed write that would add a batch per attempt.
+        return max(self._ceiling, self._next + max(need, 0)) + self._batch
 
     def _adapt_batch(self) -> None:
         now = self._clock()
@@ -147,7 +148,7 @@ class SequenceGenerator(DurableBound):
             "next": self._next,
             "watermark": self._next - 1,
             "ceiling": self.durable_ceiling,
-            "remaining": 0 if self._dead else self._ceiling - self._next,
+            "remaining": self._ceiling - self._next if self._valid() else 0,
             "batch": self._batch,
             "min_batch": self._policy.min_batch,
             "max_batch": self._policy.max_batch,

@@ -29,7 +29,7 @@ the *time field* (in layout units since the layout's epoch) that the store has c
 - When the time field runs out (``layout.ends_ms``), requests get an error, never a wrapped ID.
 
 Both clocks are injected: ``clock`` (monotonic seconds, for waits and write latencies) and
-``wall`` (seconds since 1970, for the time field). Store writes, lease checks and kills are
+``wall`` (seconds since 1970, for the time field). Store writes and lease checks are
 ``DurableBound``'s, shared with plain sequences. This module never reads a real clock.
 """
 
@@ -264,7 +264,7 @@ class TimestampGenerator(DurableBound):
             "lead_ms": (logical - now_units) * layout.unit,
             "ceiling": ceiling,
             "ceiling_time": iso(layout.ms_of(ceiling)),
-            "bound_ahead_ms": (ceiling - logical) * layout.unit if not self._dead else 0,
+            "bound_ahead_ms": (ceiling - logical) * layout.unit if self._valid() else 0,
             "lookahead_ms": self.lookahead_ms,
             "lookahead_now_ms": self._ahead * layout.unit,
             "extending_to": self._target if self._write is not None else 0,

@@ -1,18 +1,35 @@
-"""The store interface every backend implements, and the records it keeps.
+"""The store interface every backend implements, the records it keeps, and the errors it raises.
 
 A store keeps, per sequence, its kind, its settings and its durable *ceiling*: an exclusive bound
-below which a generator may hand out IDs. Every ceiling write carries a ``Guard`` (a leadership
-token) and must be atomic with two checks: the guard still holds, and the new ceiling is greater
-than the stored one. A failed check raises ``GuardFailed``, which means "step down now", never
-"retry". Transient trouble (timeouts, lost connections) raises ``StoreError``; the caller may
-retry with a strictly greater ceiling.
+below which a generator may hand out IDs. The contract, the same for every backend (one test
+suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and the fake etcd):
+
+- ``load(key)``: a linearizable read of one record, or None.
+- ``create(record, guard)``: store the record if its key is absent; False if it exists (nothing
+  written). Guarded like a ceiling write.
+- ``save_ceiling(key, ceiling, guard)``: atomic with two checks: the guard still holds, and the
+  new ceiling is greater than the stored one. A guard that fails, or no such key, raises
+  ``GuardFailed``: leadership is gone or the record changed behind this node's back, which
+  means "step down now", never "retry". A stored ceiling already at or above the new one, with
+  the guard holding, was written by this same leadership (an abandoned write that landed late):
+  the call returns it as the ceiling now durable instead of failing.
+- ``list_keys(prefix, after, limit)``: up to ``limit`` names that start with ``prefix`` and sort
+  (bytewise) after ``after``, in byte order: listings are read a page at a time, never at once.
+- ``count()``: how many sequences exist.
+
+Calls made in the same event-loop turn may be sent together (one etcd transaction, one SQLite
+transaction): many first requests after a failover cost a few store round trips, not one each.
+Each call still gets its own answer.
+
+Errors: ``StoreError`` is anything that may pass (I/O error, timeout, lost connection, an etcd
+leader change); the caller may retry, a ceiling write with a strictly greater ceiling.
+``StoreFull`` (a ``StoreError``) says the store is out of space (etcd's NOSPACE alarm): it passes
+only once an operator acts. ``StoreRejected`` is a request the store will never accept (too
+large, invalid): retrying it is pointless, so it reaches the client as an error, not TRYAGAIN.
 
 The embedded store's guard is trivial (one process owns the data dir through a file lock); the
-etcd store of cluster mode compares the leader key's value and create revision in the same
-transaction as the write.
-
-A store must never be shared by two servers, and must never be called from the event loop thread
-in a way that blocks it.
+etcd store compares the leader key's value and create revision in the same transaction as the
+write. A store must never be shared by two servers, and never block the event loop.
 """
 
 from __future__ import annotations
@@ -28,11 +45,19 @@ class StoreError(Exception):
 
 
 class GuardFailed(StoreError):
-    """The guarded write was refused: leadership is gone or someone else wrote a higher ceiling."""
+    """The guarded write was refused: leadership is gone, or the record changed behind our back."""
 
 
 class StoreLocked(StoreError):
     """Another server already owns this store (for sqlite: the data dir's lock is held)."""
+
+
+class StoreFull(StoreError):
+    """The store is out of space (etcd's NOSPACE alarm): writes fail until an operator acts."""
+
+
+class StoreRejected(StoreError):
+    """The store will never accept this request (too large, invalid): retrying cannot help."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,7 @@ class Guard:
 
 
 SINGLE_NODE = Guard()
+NO_GUARD = Guard(b"\0", -1)  # matches no leader key: what a node that does not lead carries
 
 
 @dataclass(frozen=True)
@@ -55,7 +81,7 @@ class SequenceRecord:
     """What the store keeps for one sequence."""
 
     key: bytes
-    kind: str  # "sequence"; later kinds ("timestamp") keep their layout in settings
+    kind: str  # "sequence" or "timestamp" (whose layout is in settings)
     ceiling: int  # durable exclusive bound: every ID handed out so far is below it
     settings: Mapping[str, Any] = field(default_factory=dict)
 
@@ -64,6 +90,13 @@ class Store(abc.ABC):
     """Durable state of one March deployment."""
 
     name = "store"
+    last_error = ""  # the last failed write, "" once one succeeds (INFO persistence)
+    out_of_space = False  # the last failed write said the store is full
+
+    def note(self, failure: BaseException | None) -> None:
+        """Record how the last write went (``None``: it landed)."""
+        self.last_error = "" if failure is None else str(failure) or type(failure).__name__
+        self.out_of_space = isinstance(failure, StoreFull)
 
     @abc.abstractmethod
     async def open(self) -> None:
@@ -78,20 +111,36 @@ class Store(abc.ABC):
         """Linearizable read of one sequence, or None."""
 
     @abc.abstractmethod
-    async def load_all(self) -> list[SequenceRecord]:
-        """Linearizable read of every sequence."""
-
-    @abc.abstractmethod
     async def create(self, record: SequenceRecord, guard: Guard) -> bool:
         """Create ``record`` if its key is absent (guarded); False if it already exists."""
 
     @abc.abstractmethod
-    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> None:
-        """Store ``ceiling`` for ``key`` iff the guard holds and ``ceiling`` > the stored one.
+    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
+        """Store ``ceiling`` for ``key`` iff the guard holds, the key exists and ``ceiling`` > the stored one.
 
-        Raises GuardFailed when either check fails, StoreError on transient trouble.
+        Returns the ceiling now durable: ``ceiling``, or the stored one when it is already at least
+        that (an earlier write under the same guard that landed after its caller gave up: every
+        write under a guard that holds is this leadership's own). Raises GuardFailed when the guard
+        fails or the key does not exist, StoreError on transient trouble.
         """
+
+    @abc.abstractmethod
+    async def list_keys(self, prefix: bytes = b"", after: bytes | None = None, limit: int = 1000) -> list[bytes]:
+        """Up to ``limit`` sequence names starting with ``prefix`` and greater than ``after``, in byte order."""
+
+    @abc.abstractmethod
+    async def count(self) -> int:
+        """How many sequences exist."""
 
     def describe(self) -> dict[str, Any]:
         """A few facts for INFO persistence."""
-        return {"store": self.name}
+        return {
+            "store": self.name,
+            **self.facts(),
+            "store_out_of_space": int(self.out_of_space),
+            "store_last_error": self.last_error,
+        }
+
+    def facts(self) -> dict[str, Any]:
+        """The backend's own facts for ``describe``."""
+        return {}

@@ -1,13 +1,16 @@
 """In-memory store for unit tests of the pure core. Never used by a running server.
 
-Tests steer it: ``delay`` makes every write land late, ``fail_next`` makes the next writes raise
-StoreError, ``hold()`` makes writes hang until ``release()``, ``guard`` sets the one guard it
-accepts. ``writes`` records every ceiling that landed, in order.
+It follows the store contract like every backend (``tests/store/test_contract.py``). Tests steer
+it: ``delay`` makes every write land late, ``fail_next`` makes the next writes raise StoreError,
+``hold()`` makes every call hang until ``release()`` (a frozen disk; ``hold(reads=False)``: only
+writes), ``guard`` sets the one guard it accepts. ``writes`` records every ceiling that landed, in
+order; ``attempts`` counts writes, ``reads`` counts reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 
 from .base import SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, StoreError
@@ -18,12 +21,15 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self.records: dict[bytes, SequenceRecord] = {}
+        self._sorted: list[bytes] = []
         self.guard: Guard = SINGLE_NODE
         self.delay = 0.0
         self.fail_next = 0
         self.writes: list[tuple[bytes, int]] = []
         self.attempts = 0
+        self.reads = 0
         self._gate: asyncio.Event | None = None
+        self._hold_reads = True
 
     async def open(self) -> None:
         return None
@@ -31,43 +37,66 @@ class MemoryStore(Store):
     async def close(self) -> None:
         return None
 
-    def hold(self) -> None:
-        """Make every write hang until ``release()``."""
+    def hold(self, reads: bool = True) -> None:
+        """Make every call (``reads=False``: every write) hang until ``release()``."""
         if self._gate is None:
             self._gate = asyncio.Event()
+        self._hold_reads = reads
 
     def release(self) -> None:
         if self._gate is not None:
             self._gate.set()
             self._gate = None
 
+    async def _pass_gate(self, read: bool = True) -> None:
+        gate = self._gate
+        if gate is not None and (self._hold_reads or not read):
+            await gate.wait()
+
     async def load(self, key: bytes) -> SequenceRecord | None:
+        self.reads += 1
+        await self._pass_gate()
         return self.records.get(key)
 
-    async def load_all(self) -> list[SequenceRecord]:
-        return list(self.records.values())
+    async def list_keys(self, prefix: bytes = b"", after: bytes | None = None, limit: int = 1000) -> list[bytes]:
+        await self._pass_gate()
+        start = bisect.bisect_left(self._sorted, prefix)
+        if after is not None:
+            start = max(start, bisect.bisect_right(self._sorted, after))
+        out: list[bytes] = []
+        for key in self._sorted[start:]:
+            if len(out) >= limit or not key.startswith(prefix):
+                break
+            out.append(key)
+        return out
+
+    async def count(self) -> int:
+        await self._pass_gate()
+        return len(self.records)
 
     async def create(self, record: SequenceRecord, guard: Guard) -> bool:
         await self._before_write(guard)
         if record.key in self.records:
             return False
         self.records[record.key] = record
+        bisect.insort(self._sorted, record.key)
         self.writes.append((record.key, record.ceiling))
         return True
 
-    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> None:
+    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
         await self._before_write(guard)
         current = self.records.get(key)
-        if current is None or ceiling <= current.ceiling:
-            raise GuardFailed(f"stored ceiling {current and current.ceiling} is not below {ceiling}")
+        if current is None:
+            raise GuardFailed(f"sequence {key!r} is not in the store")
+        if ceiling <= current.ceiling:
+            return current.ceiling  # an earlier write under this guard landed first
         self.records[key] = dataclasses.replace(current, ceiling=ceiling)
         self.writes.append((key, ceiling))
+        return ceiling
 
     async def _before_write(self, guard: Guard) -> None:
         self.attempts += 1
-        gate = self._gate
-        if gate is not None:
-            await gate.wait()
+        await self._pass_gate(read=False)
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail_next > 0:

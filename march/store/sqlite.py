@@ -3,11 +3,14 @@
 - ``<data_dir>/march.sqlite3`` in WAL mode with ``synchronous=FULL``: a write that returned is on
   disk, through a crash or power loss.
 - Every call runs on one dedicated thread, so the event loop never blocks on disk and writes land
-  in the order they were made.
+  in the order they were made. Calls made in the same loop turn share one SQLite transaction
+  (one fsync): the first requests of thousands of keys after a restart cost a few commits.
 - ``<data_dir>/march.lock`` is held with an exclusive ``flock`` for the life of the server, so a
   second server on the same data dir refuses to start (two writers would hand out the same IDs).
 - The guard is trivial (the lock is the leadership); the "new ceiling > stored" check is still
   made inside the write transaction.
+- A data dir that cannot be created, locked or written (read-only, not a directory) is a
+  ``StoreError`` that says so: the server prints one line and exits.
 
 Ceilings are stored as decimal text: the largest ceiling, 2**63, does not fit SQLite's INTEGER.
 """
@@ -15,16 +18,19 @@ Ceilings are stored as decimal text: the largest ceiling, 2**63, does not fit SQ
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreLocked
+from ..etcd.keys import prefix_end
+from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull, StoreLocked
+from .batch import Batcher
 
 T = TypeVar("T")
 
@@ -36,6 +42,7 @@ CREATE TABLE IF NOT EXISTS sequences (
     settings TEXT NOT NULL
 )
 """
+_BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
 
 
 class SqliteStore(Store):
@@ -47,10 +54,16 @@ class SqliteStore(Store):
         self._lock_fd: int | None = None
         self._db: sqlite3.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH)
+        self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH)
+        self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH)
 
     async def open(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / "march.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / "march.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"data dir {self.dir}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -60,8 +73,12 @@ class SqliteStore(Store):
                 f"data dir {self.dir} is in use by another March server (pid {holder}); "
                 "two servers on one data dir would hand out the same IDs"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:
+            os.close(fd)
+            raise StoreError(f"data dir {self.dir}: {exc.strerror or exc}") from None
         self._lock_fd = fd
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite")
         try:
@@ -72,12 +89,18 @@ class SqliteStore(Store):
 
     def _open_db(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.execute(_SCHEMA)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
         self._db = db
 
     async def close(self) -> None:
+        for batcher in (self._loads, self._creates, self._saves):
+            await batcher.drain()
         if self._pool is not None:
             if self._db is not None:
                 await self._run(self._db.close)
@@ -94,57 +117,111 @@ class SqliteStore(Store):
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
         except sqlite3.Error as exc:
-            raise StoreError(f"sqlite: {exc}") from exc
+            kind = StoreFull if "full" in str(exc) else StoreError  # SQLITE_FULL: "database or disk is full"
+            raise kind(f"sqlite {self.path}: {exc}") from exc
+        except OSError as exc:
+            kind = StoreFull if exc.errno == errno.ENOSPC else StoreError
+            raise kind(f"sqlite {self.path}: {exc.strerror or exc}") from exc
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
             raise StoreError("store is closed")
         return self._db
 
+    # --- reads ---------------------------------------------------------------------------------
+
     async def load(self, key: bytes) -> SequenceRecord | None:
-        return await self._run(self._load, key)
+        return await self._loads(key)
 
-    def _load(self, key: bytes) -> SequenceRecord | None:
-        row = (
-            self._conn().execute("SELECT key, kind, ceiling, settings FROM sequences WHERE key = ?", (key,)).fetchone()
-        )
-        return _record(row) if row else None
+    async def _load_batch(self, keys: list[bytes]) -> Sequence[SequenceRecord | None]:
+        return await self._run(self._select, keys)
 
-    async def load_all(self) -> list[SequenceRecord]:
-        return await self._run(self._load_all)
+    def _select(self, keys: list[bytes]) -> list[SequenceRecord | None]:
+        marks = ",".join("?" * len(keys))
+        rows = self._conn().execute(f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", keys)
+        found = {bytes(row[0]): _record(row) for row in rows}
+        return [found.get(key) for key in keys]
 
-    def _load_all(self) -> list[SequenceRecord]:
-        rows = self._conn().execute("SELECT key, kind, ceiling, settings FROM sequences ORDER BY rowid").fetchall()
-        return [_record(r) for r in rows]
+    async def list_keys(self, prefix: bytes = b"", after: bytes | None = None, limit: int = 1000) -> list[bytes]:
+        return await self._run(self._list, prefix, after, limit)
 
-    async def create(self, record: SequenceRecord, guard: Guard) -> bool:
-        return await self._run(self._create, record)
+    def _list(self, prefix: bytes, after: bytes | None, limit: int) -> list[bytes]:
+        sql, args = "SELECT key FROM sequences WHERE key >= ?", [prefix]
+        if after is not None:
+            sql += " AND key > ?"
+            args.append(after)
+        end = prefix_end(prefix)
+        if prefix and end != b"\0":  # b"\0": a prefix of 0xff bytes, with no end
+            sql += " AND key < ?"
+            args.append(end)
+        rows = self._conn().execute(sql + " ORDER BY key LIMIT ?", (*args, limit)).fetchall()
+        return [bytes(row[0]) for row in rows]
 
-    def _create(self, record: SequenceRecord) -> bool:
-        cur = self._conn().execute(
-            "INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
-            (record.key, record.kind, str(record.ceiling), json.dumps(dict(record.settings), sort_keys=True)),
-        )
-        return cur.rowcount == 1
+    async def count(self) -> int:
+        return await self._run(lambda: int(self._conn().execute("SELECT COUNT(*) FROM sequences").fetchone()[0]))
 
-    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> None:
-        await self._run(self._save_ceiling, key, ceiling)
+    # --- writes (one transaction per batch) ------------------------------------------------------
 
-    def _save_ceiling(self, key: bytes, ceiling: int) -> None:
+    def _transaction(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
         db = self._conn()
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT ceiling FROM sequences WHERE key = ?", (key,)).fetchone()
-            if row is None or int(row[0]) >= ceiling:
-                raise GuardFailed(f"stored ceiling {row and row[0]} is not below {ceiling} for {key!r}")
-            db.execute("UPDATE sequences SET ceiling = ? WHERE key = ?", (str(ceiling), key))
+            results = []
+            for item in items:
+                try:
+                    results.append(each(db, item))
+                except GuardFailed as exc:
+                    results.append(exc)
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # SQLITE_FULL (and a few others) roll back by themselves
+                db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        return results
 
-    def describe(self) -> dict[str, Any]:
-        return {"store": self.name, "store_path": str(self.path)}
+    async def create(self, record: SequenceRecord, guard: Guard) -> bool:
+        return await self._creates(record)
+
+    async def _create_batch(self, records: list[SequenceRecord]) -> Sequence[bool | BaseException]:
+        return await self._write(_insert, records)
+
+    async def _write(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
+        try:
+            results = await self._run(self._transaction, each, items)
+        except StoreError as exc:
+            self.note(exc)
+            raise
+        self.note(None)
+        return results
+
+    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
+        return await self._saves((key, ceiling))
+
+    async def _save_batch(self, items: list[tuple[bytes, int]]) -> Sequence[int | BaseException]:
+        return await self._write(_raise_ceiling, items)
+
+    def facts(self) -> dict[str, Any]:
+        return {"store_path": str(self.path)}
+
+
+def _insert(db: sqlite3.Connection, record: SequenceRecord) -> bool:
+    cur = db.execute(
+        "INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
+        (record.key, record.kind, str(record.ceiling), json.dumps(dict(record.settings), sort_keys=True)),
+    )
+    return cur.rowcount == 1
+
+
+def _raise_ceiling(db: sqlite3.Connection, item: tuple[bytes, int]) -> int:
+    key, ceiling = item
+    row = db.execute("SELECT ceiling FROM sequences WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        raise GuardFailed(f"sequence {key!r} is not in the store")
+    stored = int(row[0])
+    if stored >= ceiling:
+        return stored  # an earlier write of this server that landed after its caller gave up
+    db.execute("UPDATE sequences SET ceiling = ? WHERE key = ?", (str(ceiling), key))
+    return ceiling
 
 
 def _record(row: tuple[bytes, str, str, str]) -> SequenceRecord:

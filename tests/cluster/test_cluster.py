@@ -25,7 +25,7 @@ from support.resp import RespConn, RespError
 from support.servers import MarchServer, RedisServer
 
 from march.cluster.slots import crc16, key_slot
-from march.store.etcd import EtcdClient
+from march.etcd.client import GrpcEtcd
 
 pytestmark = pytest.mark.e2e
 
@@ -155,7 +155,7 @@ def test_a_primary_whose_leader_key_is_taken_stops_at_once(march_cluster: MarchC
     endpoint = primary.etcd.split(",")
 
     async def steal(value: bytes | None) -> None:
-        client = EtcdClient(endpoint)
+        client = GrpcEtcd(endpoint)
         try:
             if value is None:
                 await client.delete(leader_key)

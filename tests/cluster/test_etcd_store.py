@@ -1,158 +1,161 @@
-"""The etcd store and client against a real etcd (one member, started by the fixture).
+"""What only the etcd store and its client have, mostly against a real etcd (one member).
 
-What matters for the guarantees: a ceiling write lands only while the writer holds the leader key
-(same value, same create revision) and only if it raises the stored ceiling; a failed guard is
-``GuardFailed`` (step down), never a silent success; reads are linearizable; the client moves to
-the next endpoint when one is unreachable.
+The store contract (round trips, guards, ceilings only up, listing, batching) is in
+``tests/store/test_contract.py``, which runs against a real etcd and the fake alike; the client's
+own contract is in ``tests/etcd/test_contract.py``. Here:
+
+- The record format: ``<prefix>/seq/<key>`` holds the ceiling as 20 zero-padded digits, a space,
+  then JSON; the digits compare bytewise like the numbers, which is what the guarded write's
+  ``value(seq) < digits(new)`` compare relies on. A record deleted behind the store's back is
+  ``GuardFailed``, not a write that recreates it.
+- The client moves to the next endpoint when one is unreachable, but NOT on a request etcd will
+  never take (too large: ``StoreRejected``) nor on etcd's NOSPACE alarm (``StoreFull``, its
+  message naming the alarm and what to do); neither breaks later calls, and only the offending
+  call of a batch fails.
+- NOSPACE shows in ``out_of_space`` / ``describe()`` and clears once a write lands again (on the
+  fake's ``full`` switch: disarming a real alarm needs etcdctl and a compaction).
+- User/password authentication and TLS with client certificates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import ssl
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from support.aio import finish
 from support.etcd import EtcdCluster, EtcdMember
+from support.proxy import TcpProxy
 
-from march.generators.base import BatchPolicy
-from march.generators.sequence import MAX_ID, TOP, SequenceGenerator
-from march.store.base import Guard, GuardFailed, SequenceRecord, StoreError
-from march.store.etcd import TLS, EtcdClient, EtcdStore, created_at, decode_record, encode_record, prefix_end, put_op
+from march.clock import ManualClock
+from march.etcd.api import Delete, Etcd, Get, Put, created_at
+from march.etcd.client import TLS, GrpcEtcd
+from march.etcd.fake import FakeEtcd
+from march.etcd.keys import KeyPaths, prefix_end
+from march.store.base import Guard, GuardFailed, SequenceRecord, StoreError, StoreFull, StoreRejected
+from march.store.etcd import EtcdStore, decode_record, encode_ceiling, encode_record
 
-
-@pytest.fixture
-async def client(etcd: EtcdCluster) -> AsyncIterator[EtcdClient]:
-    c = EtcdClient(etcd.endpoints.split(","), timeout=5.0)
-    yield c
-    await c.close()
-
-
-@pytest.fixture
-def store(client: EtcdClient) -> EtcdStore:
-    return EtcdStore(client, f"/t-{uuid.uuid4().hex[:8]}")
+MAX_ID = 2**63 - 1
+TOP = 2**63
+DEAD = "127.0.0.1:1"  # nothing listens there: a call to it fails at once
 
 
-async def lead(store: EtcdStore, owner: bytes = b"n1") -> Guard:
-    """Take the leader key the way a campaign does; the guard of that term."""
-    reply = await store.client.txn([created_at(store.leader_key, 0)], [put_op(store.leader_key, owner)], [])
-    assert reply.succeeded
-    return Guard(owner, reply.header.revision)
-
-
-def rec(key: bytes, ceiling: int, kind: str = "sequence", **settings: int) -> SequenceRecord:
+def rec(key: bytes, ceiling: int, kind: str = "sequence", **settings: object) -> SequenceRecord:
     return SequenceRecord(key, kind, ceiling, settings)
 
 
+async def lead(etcd: Etcd, keys: KeyPaths, owner: bytes = b"n1") -> Guard:
+    """Take the leader key the way a campaign does; the guard of that term."""
+    reply = await etcd.txn([created_at(keys.leader, 0)], [Put(keys.leader, owner)])
+    assert reply.succeeded
+    return Guard(owner, reply.revision)
+
+
+def fresh_keys() -> KeyPaths:
+    return KeyPaths.of(f"/t-{uuid.uuid4().hex[:8]}")
+
+
+async def connect(etcd: GrpcEtcd, timeout: float = 10.0) -> None:
+    """Read until a call gets through, up to a deadline.
+
+    GrpcEtcd gives a connection attempt only about 100 ms (see
+    ``test_a_slow_connection_handshake_does_not_fail_the_first_call``): on a loaded machine the
+    first call of a fresh client can fail, which is not what these tests are about.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            await etcd.range(Get(b"/connect"))
+            return
+        except StoreError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def client(etcd: EtcdCluster) -> AsyncIterator[GrpcEtcd]:
+    """A connected client whose second endpoint is dead: a call that moved on would fail, and shows in ``endpoint``."""
+    c = GrpcEtcd([etcd.endpoints.split(",")[0], DEAD], timeout=5.0)
+    try:
+        await connect(c)
+        assert c.endpoint == etcd.endpoints.split(",")[0]
+        yield c
+    finally:
+        await c.close()
+
+
+# --- the record format ---------------------------------------------------------------------------
+
+
 def test_value_encoding_compares_like_the_numbers() -> None:
-    values = [0, 1, 9, 10, 999, 1000, 10**18, MAX_ID, TOP]
-    encoded = [encode_record(rec(b"k", v)) for v in values]
-    assert encoded == sorted(encoded)
-    for v, e in zip(values, encoded, strict=True):
-        assert decode_record(b"k", e) == rec(b"k", v)
+    values = [0, 1, 9, 10, 99, 100, 999, 1000, 10**18, MAX_ID, TOP]
+    digits = [encode_ceiling(v) for v in values]
+    assert digits == sorted(digits) and all(len(d) == 20 for d in digits)
+    records = [encode_record(rec(b"k", v, min_batch=5)) for v in values]
+    assert records == sorted(records)
+    for v, e in zip(values, records, strict=True):
+        assert decode_record(b"k", e) == rec(b"k", v, min_batch=5)
+    # The guarded write's "stored < new" compare is on the whole value against the new digits alone.
+    for lower, higher in itertools.pairwise(values):
+        assert encode_record(rec(b"k", lower, x="\uffff" * 9)) < encode_ceiling(higher)
+        assert not encode_record(rec(b"k", higher)) < encode_ceiling(higher)  # equal: not below
     assert prefix_end(b"/p/seq/") == b"/p/seq0"
     assert prefix_end(b"a\xff") == b"b"
 
 
-async def test_create_load_and_load_all_in_creation_order(store: EtcdStore) -> None:
-    guard = await lead(store)
-    assert await store.load(b"a") is None
-    records = [rec(b"b", 11), rec(b"a", 1001, min_batch=5), rec(b"\xff\x00bin\r\n", 7, "timestamp", unit=1)]
-    for r in records:
-        assert await store.create(r, guard) is True
-    assert await store.create(rec(b"a", 5), guard) is False  # exists: unchanged
-    assert await store.load(b"a") == records[1]
-    assert await store.load_all() == records
+async def test_records_are_stored_in_the_documented_format(client: GrpcEtcd) -> None:
+    keys = fresh_keys()
+    store = EtcdStore(client, keys)
+    guard = await lead(client, keys)
+    assert await store.create(rec(b"bin\x00\xff", 42, "timestamp", node_bits=10), guard)
+    assert await store.save_ceiling(b"bin\x00\xff", 1000, guard) == 1000
+    kv = await client.get(keys.seqs + b"bin\x00\xff")
+    assert kv is not None
+    digits, space, meta = kv.value.partition(b" ")
+    assert (digits, space) == (b"00000000000000001000", b" ")
+    assert json.loads(meta) == {"kind": "timestamp", "settings": {"node_bits": 10}}
+    # A record written by hand in that format is read as such.
+    await client.put(keys.seq(b"by-hand"), b"%020d " % TOP + b'{"kind": "sequence", "settings": {"min_batch": 7}}')
+    assert await store.load(b"by-hand") == rec(b"by-hand", TOP, min_batch=7)
+    assert await store.save_ceiling(b"by-hand", TOP - 1, guard) == TOP
 
 
-async def test_ceiling_moves_only_up_and_only_under_the_guard(store: EtcdStore) -> None:
-    guard = await lead(store)
-    await store.create(rec(b"k", 1000), guard)
-    await store.save_ceiling(b"k", 2000, guard)
-    for lower_or_equal in (2000, 1999, 1):
-        with pytest.raises(GuardFailed):
-            await store.save_ceiling(b"k", lower_or_equal, guard)
-    for wrong in (Guard(b"n2", guard.revision), Guard(b"n1", guard.revision + 1), Guard(b"", 0)):
-        with pytest.raises(GuardFailed):
-            await store.save_ceiling(b"k", 3000, wrong)
-    await store.save_ceiling(b"k", TOP, guard)  # the largest ceiling of all still compares right
-    loaded = await store.load(b"k")
-    assert loaded is not None and loaded.ceiling == TOP
+async def test_a_record_deleted_behind_the_stores_back_is_guard_failed(client: GrpcEtcd) -> None:
+    keys = fresh_keys()
+    store = EtcdStore(client, keys)
+    guard = await lead(client, keys)
+    await store.create(rec(b"k", 10, min_batch=3), guard)
+    await store.create(rec(b"j", 10), guard)
+    assert await store.load(b"k") == rec(b"k", 10, min_batch=3)  # the store has it cached now
+    await client.txn([], [Delete(keys.seq(b"k"))])
+    results = await asyncio.gather(
+        store.save_ceiling(b"k", 20, guard), store.save_ceiling(b"j", 20, guard), return_exceptions=True
+    )
+    assert isinstance(results[0], GuardFailed) and results[1] == 20
+    assert await client.get(keys.seq(b"k")) is None  # not recreated by the write
 
 
-async def test_a_new_term_fences_the_old_one(store: EtcdStore) -> None:
-    old = await lead(store, b"n1")
-    await store.create(rec(b"k", 1000), old)
-    await store.client.delete(store.leader_key)  # the lease ran out
-    new = await lead(store, b"n1")  # the same node id wins again: a new create revision
-    assert new.revision != old.revision
-    with pytest.raises(GuardFailed):
-        await store.save_ceiling(b"k", 5000, old)
-    with pytest.raises(GuardFailed):
-        await store.create(rec(b"other", 10), old)
-    await store.save_ceiling(b"k", 5000, new)
-
-
-async def test_no_leader_key_no_write(store: EtcdStore) -> None:
-    guard = await lead(store)
-    await store.create(rec(b"k", 10), guard)
-    await store.client.delete(store.leader_key)
-    with pytest.raises(GuardFailed):
-        await store.save_ceiling(b"k", 20, guard)
-
-
-async def test_settings_survive_ceiling_writes_from_another_store_object(store: EtcdStore) -> None:
-    guard = await lead(store)
-    await store.create(rec(b"k", 10, "timestamp", unit=10), guard)
-    other = EtcdStore(store.client, store.prefix.decode())  # a new primary: nothing cached
-    await other.save_ceiling(b"k", 20, guard)
-    assert await store.load(b"k") == rec(b"k", 20, "timestamp", unit=10)
-    with pytest.raises(StoreError):
-        await other.save_ceiling(b"missing", 20, guard)
-
-
-async def test_generator_over_etcd_persists_before_it_serves(store: EtcdStore) -> None:
-    guard = await lead(store)
-
-    class Lease:
-        def __init__(self) -> None:
-            self.guard = guard
-            self.lost_reason = ""
-
-        def valid(self) -> bool:
-            return not self.lost_reason
-
-        def lost(self, reason: str) -> None:
-            self.lost_reason = reason
-
-    lease = Lease()
-    await store.create(rec(b"k", 1), guard)
-    policy = BatchPolicy(min_batch=100, max_batch=100)
-    gen = SequenceGenerator(b"k", 1, store, lease, policy, asyncio.get_running_loop().time)
-    ids = [await finish(gen.take_wait(1)) for _ in range(250)]
-    assert ids == list(range(1, 251))
-    loaded = await store.load(b"k")
-    assert loaded is not None and loaded.ceiling > 250
-    await store.client.delete(store.leader_key)  # leadership gone: the next extension is refused
-    with pytest.raises(Exception):  # noqa: B017 - NotServing or TRYAGAIN: never an ID
-        for _ in range(1000):
-            await finish(gen.take_wait(1))
-    assert lease.lost_reason
+# --- endpoints and errors ------------------------------------------------------------------------
 
 
 async def test_client_moves_to_the_next_endpoint(etcd: EtcdCluster) -> None:
-    dead = "127.0.0.1:1"
-    c = EtcdClient([dead, etcd.endpoints.split(",")[0]], timeout=2.0)
+    live = etcd.endpoints.split(",")[0]
+    c = GrpcEtcd([DEAD, live], timeout=2.0)
     try:
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError) as err:
             await c.get(b"x")
-        assert c.endpoint != dead
+        assert not isinstance(err.value, StoreRejected | StoreFull)
+        assert c.endpoint == live
+        await connect(c)  # (a fresh channel: see the next test)
+        assert c.endpoint == live
         await c.put(b"x", b"1")
         kv = await c.get(b"x")
         assert kv is not None and kv.value == b"1"
@@ -160,25 +163,116 @@ async def test_client_moves_to_the_next_endpoint(etcd: EtcdCluster) -> None:
         await c.close()
 
 
-async def test_lease_keep_alive_and_watch(client: EtcdClient) -> None:
-    lease, ttl = await client.grant(5)
-    assert ttl >= 5
-    assert await client.keep_alive(lease, timeout=2.0) > 0
-    key = f"/w-{uuid.uuid4().hex[:8]}/leader".encode()
-    revision = await client.put(key, b"n1", lease)
-    seen: list[int] = []
+async def test_a_slow_connection_handshake_does_not_fail_the_first_call(etcd: EtcdCluster) -> None:
+    with TcpProxy(etcd.members[0].port) as proxy:
+        proxy.cut()  # the handshake is held until restore(): a link with a 300 ms round trip, or a busy etcd
+        c = GrpcEtcd([proxy.endpoint], timeout=5.0)
+        asyncio.get_running_loop().call_later(0.3, proxy.restore)
+        try:
+            assert await c.get(b"x") is None  # well within the call's 5 s deadline
+        finally:
+            await c.close()
 
-    async def watch() -> None:
-        async for changed in client.watch(key, key + b"\0", start_revision=revision + 1):
-            seen.append(changed)
-            return
 
-    task = asyncio.create_task(watch())
-    await client.revoke(lease)  # deletes the key: the watch sees it
-    await finish(task, 5.0)
-    assert seen
-    assert await client.get(key) is None
-    assert await client.keep_alive(lease, timeout=2.0) <= 0
+async def test_a_request_too_large_is_rejected_without_breaking_later_calls(client: GrpcEtcd) -> None:
+    keys = fresh_keys()
+    store = EtcdStore(client, keys)
+    guard = await lead(client, keys)
+    live = client.endpoint
+    huge = rec(b"huge", 1, pad="x" * (1700 << 10))  # over etcd's default 1.5 MiB request limit
+    results = await asyncio.gather(
+        store.create(rec(b"a", 1), guard), store.create(huge, guard), store.create(rec(b"b", 1), guard),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert results[0] is True and results[2] is True  # only the offending call fails
+    assert isinstance(results[1], StoreRejected), results[1]
+    assert client.endpoint == live  # no retry can help, so no reason to move on
+    assert await store.load(b"huge") is None
+    assert await store.save_ceiling(b"a", 50, guard) == 50  # later calls work
+    assert await store.create(rec(b"c", 1), guard) is True
+    assert await store.list_keys() == [b"a", b"b", b"c"]
+    assert client.endpoint == live
+    assert store.last_error == "" and not store.out_of_space
+
+
+class QuotaMember(EtcdMember):
+    """An etcd member whose backend quota is one byte: its first write raises the NOSPACE alarm."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--quota-backend-bytes", "1"]
+
+
+@pytest.fixture
+def full_etcd(tmp_path: Path, etcd_bin: str) -> Iterator[EtcdCluster]:
+    cluster = EtcdCluster(tmp_path / "full-etcd", size=1, binary=etcd_bin)
+    cluster.members = [QuotaMember(cluster, 0, etcd_bin)]
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def test_etcd_nospace_is_store_full_naming_the_alarm_and_the_client_stays(full_etcd: EtcdCluster) -> None:
+    live = full_etcd.endpoints
+    c = GrpcEtcd([live, DEAD], timeout=5.0)
+    keys = fresh_keys()
+    store = EtcdStore(c, keys)
+    try:
+        await connect(c)
+        with pytest.raises(StoreFull) as err:
+            await store.create(rec(b"k", 1), Guard(b"n1", 2))
+        message = str(err.value)
+        assert "NOSPACE" in message and "quota-backend-bytes" in message and live in message
+        assert "\n" not in message
+        assert store.out_of_space
+        facts = store.describe()
+        assert facts["store_out_of_space"] == 1 and facts["store_last_error"] == message
+        with pytest.raises(StoreFull):
+            await c.put(b"x", b"1")
+        assert c.endpoint == live  # NOSPACE passes only once an operator acts: moving on cannot help
+        assert await store.count() == 0  # a plain range read still works
+        # etcd 3.5 refuses every Txn while over quota, even a read-only one (which is how ``load``
+        # reads): a load may fail, but only as StoreFull naming the alarm, never with a wrong answer.
+        try:
+            assert await store.load(b"k") is None
+        except StoreFull as exc:
+            assert "NOSPACE" in str(exc)
+        assert c.endpoint == live
+    finally:
+        await c.close()
+
+
+async def test_fake_etcd_nospace_is_store_full_until_it_clears() -> None:
+    server = FakeEtcd(ManualClock())
+    etcd = server.client("n1")
+    keys = fresh_keys()
+    store = EtcdStore(etcd, keys)
+    guard = await lead(etcd, keys)
+    await store.create(rec(b"k", 10, min_batch=2), guard)
+    assert store.describe() == {
+        "store": "etcd",
+        "etcd_endpoint": "fake:n1",
+        "etcd_prefix": keys.prefix.decode(),
+        "store_out_of_space": 0,
+        "store_last_error": "",
+    }
+    server.full = True
+    with pytest.raises(StoreFull, match="database space exceeded"):
+        await store.save_ceiling(b"k", 20, guard)
+    assert store.out_of_space and store.describe()["store_out_of_space"] == 1
+    assert "database space exceeded" in store.describe()["store_last_error"]
+    with pytest.raises(StoreFull):
+        await store.create(rec(b"j", 1), guard)
+    assert await store.load(b"k") == rec(b"k", 10, min_batch=2)  # reads still work, nothing written
+    server.full = False
+    assert await store.save_ceiling(b"k", 20, guard) == 20
+    assert not store.out_of_space and store.describe()["store_out_of_space"] == 0
+    assert store.last_error == ""
+    assert await store.create(rec(b"j", 1), guard) is True
+
+
+# --- authentication and TLS ----------------------------------------------------------------------
 
 
 def etcdctl(etcd: EtcdCluster, *args: str) -> str:
@@ -194,14 +288,15 @@ async def test_user_and_password(etcd: EtcdCluster) -> None:
     etcdctl(etcd, "user", "add", "root:rootpw")
     etcdctl(etcd, "auth", "enable")
     endpoints = etcd.endpoints.split(",")
-    anonymous = EtcdClient(endpoints, timeout=2.0)
-    wrong = EtcdClient(endpoints, user="root", password="nope", timeout=2.0)
-    right = EtcdClient(endpoints, user="root", password="rootpw", timeout=2.0)
+    anonymous = GrpcEtcd(endpoints, timeout=2.0)
+    wrong = GrpcEtcd(endpoints, user="root", password="nope", timeout=2.0)
+    right = GrpcEtcd(endpoints, user="root", password="rootpw", timeout=2.0)
     try:
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreRejected, match="user name is empty"):  # no retry can help
             await anonymous.put(b"x", b"1")
-        with pytest.raises(StoreError, match="authentication failed"):
+        with pytest.raises(StoreError, match=r"authentication failed.*invalid user ID or password"):
             await wrong.put(b"x", b"1")
+        await connect(right)
         await right.put(b"x", b"1")
         kv = await right.get(b"x")
         assert kv is not None and kv.value == b"1"
@@ -263,13 +358,14 @@ def test_tls_to_etcd(tmp_path: Path, etcd_bin: str) -> None:
     etcd.members = [TlsMember(etcd, 0, etcd_bin)]
 
     async def check() -> None:
-        plain = EtcdClient([etcd.endpoints], timeout=2.0)
-        tls = EtcdClient(
+        plain = GrpcEtcd([etcd.endpoints], timeout=2.0)
+        tls = GrpcEtcd(
             [etcd.endpoints], tls=TLS(str(certs["ca.crt"]), str(certs["client.crt"]), str(certs["client.key"]))
         )
         try:
             with pytest.raises(StoreError):
                 await plain.put(b"x", b"1")
+            await connect(tls)
             await tls.put(b"x", b"tls")
             kv = await tls.get(b"x")
             assert kv is not None and kv.value == b"tls"

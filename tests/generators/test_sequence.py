@@ -1,6 +1,6 @@
 """Unit tests of the sequence generator: the memory store, a fake clock and a fake lease, no I/O.
 
-What is pinned here is DESIGN.md section 1 and 3 as the generator sees them: an ID is handed out
+What is pinned here is docs/architecture.md section 1 (guarantees) as the generator sees them: an ID is handed out
 only below a ceiling the store has already recorded, only while the lease is valid, and never
 twice; the range is extended ahead of need and the batch follows demand.
 
@@ -49,9 +49,9 @@ class RecordingStore(MemoryStore):
         super().__init__()
         self.tried: list[int] = []
 
-    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> None:
+    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
         self.tried.append(ceiling)
-        await super().save_ceiling(key, ceiling, guard)
+        return await super().save_ceiling(key, ceiling, guard)
 
 
 def durable(store: MemoryStore, key: bytes = KEY) -> int:
@@ -307,11 +307,39 @@ async def test_a_failed_write_never_lets_ids_pass_the_ceiling_and_a_greater_one_
     await fill(gen, ledger, 100)  # what was durable is still served
     assert gen.take(1) is None
     assert await ledger.take(gen) == 101  # waits for a new write, to a strictly greater target
-    assert world.store.tried == [201, 301]
-    assert [c for _, c in world.store.writes] == [101, 301]
+    # ...aimed at what is needed now (the waiting ID plus a batch), not one batch past the failed one
+    assert world.store.tried == [201, 202]
+    assert [c for _, c in world.store.writes] == [101, 202]
     for _ in range(300):
         await ledger.take(gen)
     assert ledger.ids == list(range(1, 402))
+
+
+async def test_a_long_outage_leaves_the_stored_ceiling_about_one_batch_above_the_last_id(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every failed attempt used to raise the target by a whole batch: a 15 s outage left the
+    stored ceiling ten batches ahead, all skipped by the next crash. A retry aims at what is needed."""
+    monkeypatch.setattr(base_module, "_RETRY_MIN", 0.001)  # the back-off is real time: keep it short
+    monkeypatch.setattr(base_module, "_RETRY_MAX", 0.002)
+    gen = await world.fresh()  # batch 100
+    ledger = Ledger(world.store)
+    await fill(gen, ledger, 100)  # the durable range is spent
+    world.store.fail_next = 10**6  # the store is down
+    for _ in range(25):  # requests keep coming, each retrying the extension, each timing out
+        waiter = asyncio.create_task(gen.take_wait(1))
+        failures = gen.info()["store_write_failures"]
+        await until(lambda f=failures: gen.info()["store_write_failures"] > f, "another failed attempt")
+        world.clock.advance(1.0)
+        with pytest.raises(CommandError, match=r"^TRYAGAIN"):
+            await finish(waiter)
+        await until(lambda: gen.info()["extending_to"] == 0, "the failed write to be given up")
+    world.store.fail_next = 0  # the store is back
+    assert await ledger.take(gen) == 101
+    last_target = world.store.tried[-1]
+    assert durable(world.store) == last_target
+    assert last_target <= 101 + 100 + 25 + 1, world.store.tried  # one batch, plus one per failed attempt
+    assert world.store.tried == sorted(set(world.store.tried)), "targets still strictly increase"
 
 
 async def test_a_waiting_request_rides_out_failed_writes(world: World) -> None:
@@ -354,7 +382,7 @@ async def test_a_hung_write_gives_tryagain_and_never_an_unpersisted_id(world: Wo
 # --- leadership -------------------------------------------------------------------------------
 
 
-async def test_guard_failed_kills_the_generator_and_reports_the_lost_lease(world: World) -> None:
+async def test_guard_failed_ends_the_term_and_the_generator_serves_no_more(world: World) -> None:
     await world.seed(1000)
     gen = await world.restart()
     world.store.guard = Guard(b"another-node", 7)  # someone else leads now
@@ -368,7 +396,7 @@ async def test_guard_failed_kills_the_generator_and_reports_the_lost_lease(world
         await finish(gen.take_wait(1))
     with pytest.raises(NotServing):
         await finish(gen.raise_floor(5000))
-    assert world.store.attempts == attempts, "a dead generator must not retry the write"
+    assert world.store.attempts == attempts, "a generator of an ended term must not retry the write"
     assert world.store.records[KEY].ceiling == 1000
     assert gen.watermark() == 999
 
@@ -380,48 +408,47 @@ async def test_after_guard_failed_the_fast_path_hands_out_nothing(world: World) 
     await fill(gen, ledger, 51)  # the extension starts and is refused: leadership is gone
     await until(lambda: gen.info()["serving"] == 0, "the guard failure")
     assert world.lease.lost_reasons
-    # The lease object may not have flipped yet (lost() only reports, e.g. to an election loop);
-    # the generator itself knows it is dead and must not serve 52..100.
+    # The term ended: its generator must not serve 52..100, although they are below its ceiling.
     assert gen.take(1) is None
 
 
-async def test_a_refused_write_of_a_killed_generator_does_not_report_a_lost_lease(world: World) -> None:
-    """A demoted node kills its generators; their writes still in flight are refused later. That
-    refusal must not make the lease step down again (it may lead a new term by then)."""
+async def test_a_refused_write_of_an_ended_term_does_not_report_a_lost_lease(world: World) -> None:
+    """A demoted node's generators may have writes in flight, refused later. That refusal must not
+    make the node step down again (it may lead a new term by then)."""
     gen = await world.fresh()
     world.store.hold()
     ledger = Ledger(world.store)
     await fill(gen, ledger, 51)  # the extension starts and hangs in the store
     assert gen.write is not None
-    gen.kill("demoted")
+    world.lease.end("demoted")
     world.store.guard = Guard(b"another-node", 7)  # the next term, elsewhere
     world.store.release()
     await finish(gen.drain())
     assert world.lease.lost_reasons == []
 
 
-async def test_a_killed_generator_hands_out_nothing(world: World) -> None:
+async def test_a_generator_of_an_ended_term_hands_out_nothing(world: World) -> None:
     gen = await world.fresh()
     assert gen.take(1) == 1
-    gen.kill("demoted")
+    world.lease.end("demoted")
     assert gen.take(1) is None
     assert gen.take(1) is None
     with pytest.raises(NotServing, match="demoted"):
         await finish(gen.take_wait(1))
     assert gen.watermark() == 1
-    assert gen.info()["ceiling"] == 101  # still reports the durable ceiling it died with
+    assert gen.info()["ceiling"] == 101  # still reports the durable ceiling it had
 
 
-async def test_a_write_that_lands_after_the_kill_does_not_revive_the_generator(world: World) -> None:
+async def test_a_write_that_lands_after_the_term_ended_does_not_revive_the_generator(world: World) -> None:
     gen = await world.fresh()
     ledger = Ledger(world.store)
     world.store.hold()
     await fill(gen, ledger, 51)  # the extension to 201 is in flight
-    gen.kill("demoted")
+    world.lease.end("demoted")
     world.store.release()
     await finish(gen.drain())
     assert durable(world.store) == 201  # it did land in the store...
-    assert gen.take(1) is None  # ...but a dead generator serves nothing, not even below it
+    assert gen.take(1) is None  # ...but an ended term serves nothing, not even below it
     with pytest.raises(NotServing):
         await finish(gen.take_wait(1))
 
@@ -435,7 +462,7 @@ async def test_an_invalid_lease_serves_nothing(world: World) -> None:
     with pytest.raises(NotServing):
         await finish(gen.raise_floor(10))
     assert gen.watermark() == 0
-    world.lease.is_valid = True  # renewed: the generator was not killed, it serves again
+    world.lease.is_valid = True  # renewed in time: the term did not end, it serves again
     assert gen.take(1) == 1
 
 
@@ -636,10 +663,12 @@ _ops = st.sampled_from(_KINDS).flatmap(lambda kind: st.tuples(st.just(kind), _AR
 
 
 async def _run_history(ops: list[tuple[str, Any]]) -> None:
-    store, clock, lease = RecordingStore(), FakeClock(), FakeLease()
+    store, clock = RecordingStore(), FakeClock()
+    lease = FakeLease()  # one term per generator life: a restart is a new term
     await store.create(SequenceRecord(KEY, "sequence", 1 + PROP_POLICY.min_batch), SINGLE_NODE)
     gen = SequenceGenerator(KEY, 1 + PROP_POLICY.min_batch, store, lease, PROP_POLICY, clock, 1)
     gens = [gen]
+    terms: list[FakeLease] = []
     killed: list[SequenceGenerator] = []
     # In allocation order: ("ids", first, last) or ("bound", n) meaning "every later ID is > n and
     # every earlier one <= n" (a watermark) or only the first half (a raised floor).
@@ -723,13 +752,15 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
             # A crash: the old generator stops; its write in flight lands or not (here: it is let
             # finish); the new one starts from whatever the store holds.
             killed.append(gen)
-            gen.kill("restart")
+            lease.end("restart")
             store.release()
             held = False
             await asyncio.wait_for(gen.drain(), 5)
             await settle()
             record = await store.load(KEY)
             assert record is not None
+            terms.append(lease)
+            lease = FakeLease()
             gen = SequenceGenerator(KEY, record.ceiling, store, lease, PROP_POLICY, clock)
             gens.append(gen)
         history.append(("bound", gen.watermark(), 1))
@@ -737,7 +768,7 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
     for g in gens:
         await asyncio.wait_for(g.drain(), 5)
 
-    assert lease.lost_reasons == [], "a single writer never fails its guard"
+    assert all(t.lost_reasons == [] for t in [*terms, lease]), "a single writer never fails its guard"
     last = 0  # the highest ID handed out so far
     lower = 0  # every later ID must be above this
     for kind, a, b in history:

@@ -1,6 +1,6 @@
 """Unit tests of the timestamp generator: memory store, fake wall clock, fake monotonic clock, fake lease.
 
-Pinned here (DESIGN.md sections 1 and 3, issue 4): every ID's time field is below a bound the store
+Pinned here (docs/architecture.md section 1, issue 4): every ID's time field is below a bound the store
 had already recorded when the ID was handed out; IDs never repeat and never decrease, whatever the
 wall clock does (backwards by 1 ms to 1 h, stalled, forwards); a sequence overflow carries into the
 time field instead of waiting; the bound is extended in the background before it is needed; a
@@ -67,8 +67,8 @@ class World:
 
     async def restart(self, lookahead_ms: int = LOOKAHEAD_MS) -> TimestampGenerator:
         """A generator built from the store's record, as after a restart or on a new primary."""
-        for gen in self.gens:
-            gen.kill("restarted")
+        self.lease.end("restarted")  # the old generators' term is over; a new one begins
+        self.lease = FakeLease(self.lease.guard)
         record = await self.store.load(KEY)
         assert record is not None and record.kind == "timestamp"
         self.layout = Layout.from_settings(record.settings)
@@ -341,7 +341,7 @@ async def test_when_time_bits_run_out_an_error_never_a_wrapped_id(world: World) 
 # --- failures -------------------------------------------------------------------------------------
 
 
-async def test_a_refused_guard_kills_the_generator_and_the_lease(world: World) -> None:
+async def test_a_refused_guard_ends_the_term(world: World) -> None:
     gen = await world.fresh()
     world.fast(gen)
     world.store.guard = Guard(b"someone-else", 7)
@@ -374,10 +374,10 @@ async def test_an_expired_lease_stops_every_path(world: World) -> None:
         await gen.raise_floor(gen.watermark() + 1)
 
 
-async def test_a_killed_generator_hands_out_nothing(world: World) -> None:
+async def test_a_generator_of_an_ended_term_hands_out_nothing(world: World) -> None:
     gen = await world.fresh()
     world.fast(gen)
-    gen.kill("demoted")
+    world.lease.end("demoted")
     assert gen.take(1) is None
     with pytest.raises(NotServing):
         await gen.take_wait(1)

@@ -1,8 +1,12 @@
-"""Unit tests of the embedded store: a real SQLite file in a temporary data dir.
+"""Unit tests of what only the embedded store has: a real SQLite file in a data dir.
 
-What matters for the guarantees: a ceiling only moves up (a write that would not raise it is
-refused with GuardFailed), the largest ceiling 2**63 survives, data survives close/reopen, two
-servers can never share a data dir, and no call blocks the event loop.
+The store contract (round trips, ceilings only up, listing, batching) is in ``test_contract.py``,
+which runs against this store too. Here: data survives close and reopen (the largest ceilings
+too, stored as text yet compared as numbers); two servers can never share a data dir (the flock,
+released on close); the file is in WAL mode with ``synchronous=FULL``; no call blocks the event
+loop; a data dir that cannot be created or written is a ``StoreError`` with a one-line message
+and leaves nothing half-open; a full database is ``StoreFull`` and shows in ``describe()``; calls
+in one loop turn share one transaction.
 """
 
 from __future__ import annotations
@@ -12,12 +16,12 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.aio import finish
 
-from march.generators.base import BatchPolicy, SingleNodeLease
-from march.generators.sequence import MAX_ID, TOP, SequenceGenerator
-from march.store.base import SINGLE_NODE, GuardFailed, SequenceRecord, StoreError, StoreLocked
+from march.store.base import SINGLE_NODE, SequenceRecord, StoreError, StoreFull, StoreLocked
 from march.store.sqlite import SqliteStore
 
 
@@ -29,88 +33,33 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     await s.close()
 
 
-def rec(key: bytes, ceiling: int, **settings: int) -> SequenceRecord:
+def rec(key: bytes, ceiling: int, **settings: Any) -> SequenceRecord:
     return SequenceRecord(key, "sequence", ceiling, settings)
 
 
-async def test_create_load_and_load_all_round_trip(store: SqliteStore) -> None:
-    assert await store.load(b"a") is None
-    assert await store.load_all() == []
-    records = [rec(b"b", 11), rec(b"a", 1001, min_batch=5, max_batch=50), rec(b"\xff\x00bin\r\n", 7)]
-    for r in records:
-        assert await store.create(r, SINGLE_NODE) is True
-    for r in records:
-        assert await store.load(r.key) == r
-    assert await store.load_all() == records  # in creation order
-    loaded = await store.load(b"a")
-    assert loaded is not None and type(loaded.key) is bytes and loaded.settings == {"min_batch": 5, "max_batch": 50}
-
-
-async def test_create_of_an_existing_key_changes_nothing(store: SqliteStore) -> None:
-    assert await store.create(rec(b"k", 100), SINGLE_NODE) is True
-    assert await store.create(rec(b"k", 5, min_batch=1), SINGLE_NODE) is False
-    assert await store.create(rec(b"k", 10**6), SINGLE_NODE) is False
-    assert await store.load(b"k") == rec(b"k", 100)
-    assert len(await store.load_all()) == 1
-
-
-async def test_save_ceiling_only_moves_up(store: SqliteStore) -> None:
-    await store.create(rec(b"k", 100, min_batch=3), SINGLE_NODE)
-    await store.save_ceiling(b"k", 101, SINGLE_NODE)
-    assert await store.load(b"k") == rec(b"k", 101, min_batch=3)  # settings untouched
-    for lower_or_equal in (101, 100, 0):
-        with pytest.raises(GuardFailed):
-            await store.save_ceiling(b"k", lower_or_equal, SINGLE_NODE)
-    assert (await store.load(b"k")) == rec(b"k", 101, min_batch=3)
-    await store.save_ceiling(b"k", 10**12, SINGLE_NODE)
-    record = await store.load(b"k")
-    assert record is not None and record.ceiling == 10**12
-
-
-async def test_save_ceiling_of_an_unknown_key_is_refused(store: SqliteStore) -> None:
-    with pytest.raises(GuardFailed):
-        await store.save_ceiling(b"ghost", 10, SINGLE_NODE)
-    assert await store.load(b"ghost") is None
-
-
-async def test_the_largest_ceilings_round_trip(store: SqliteStore, tmp_path: Path) -> None:
-    # 2**63 does not fit SQLite's INTEGER; the comparison must still be numeric, not textual.
-    await store.create(rec(b"top", MAX_ID - 5), SINGLE_NODE)
-    await store.create(rec(b"created-at-top", TOP), SINGLE_NODE)
-    await store.create(rec(b"max", MAX_ID), SINGLE_NODE)  # not a float: 2**63 - 1 must not round
-    await store.save_ceiling(b"top", TOP, SINGLE_NODE)
-    with pytest.raises(GuardFailed):
-        await store.save_ceiling(b"top", TOP, SINGLE_NODE)
-    await store.create(rec(b"nine", 9), SINGLE_NODE)
-    await store.save_ceiling(b"nine", 10, SINGLE_NODE)  # "10" < "9" as text; 10 > 9 as numbers
-    with pytest.raises(GuardFailed):
-        await store.save_ceiling(b"nine", 9, SINGLE_NODE)
-    await store.close()
-    again = SqliteStore(tmp_path / "data")
-    await again.open()
-    try:
-        assert [(r.key, r.ceiling) for r in await again.load_all()] == [
-            (b"top", 2**63),
-            (b"created-at-top", 2**63),
-            (b"max", 2**63 - 1),
-            (b"nine", 10),
-        ]
-    finally:
-        await again.close()
+async def on_store_thread(store: SqliteStore, sql: str) -> Any:
+    """Run ``sql`` on the store's own connection, on its own thread; the first column of the first row."""
+    db = store._db
+    assert db is not None
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(store._pool, lambda: db.execute(sql).fetchone()[0])
 
 
 async def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
+    records = [rec(b"top", 2**63), rec(b"max", 2**63 - 1), rec(b"nine", 9, min_batch=10), rec(b"\xff\x00", 1)]
     first = SqliteStore(tmp_path / "data")
     await first.open()
-    await first.create(rec(b"k", 11, min_batch=10), SINGLE_NODE)
-    await first.save_ceiling(b"k", 5000, SINGLE_NODE)
+    for r in records:
+        await first.create(r, SINGLE_NODE)
+    assert await first.save_ceiling(b"nine", 10, SINGLE_NODE) == 10
     await first.close()
     second = SqliteStore(tmp_path / "data")
     await second.open()
     try:
-        assert await second.load(b"k") == rec(b"k", 5000, min_batch=10)
-        with pytest.raises(GuardFailed):
-            await second.save_ceiling(b"k", 4999, SINGLE_NODE)
+        assert [await second.load(r.key) for r in records] == [*records[:2], rec(b"nine", 10, min_batch=10), records[3]]
+        assert await second.save_ceiling(b"nine", 9, SINGLE_NODE) == 10  # compared as numbers after reopen too
+        assert await second.save_ceiling(b"top", 2**63 - 1, SINGLE_NODE) == 2**63
+        assert await second.count() == 4
     finally:
         await second.close()
 
@@ -149,12 +98,62 @@ async def test_close_releases_the_lock(tmp_path: Path) -> None:
 async def test_calls_after_close_raise_store_error(tmp_path: Path) -> None:
     s = SqliteStore(tmp_path / "data")
     await s.open()
+    await s.create(rec(b"k", 1), SINGLE_NODE)
     await s.close()
     with pytest.raises(StoreError):
         await s.load(b"k")
     with pytest.raises(StoreError):
         await s.save_ceiling(b"k", 5, SINGLE_NODE)
+    with pytest.raises(StoreError):
+        await s.create(rec(b"j", 1), SINGLE_NODE)
+    with pytest.raises(StoreError):
+        await s.list_keys()
+    with pytest.raises(StoreError):
+        await s.count()
     await s.close()  # closing twice is harmless
+
+
+def broken_data_dirs(tmp_path: Path) -> dict[str, Path]:
+    """Data dirs that cannot be used, even by root (chmod does not stop root)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    return {
+        "under a regular file": a_file / "data",
+        "a regular file": a_file,
+        "in /proc": Path("/proc/march-test-no-such-dir/data"),
+        "unwritable (/proc/self)": Path("/proc/self"),
+    }
+
+
+@pytest.mark.parametrize("case", ["under a regular file", "a regular file", "in /proc", "unwritable (/proc/self)"])
+async def test_a_data_dir_that_cannot_be_used_is_a_one_line_store_error(tmp_path: Path, case: str) -> None:
+    data_dir = broken_data_dirs(tmp_path)[case]
+    s = SqliteStore(data_dir)
+    with pytest.raises(StoreError) as err:
+        await s.open()
+    assert type(err.value) is StoreError  # not StoreLocked: nobody else holds it
+    message = str(err.value)
+    assert message.startswith(f"data dir {data_dir}: ") and len(message) > len(f"data dir {data_dir}: ")
+    assert "\n" not in message
+    with pytest.raises(StoreError):  # nothing half-open
+        await s.load(b"k")
+    await s.close()
+
+
+async def test_a_data_file_that_cannot_be_opened_is_a_store_error_and_releases_the_lock(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    (data_dir / "march.sqlite3").mkdir(parents=True)  # a directory where the database file should be
+    s = SqliteStore(data_dir)
+    with pytest.raises(StoreError) as err:
+        await s.open()
+    assert str(s.path) in str(err.value) and "\n" not in str(err.value)
+    (data_dir / "march.sqlite3").rmdir()
+    again = SqliteStore(data_dir)
+    await again.open()  # the failed open let go of the lock
+    try:
+        assert await again.create(rec(b"k", 1), SINGLE_NODE)
+    finally:
+        await again.close()
 
 
 async def test_the_file_is_in_wal_mode_with_full_sync(store: SqliteStore) -> None:
@@ -164,15 +163,7 @@ async def test_the_file_is_in_wal_mode_with_full_sync(store: SqliteStore) -> Non
         assert outside.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # a property of the file
     finally:
         outside.close()
-    # synchronous is per connection: ask the store's own (2 = FULL)
-    db = store._db
-    assert db is not None
-    assert (
-        await asyncio.get_running_loop().run_in_executor(
-            store._pool, lambda: db.execute("PRAGMA synchronous").fetchone()[0]
-        )
-        == 2
-    )
+    assert await on_store_thread(store, "PRAGMA synchronous") == 2  # per connection: 2 = FULL
 
 
 async def test_a_slow_write_does_not_block_the_event_loop(store: SqliteStore) -> None:
@@ -189,35 +180,43 @@ async def test_a_slow_write_does_not_block_the_event_loop(store: SqliteStore) ->
         assert not write.done(), "the write finished while the database was locked"
         assert turns == 2000
         outside.execute("ROLLBACK")
-        await asyncio.wait_for(write, 5.0)
+        assert await finish(write, 5.0) == 20
     finally:
         outside.close()
     assert await store.load(b"k") == rec(b"k", 20)
 
 
-async def test_a_generator_on_sqlite_continues_above_its_ids_after_reopen(tmp_path: Path) -> None:
-    policy = BatchPolicy(min_batch=10, max_batch=10, max_wait=2.0)
-    handed: list[int] = []
-    for life in range(3):
-        s = SqliteStore(tmp_path / "data")
-        await s.open()
-        try:
-            if life == 0:
-                await s.create(rec(b"k", 11), SINGLE_NODE)
-                gen = SequenceGenerator(b"k", 11, s, SingleNodeLease(), policy, lambda: 0.0, next_id=1)
-            else:
-                record = await s.load(b"k")
-                assert record is not None
-                gen = SequenceGenerator(b"k", record.ceiling, s, SingleNodeLease(), policy, lambda: 0.0)
-            for n in (1, 4, 1, 25, 1):
-                value = gen.take(n)
-                if value is None:
-                    value = await asyncio.wait_for(gen.take_wait(n), 5.0)
-                stored = await s.load(b"k")
-                assert stored is not None and value < stored.ceiling
-                assert not handed or value - n + 1 > handed[-1]
-                handed.append(value)
-            await asyncio.wait_for(gen.drain(), 5.0)
-        finally:
-            await s.close()
-    assert handed[0] == 1 and len(set(handed)) == len(handed)
+async def test_calls_in_one_loop_turn_share_one_transaction(store: SqliteStore) -> None:
+    await store.create(rec(b"seed", 1), SINGLE_NODE)
+    commits: list[int] = []
+    db = store._db
+    assert db is not None
+    db.set_trace_callback(lambda sql: commits.append(1) if sql.strip().upper() == "COMMIT" else None)
+    try:
+        created = await asyncio.gather(*(store.create(rec(b"k%d" % i, 1), SINGLE_NODE) for i in range(300)))
+        saved = await asyncio.gather(*(store.save_ceiling(b"k%d" % i, 5 + i, SINGLE_NODE) for i in range(300)))
+    finally:
+        db.set_trace_callback(None)
+    assert created == [True] * 300 and saved == [5 + i for i in range(300)]
+    assert len(commits) == 2, f"{len(commits)} commits for two loop turns of writes"
+
+
+async def test_a_full_database_is_store_full_until_there_is_room(store: SqliteStore) -> None:
+    await store.create(rec(b"k", 1), SINGLE_NODE)
+    pages = await on_store_thread(store, "PRAGMA page_count")
+    assert await on_store_thread(store, f"PRAGMA max_page_count = {pages}") == pages  # the "disk" is full now
+    big = [rec(b"big%d" % i, 1, pad="x" * 2000) for i in range(50)]
+    results = await asyncio.gather(*(store.create(r, SINGLE_NODE) for r in big), return_exceptions=True)
+    assert all(isinstance(r, StoreFull) for r in results), results[:3]
+    assert "full" in str(results[0])
+    assert store.out_of_space and store.describe()["store_out_of_space"] == 1
+    assert store.describe()["store_last_error"] == str(results[0])
+    assert await store.load(b"big0") is None  # nothing of the failed transaction stayed
+    await on_store_thread(store, "PRAGMA max_page_count = 1000000")
+    assert await store.save_ceiling(b"k", 2, SINGLE_NODE) == 2
+    assert not store.out_of_space and store.describe() == {
+        "store": "sqlite",
+        "store_path": str(store.path),
+        "store_out_of_space": 0,
+        "store_last_error": "",
+    }

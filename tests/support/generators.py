@@ -1,6 +1,6 @@
 """Helpers for unit tests of the generators (sequence and timestamp), driven with no I/O.
 
-- ``FakeLease``: a lease the test steers.
+- ``FakeLease``: a lease (a term) the test steers; ``end()`` ends it for good.
 - ``take_checked``: take IDs the way INCRBY does, each checked by the test's ``got`` in the very
   loop step that allocated it (the fast path, else the bounded wait).
 - ``settle``: a fixture's teardown: release held store writes and wait for every write in flight.
@@ -39,18 +39,26 @@ async def take_checked(gen: Taker, n: int, got: Callable[[int, int], int]) -> in
 
 
 class FakeLease:
-    """A lease the test steers. ``lost()`` only records: validity is the test's to change."""
+    """A lease (a term) the test steers, like ``march.serving.Term``: ``lost()`` records the reason
+    and ends the term, ``end(reason)`` ends it (a step-down); an ended term is never valid again.
+    ``is_valid`` is the lease deadline, the test's to move."""
 
     def __init__(self, guard: Guard = SINGLE_NODE) -> None:
         self.guard = guard
         self.is_valid = True
+        self.ended = ""
         self.lost_reasons: list[str] = []
 
     def valid(self) -> bool:
-        return self.is_valid
+        return self.is_valid and not self.ended
 
     def lost(self, reason: str) -> None:
-        self.lost_reasons.append(reason)
+        if not self.ended:  # an ended term's late refusal changes nothing
+            self.lost_reasons.append(reason)
+            self.ended = reason
+
+    def end(self, reason: str) -> None:
+        self.ended = reason
 
 
 async def settle(store: MemoryStore, gens: Iterable[Taker]) -> None:

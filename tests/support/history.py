@@ -1,4 +1,4 @@
-"""Histories of ID requests and the checker for DESIGN.md guarantees 1 and 2.
+"""Histories of ID requests and the checker for guarantees 1 and 2 (docs/architecture.md).
 
 An `Op` is one successful request: which client sent it, when the request was sent, when the
 reply arrived (both `time.monotonic_ns()` in this process), the ID it carried and, where the

@@ -1,0 +1,193 @@
+"""The election: who holds ``<prefix>/leader``, and the serving state that follows from it.
+
+A control loop, woken by the registry's watch, by the lease and by the serving state (and at least
+every TTL/2), makes one ``step``:
+
+1. Make sure there is a lease and this node is registered under it.
+2. Read the topology (linearizable). If this node serves a term whose leader key is gone or is
+   another one (another value or create revision), step down: someone else leads.
+3. **Adopt** a leader key this process won although the campaign's reply was lost (a timeout):
+   it names this node and sits on this node's lease, so it is ours.
+4. **Resign** after a refused guarded write: give the leader key back (a guarded delete), pause
+   campaigning for 2 x TTL, then campaign again like anyone else.
+5. **Campaign** when there is no leader: one transaction creates the leader key under this
+   node's lease if it is absent. Its create revision and the node id form the term's ``Guard``.
+   Standbys leave a FAILOVER's chosen node one TTL to take over first.
+6. **Resume**: this node stepped down when its lease deadline passed (keep-alives were late), but
+   etcd kept the lease and the key: the same leader key serves again, in a new term (requests
+   got no ID meanwhile; each key's ceiling is read and raised again before its next ID).
+
+Promotion is O(1): no sequence is read or written; each key's ceiling is read and raised by its
+first request in the new term (``march.keyspace``). While a planned FAILOVER holds this node's
+term (``STEPPING_DOWN``), the election leaves the state alone. After an unexpected error the
+loop backs off 2 x TTL; while etcd is unreachable it retries every TTL/3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..clock import Clock, wait_event
+from ..etcd.api import Delete, Etcd, Put, created_at, value_is
+from ..etcd.keys import KeyPaths
+from ..serving import Cause, Change, Phase, ServingState
+from ..store.base import Guard, StoreError
+from .lease import Lease
+from .registry import PRIMARY, PROMOTING, STANDBY, Registry, Topology
+
+log = logging.getLogger("march.cluster")
+
+
+class Election:
+    def __init__(
+        self,
+        etcd: Etcd,
+        keys: KeyPaths,
+        state: ServingState,
+        lease: Lease,
+        registry: Registry,
+        clock: Clock,
+    ) -> None:
+        self.etcd = etcd
+        self.keys = keys
+        self.state = state
+        self.lease = lease
+        self.registry = registry
+        self.clock = clock
+        self.node_id = registry.me.id
+        self.ttl = lease.ttl
+        self.held_revision = 0  # create revision of the leader key this node created (0: none)
+        self.closing = False
+        self._resign = False  # a guarded write was refused: give the leader key back
+        self._quiet_until = -1.0  # no campaign before this (after a refused write or an error)
+        self._handoff_seen: tuple[str, float] | None = None
+        self._wake = asyncio.Event()
+        state.subscribe(self._on_state)
+        lease.on_renewed(self._on_renewed)
+        lease.on_gone(self.wake)
+        registry.on_change(self.wake)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # --- reactions -------------------------------------------------------------------------------
+
+    def _on_state(self, change: Change) -> None:
+        if change.phase is not Phase.STANDBY:
+            return
+        self.registry.forget_me_as_leader()
+        if change.cause is Cause.REFUSED:
+            self._resign = True
+            self._quiet_until = self.clock.now() + 2 * self.ttl
+        self.wake()
+
+    def _on_renewed(self, deadline: float) -> None:
+        # A keep-alive landed: a node that holds the leader key but stepped down (late keep-alives)
+        # serves again now, not at its next tick.
+        if self.held_revision and self.state.phase is Phase.STANDBY:
+            self.wake()
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while not self.closing:
+            self._wake.clear()
+            try:
+                await self.step()
+                pause = self.ttl / 2
+            except StoreError as exc:
+                log.warning("etcd: %s", exc)
+                pause = self.ttl / 3
+            except Exception:
+                log.exception("election loop error; backing off for %ds", 2 * self.ttl)
+                self._quiet_until = self.clock.now() + 2 * self.ttl
+                pause = 2 * self.ttl
+            await wait_event(self.clock, self._wake, pause)
+
+    async def step(self) -> None:
+        await self.lease.ensure()
+        await self.registry.register(self.lease.id, self.role)
+        topology = await self.registry.read()
+        me = self.node_id
+        term = self.state.term
+        handing_over = self.state.phase is Phase.STEPPING_DOWN  # a FAILOVER owns the state now
+        superseded = term is not None and (topology.leader != me or topology.leader_revision != term.guard.revision)
+        if superseded and not handing_over:
+            self.state.step_down(Cause.SUPERSEDED, f"leader key: {topology.leader} @ {topology.leader_revision}")
+        if topology.leader == me and topology.leader_lease == self.lease.id and not self.held_revision:
+            self.held_revision = topology.leader_revision  # won although the campaign's reply was lost
+        if self._resign:
+            await self.resign(self.ttl / 3)
+            self._resign = False  # only once it is done: a failed attempt is tried again
+            return
+        if topology.leader is None and self._may_campaign(topology):
+            await self._campaign()
+        elif (
+            topology.leader == me
+            and topology.leader_revision == self.held_revision
+            and self.state.phase is Phase.STANDBY
+            and self.clock.now() < self.lease.deadline
+            and not self.closing
+        ):
+            log.info("the lease held in etcd: serving again (leader key revision %d)", self.held_revision)
+            self._promote(self.held_revision, Cause.RESUMED)
+        await self.registry.register(self.lease.id, self.role)
+
+    @property
+    def role(self) -> str:
+        phase = self.state.phase
+        if phase is Phase.SERVING:
+            return PRIMARY
+        return PROMOTING if phase is Phase.PROMOTING else STANDBY
+
+    def _may_campaign(self, topology: Topology) -> bool:
+        now = self.clock.now()
+        if self.closing or self.state.phase is not Phase.STANDBY or not self.registry.registered:
+            return False
+        if now < self._quiet_until or now >= self.lease.deadline:  # paused, or the lease may be gone
+            return False
+        if topology.handoff and topology.handoff != self.node_id:
+            if self._handoff_seen is None or self._handoff_seen[0] != topology.handoff:
+                self._handoff_seen = (topology.handoff, now)
+            if now < self._handoff_seen[1] + self.ttl:  # leave the chosen node time to take over
+                self.clock.call_later(self.ttl / 2, self.wake)
+                return False
+        return True
+
+    async def _campaign(self) -> None:
+        leader = self.keys.leader
+        reply = await self.etcd.txn(
+            [created_at(leader, 0)], [Put(leader, self.node_id.encode(), self.lease.id)], [], self.ttl / 3
+        )
+        if not reply.succeeded:
+            return  # someone else was faster; the watch tells us who
+        self.held_revision = reply.revision
+        log.info("won the election (leader key revision %d)", reply.revision)
+        self._promote(reply.revision, Cause.ELECTED)
+
+    def _promote(self, revision: int, cause: Cause) -> None:
+        """A new term under the leader key created at ``revision``: serve at once (nothing to load)."""
+        self.state.promote(Guard(self.node_id.encode(), revision), cause)
+        if not self.clock.now() < self.lease.deadline:
+            self.state.step_down(Cause.FAILED, "the lease deadline passed during the election")
+            self._resign = True
+            self.wake()
+            return
+        self.state.serve(Cause.READY)
+
+    async def resign(self, timeout: float) -> None:
+        """Delete the leader key if it is still the one this node created."""
+        revision = self.held_revision
+        if not revision:
+            return
+        leader = self.keys.leader
+        await self.etcd.txn(
+            [value_is(leader, self.node_id.encode()), created_at(leader, revision)], [Delete(leader)], [], timeout
+        )
+        if self.held_revision == revision:
+            self.held_revision = 0
+
+    def handed_over(self) -> None:
+        """A FAILOVER deleted the leader key in its hand-over transaction."""
+        self.held_revision = 0

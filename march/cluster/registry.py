@@ -1,0 +1,176 @@
+"""The node registry and the topology: who is in the cluster, who leads, where clients go.
+
+- Each node writes ``<prefix>/nodes/<id>`` (JSON: id, advertised address, role, pid) under its
+  lease, so a dead node disappears with its lease; it rewrites it when its role changes.
+- ``read()`` is one linearizable range read of ``[leader, nodes_end)``: the leader key (its value,
+  create revision and lease), the FAILOVER hand-off key and every node record. A newer read
+  replaces ``topology``; listeners hear of every watched change (the election wakes on them).
+- What clients are told comes from here: ``members()`` (the primary, the node the leader key
+  names, and the standbys) for ``CLUSTER SLOTS/SHARDS/NODES/INFO`` and ``INFO replication``, and
+  ``redirect(key)`` for a key command this node cannot serve: ``MOVED <slot> <primary>``,
+  ``CLUSTERDOWN`` with no primary known, ``TRYAGAIN`` while the primary is not registered yet.
+- A node that steps down forgets that it led (``forget_me_as_leader``): until etcd says who leads
+  now, it knows no primary (``CLUSTERDOWN``, empty ``CLUSTER SLOTS``), so cluster clients ask the
+  other nodes instead of being sent back to it.
+
+The registry never decides who leads (the election does) and never hands out anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import errors
+from ..clock import Clock
+from ..errors import CommandError
+from ..etcd.api import Etcd, Get
+from ..etcd.keys import KeyPaths
+from ..store.base import StoreError
+from .slots import key_slot
+
+log = logging.getLogger("march.cluster")
+
+PRIMARY = "primary"
+STANDBY = "standby"
+PROMOTING = "promoting"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    id: str
+    addr: str  # host:port that clients are sent to
+    role: str = STANDBY
+
+    @property
+    def host(self) -> str:
+        return self.addr.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.addr.rpartition(":")[2])
+
+    @property
+    def cluster_id(self) -> str:
+        """The 40-hex-digit id Redis Cluster clients expect (sha1 of the node id)."""
+        return hashlib.sha1(self.id.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Topology:
+    leader: str | None = None  # id of the node holding the leader key
+    leader_revision: int = 0  # create revision of the leader key
+    leader_lease: int = 0  # the lease the leader key is attached to
+    handoff: str | None = None  # FAILOVER target named by the old primary
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    revision: int = 0
+
+    @property
+    def primary(self) -> NodeInfo | None:
+        return self.nodes.get(self.leader) if self.leader is not None else None
+
+    def standbys(self) -> list[NodeInfo]:
+        return sorted((n for n in self.nodes.values() if n.id != self.leader), key=lambda n: n.id)
+
+
+class Registry:
+    def __init__(self, etcd: Etcd, keys: KeyPaths, me: NodeInfo, clock: Clock, timeout: float) -> None:
+        self.etcd = etcd
+        self.keys = keys
+        self.me = me
+        self.clock = clock
+        self.timeout = timeout  # per call: short, the control loop retries
+        self.topology = Topology()
+        self._registered: tuple[int, str] | None = None  # (lease, role) last written
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    # --- this node's record ----------------------------------------------------------------------
+
+    async def register(self, lease: int, role: str) -> None:
+        """(Re)write this node's record under ``lease`` if the lease or the role changed."""
+        if self._registered == (lease, role) or not lease:
+            return
+        record = {"id": self.me.id, "addr": self.me.addr, "role": role, "pid": os.getpid()}
+        await self.etcd.put(self.keys.node(self.me.id), json.dumps(record).encode(), lease, self.timeout)
+        self._registered = (lease, role)
+
+    @property
+    def registered(self) -> bool:
+        return self._registered is not None
+
+    def lease_gone(self) -> None:
+        self._registered = None  # the record went with the lease
+
+    # --- the topology ----------------------------------------------------------------------------
+
+    async def read(self) -> Topology:
+        """One linearizable read of the leader key, the hand-off key and every node record."""
+        found = await self.etcd.range(Get(self.keys.leader, self.keys.topology_end), self.timeout)
+        leader: str | None = None
+        leader_revision = leader_lease = 0
+        handoff: str | None = None
+        nodes: dict[str, NodeInfo] = {}
+        for kv in found.kvs:
+            if kv.key == self.keys.leader:
+                leader, leader_revision, leader_lease = kv.value.decode(), kv.create_revision, kv.lease
+            elif kv.key == self.keys.handoff:
+                handoff = kv.value.decode()
+            elif kv.key.startswith(self.keys.nodes):
+                try:
+                    data = json.loads(kv.value)
+                    nodes[data["id"]] = NodeInfo(data["id"], data["addr"], data.get("role", STANDBY))
+                except (ValueError, KeyError, TypeError):
+                    log.warning("ignoring a malformed node record %r", kv.key)
+        topology = Topology(leader, leader_revision, leader_lease, handoff, nodes, found.revision)
+        if topology.revision >= self.topology.revision:
+            self.topology = topology
+        return topology
+
+    async def watch(self) -> None:
+        """Tell listeners of every change to the topology keys, for the life of the node."""
+        while True:
+            try:
+                async for _ in self.etcd.watch(self.keys.leader, self.keys.topology_end):
+                    self._changed()
+            except StoreError as exc:
+                log.debug("watch broke: %s", exc)
+            self._changed()  # something may have changed while the watch was down
+            await self.clock.sleep(self.timeout)
+
+    def forget_me_as_leader(self) -> None:
+        """This node stepped down: until etcd says who leads, no primary is known."""
+        if self.topology.leader == self.me.id:
+            self.topology = dataclasses.replace(self.topology, leader=None, leader_revision=0)
+
+    # --- what clients are told -------------------------------------------------------------------
+
+    def members(self) -> tuple[NodeInfo | None, list[NodeInfo]]:
+        """(primary, standbys) from the last topology read; this node is always among them."""
+        topology = self.topology
+        nodes = dict(topology.nodes)
+        nodes.setdefault(self.me.id, self.me)
+        primary = nodes.get(topology.leader) if topology.leader is not None else None
+        standbys = sorted((n for n in nodes.values() if primary is None or n.id != primary.id), key=lambda n: n.id)
+        return primary, standbys
+
+    def redirect(self, key: bytes) -> CommandError:
+        """The error for a key request this node cannot serve: MOVED to the primary, or retry later."""
+        topology = self.topology
+        primary = topology.primary
+        if primary is None:
+            return CommandError(errors.CLUSTERDOWN if topology.leader is None else errors.TRYAGAIN_NO_PRIMARY)
+        if primary.id == self.me.id:
+            return CommandError(errors.TRYAGAIN_TAKING_OVER)
+        return CommandError(errors.MOVED.format(key_slot(key), primary.addr))

@@ -1,0 +1,67 @@
+"""Every etcd key March uses, in one place. Nothing else in March spells a key path.
+
+Under the cluster's prefix (``etcd_prefix``, default ``/march``):
+
+- ``<prefix>/leader``: the primary's node id, attached to its lease. Its create revision and
+  value form the ``Guard`` every ceiling write compares (see ``march.store.etcd``).
+- ``<prefix>/leader-handoff``: during a planned FAILOVER, the node chosen to take over.
+- ``<prefix>/nodes/<id>``: each node's registration (JSON: id, address, role), under its lease.
+- ``<prefix>/seq/<key>``: one sequence (its ceiling and settings, see ``march.store.etcd``).
+
+``leader``, ``leader-handoff`` and ``nodes/*`` sort together, so one range read (and one watch)
+``[leader, nodes_end)`` covers everything the election and the registry look at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The range end that covers every key starting with ``prefix``."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+@dataclass(frozen=True)
+class KeyPaths:
+    prefix: bytes
+
+    @classmethod
+    def of(cls, prefix: str) -> KeyPaths:
+        return cls(prefix.encode())
+
+    @property
+    def leader(self) -> bytes:
+        return self.prefix + b"/leader"
+
+    @property
+    def handoff(self) -> bytes:
+        return self.prefix + b"/leader-handoff"
+
+    @property
+    def nodes(self) -> bytes:
+        return self.prefix + b"/nodes/"
+
+    def node(self, node_id: str) -> bytes:
+        return self.nodes + node_id.encode()
+
+    @property
+    def topology_end(self) -> bytes:
+        """``[leader, topology_end)`` holds the leader key, the hand-off key and every node record."""
+        return prefix_end(self.nodes)
+
+    @property
+    def seqs(self) -> bytes:
+        return self.prefix + b"/seq/"
+
+    def seq(self, key: bytes) -> bytes:
+        return self.seqs + key
+
+    def seq_name(self, etcd_key: bytes) -> bytes:
+        return etcd_key[len(self.seqs) :]

@@ -1,0 +1,119 @@
+"""One March node's durable parts, built from the ``Config``: its store and its leadership group,
+and in cluster mode its etcd clients and cluster membership. ``march.server`` starts and stops it;
+nothing here knows a socket or a command.
+
+- **Single node** (no ``etcd``): the embedded SQLite store in ``data_dir`` and a group whose
+  serving state holds a lease that never ends (the data dir's lock is the leadership). It serves
+  as soon as the store is open: nothing is loaded up front.
+- **Cluster** (``etcd``): three etcd clients, one per purpose, so that no call of one kind can
+  delay or cut another: the lease's keep-alives, the control plane (election, registry,
+  FAILOVER) and the data (the store's reads and guarded writes). The group starts as a standby;
+  ``join(port)`` registers this node and starts the election once the listener's port is known
+  (the advertised address needs it).
+
+``stop`` is the orderly end: step down (a primary gives the leader key back at once), wait for
+store writes in flight (bounded), close the store and the clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from .clock import SYSTEM, Clock
+from .cluster.member import ClusterMember
+from .cluster.registry import NodeInfo
+from .config import Config
+from .etcd.api import Etcd
+from .etcd.client import TLS, GrpcEtcd
+from .etcd.keys import KeyPaths
+from .group import Group
+from .keyspace import Keyspace
+from .serving import Cause, ServingState
+from .store.base import SINGLE_NODE, Store
+from .store.etcd import EtcdStore
+from .store.sqlite import SqliteStore
+
+log = logging.getLogger("march")
+
+EtcdFactory = Callable[[str], Etcd]  # purpose ("lease", "control", "data") -> a client of its own
+
+
+class Node:
+    def __init__(self, config: Config, *, clock: Clock = SYSTEM, etcd: EtcdFactory | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.etcd: dict[str, Etcd] = {}
+        self.keys = KeyPaths.of(config.etcd_prefix)
+        store: Store
+        if config.cluster:
+            make = etcd or self._grpc
+            self.etcd = {purpose: make(purpose) for purpose in ("lease", "control", "data")}
+            # A write caught by an etcd leader change would hang until store_timeout although etcd
+            # elects a new leader in about a second: writes get TTL/3, and generators retry higher.
+            write_timeout = max(0.5, config.lease_ttl / 3)
+            store = EtcdStore(self.etcd["data"], self.keys, config.store_timeout, write_timeout)
+            state = ServingState(clock)
+        else:
+            store = SqliteStore(config.data_dir)
+            state = ServingState.forever(clock, SINGLE_NODE)
+        self.store = store
+        self.group = Group(state, Keyspace(config, store, state, clock.now))
+
+    def _grpc(self, purpose: str) -> Etcd:
+        c = self.config
+        tls = None
+        if c.etcd_ca_cert_file or c.etcd_cert_file:
+            tls = TLS(c.etcd_ca_cert_file, c.etcd_cert_file, c.etcd_key_file)
+        return GrpcEtcd(
+            c.etcd_endpoints,
+            user=c.etcd_user,
+            password=c.etcd_password,
+            tls=tls,
+            timeout=c.store_timeout,
+            name=f"etcd ({purpose})",
+        )
+
+    async def open(self) -> None:
+        """Open the store (a locked or unwritable data dir fails here, before listening)."""
+        await self.store.open()
+
+    def join(self, port: int) -> None:
+        """Cluster mode: register as ``advertise`` (default bind:port) and start the election."""
+        if not self.config.cluster:
+            return
+        c = self.config
+        host = c.bind if c.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        addr = c.advertise or f"{host}:{port}"
+        member = ClusterMember(
+            lease_etcd=self.etcd["lease"],
+            control_etcd=self.etcd["control"],
+            keys=self.keys,
+            state=self.group.state,
+            keyspace=self.group.keyspace,
+            me=NodeInfo(c.node_id or addr, addr),
+            ttl=c.lease_ttl,
+            clock=self.clock,
+            store_timeout=c.store_timeout,
+        )
+        self.group.member = member
+        member.start()
+        log.info("joining cluster %s at %s", c.etcd_prefix, c.etcd)
+
+    async def stop(self) -> None:
+        """Step down (handing the primary role over at once), wait for writes in flight, close."""
+        timeout = self.config.store_timeout
+        member = self.group.member
+        if member is not None:
+            await member.stop(min(2.0, timeout))
+        self.group.state.step_down(Cause.SHUTDOWN)
+        try:
+            await asyncio.wait_for(self.group.keyspace.drain(timeout), timeout + 1)
+        except TimeoutError:  # safe: nothing at or above an unconfirmed ceiling was handed out
+            log.warning("store writes still in flight after %.1fs; stopping without them", timeout)
+        await self.store.close()
+        for client in self.etcd.values():
+            with contextlib.suppress(Exception):
+                await client.close()

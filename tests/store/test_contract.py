@@ -1,0 +1,545 @@
+"""The store contract (``march.store.base``), one suite run against every backend.
+
+Each test takes the ``subject`` fixture, four times: ``memory`` (``MemoryStore``), ``sqlite``
+(``SqliteStore`` in a fresh data dir), ``etcd`` (``EtcdStore`` over ``GrpcEtcd`` on a real
+one-member etcd shared by the module, a fresh key prefix per test) and ``fake-etcd``
+(``EtcdStore`` over ``FakeEtcd``). On etcd the fixture takes the leader key the way a campaign
+does and writes under that term's guard; memory and SQLite write under ``SINGLE_NODE``.
+
+What it pins down, identically on every backend:
+
+- ``load`` of a missing key is None; ``create`` then ``load`` round-trips kind, settings and
+  ceiling, for binary names (NUL, 0xff, CR LF, the empty name) and ceilings up to 2**63;
+  ceilings compare as numbers (9 < 10, 2**63 - 1 < 2**63), never as text.
+- ``create`` of an existing key is False and writes nothing.
+- ``save_ceiling`` returns the ceiling now durable: the new one, or the stored one when that is
+  already at least as high (never a failure, never a lower ceiling); a missing key is
+  ``GuardFailed`` on every backend, whichever store object asks.
+- A guard that does not hold (a wrong one, or one whose term ended, even when the same node
+  leads again) is ``GuardFailed`` for ``save_ceiling`` and ``create`` (SQLite's guard is
+  trivial: skipped there).
+- Settings survive ceiling writes made by a new store object on the same data.
+- ``list_keys`` is in byte order and honours ``prefix``, ``after`` and ``limit``; 2,500 keys page
+  through completely; ``count`` counts.
+- Calls made together are batched yet each gets its own answer: 1,000 concurrent creates and
+  saves all land (on etcd in a few transactions, not one each), two saves of one key in one loop
+  turn both get a correct answer, and one failing item does not fail its neighbours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.etcd import EtcdCluster
+
+from march.clock import ManualClock
+from march.etcd.api import Get, Put, created_at
+from march.etcd.client import GrpcEtcd
+from march.etcd.fake import FakeEtcd, FakeEtcdClient
+from march.etcd.keys import KeyPaths
+from march.store.base import NO_GUARD, SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, StoreError
+from march.store.etcd import EtcdStore
+from march.store.memory import MemoryStore
+from march.store.sqlite import SqliteStore
+
+TOP = 2**63  # the largest ceiling a store must keep (a sequence's IDs end at 2**63 - 1)
+
+
+def rec(key: bytes, ceiling: int, kind: str = "sequence", **settings: Any) -> SequenceRecord:
+    return SequenceRecord(key, kind, ceiling, settings)
+
+
+# --- the backends --------------------------------------------------------------------------------
+
+
+class Subject:
+    """One backend under test: its store, the guard that holds, and how to break or reopen it."""
+
+    name = ""
+    trivial_guard = False  # True: no guard can fail (SQLite), so the guard tests skip
+
+    def __init__(self, store: Store, guard: Guard) -> None:
+        self.store = store
+        self.guard = guard
+
+    def wrong_guards(self) -> list[Guard]:
+        """Guards that do not hold while ``self.guard`` does."""
+        raise NotImplementedError
+
+    async def end_term(self) -> None:
+        """Make ``self.guard`` stop holding, with nobody leading."""
+        raise NotImplementedError
+
+    async def new_term(self) -> Guard:
+        """The same node leads again, in a new term: the guard of that term."""
+        raise NotImplementedError
+
+    async def reopen(self) -> Store:
+        """A new store object on the same data (nothing cached), which becomes ``self.store``."""
+        raise NotImplementedError
+
+    def transactions(self) -> int | None:
+        """Round trips (etcd transactions) made so far, or None where there is nothing to count."""
+        return None
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    def needs_guard(self) -> None:
+        if self.trivial_guard:
+            pytest.skip(
+                f"{self.name}: the guard is trivial (the data dir's flock is the leadership), so no guard can fail"
+            )
+
+
+class MemorySubject(Subject):
+    name = "memory"
+    store: MemoryStore
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore(), SINGLE_NODE)
+        self.terms = 0
+
+    def wrong_guards(self) -> list[Guard]:
+        return [Guard(b"n2", 0), Guard(b"", 1), NO_GUARD]
+
+    async def end_term(self) -> None:
+        self.store.guard = Guard(b"\0nobody", -2)
+
+    async def new_term(self) -> Guard:
+        self.terms += 1
+        self.store.guard = Guard(b"", 100 + self.terms)
+        self.guard = self.store.guard
+        return self.guard
+
+    async def reopen(self) -> Store:
+        return self.store  # its data lives in the object: there is nothing else to open
+
+
+class SqliteSubject(Subject):
+    name = "sqlite"
+    trivial_guard = True
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(SqliteStore(data_dir), SINGLE_NODE)
+        self.dir = data_dir
+
+    async def reopen(self) -> Store:
+        await self.store.close()
+        self.store = SqliteStore(self.dir)
+        await self.store.open()
+        return self.store
+
+
+class CountingEtcd:
+    """A ``GrpcEtcd`` that counts its transactions (the fake counts its own calls)."""
+
+    def __init__(self, inner: GrpcEtcd) -> None:
+        self.inner = inner
+        self.txns = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def txn(self, *args: Any, **kwargs: Any) -> Any:
+        self.txns += 1
+        return await self.inner.txn(*args, **kwargs)
+
+
+class EtcdSubject(Subject):
+    """An ``EtcdStore`` on a real etcd (``CountingEtcd``) or on the fake (``FakeEtcdClient``)."""
+
+    def __init__(self, name: str, etcd: CountingEtcd | FakeEtcdClient) -> None:
+        self.name = name
+        self.etcd = etcd
+        self.keys = KeyPaths.of(f"/contract-{uuid.uuid4().hex[:8]}")
+        super().__init__(EtcdStore(etcd, self.keys), Guard())  # type: ignore[arg-type]
+
+    async def lead(self, owner: bytes = b"n1") -> Guard:
+        """Take the leader key the way a campaign does; the guard of that term."""
+        reply = await self.etcd.txn([created_at(self.keys.leader, 0)], [Put(self.keys.leader, owner)])
+        assert reply.succeeded, "the leader key was already taken"
+        self.guard = Guard(owner, reply.revision)
+        return self.guard
+
+    def wrong_guards(self) -> list[Guard]:
+        g = self.guard
+        return [Guard(b"n2", g.revision), Guard(g.owner, g.revision + 1), Guard(g.owner, 0), SINGLE_NODE, NO_GUARD]
+
+    async def end_term(self) -> None:
+        await self.etcd.delete(self.keys.leader)  # the lease ran out
+
+    async def new_term(self) -> Guard:
+        return await self.lead()
+
+    async def reopen(self) -> Store:
+        self.store = EtcdStore(self.etcd, self.keys)  # type: ignore[arg-type]  # a new primary: nothing cached
+        return self.store
+
+    def transactions(self) -> int:
+        if isinstance(self.etcd, FakeEtcdClient):
+            return self.etcd.calls["txn"]
+        return self.etcd.txns
+
+    async def close(self) -> None:
+        await self.store.close()
+        await self.etcd.close()
+
+
+async def connect(etcd: GrpcEtcd, timeout: float = 10.0) -> None:
+    """Read until a call gets through, up to a deadline: GrpcEtcd gives a connection attempt only
+    about 100 ms (``tests/cluster/test_etcd_store.py``), which a loaded machine can miss."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            await etcd.range(Get(b"/connect"))
+            return
+        except StoreError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def module_etcd(tmp_path_factory: pytest.TempPathFactory, etcd_bin: str) -> Iterator[EtcdCluster]:
+    """One real etcd for the whole module (each test has its own prefix): starting one per test costs ~0.5 s."""
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"), size=1, binary=etcd_bin)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["memory", "sqlite", "etcd", "fake-etcd"])
+async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Subject]:
+    s: Subject
+    if request.param == "memory":
+        s = MemorySubject()
+    elif request.param == "sqlite":
+        s = SqliteSubject(tmp_path / "data")
+    elif request.param == "etcd":
+        cluster: EtcdCluster = request.getfixturevalue("module_etcd")
+        s = EtcdSubject("etcd", CountingEtcd(GrpcEtcd(cluster.endpoints.split(","), timeout=5.0)))
+    else:
+        s = EtcdSubject("fake-etcd", FakeEtcd(ManualClock()).client("n1"))
+    try:
+        await s.store.open()
+        if isinstance(s, EtcdSubject):
+            if isinstance(s.etcd, CountingEtcd):
+                await connect(s.etcd.inner)
+            await s.lead()
+        yield s
+    finally:
+        await s.close()
+
+
+# --- reads and creates ---------------------------------------------------------------------------
+
+
+async def test_a_missing_key_loads_as_none(subject: Subject) -> None:
+    store = subject.store
+    assert await store.load(b"missing") is None
+    await store.create(rec(b"present", 5), subject.guard)
+    assert await store.load(b"missing") is None
+    assert await store.load(b"present\x00") is None  # no prefix match: the exact name only
+    assert await store.load(b"presen") is None
+
+
+ODD_NAMES = [b"\x00", b"nul\x00inside", b"\xff", b"\xff\xfe\xfd", b"cr\r\nlf", b"", b"caf\xc3\xa9", b" spaced "]
+
+
+async def test_create_then_load_round_trips(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    records = [
+        rec(b"plain", 11),
+        rec(b"tuned", 1001, min_batch=5, max_batch=50),
+        rec(b"stamp", 1_700_000_000_000, "timestamp", epoch_ms=1288834974657, node_bits=10, name="caf\u00e9"),
+        rec(b"top", TOP),
+        rec(b"max", TOP - 1),  # must not pass through a float: 2**63 - 1 would round
+        rec(b"zero", 0),
+        *(rec(name, 7 + i, "sequence", n=i) for i, name in enumerate(ODD_NAMES)),
+    ]
+    for r in records:
+        assert await store.create(r, guard) is True
+    for r in records:
+        loaded = await store.load(r.key)
+        assert loaded == r
+        assert loaded is not None and type(loaded.key) is bytes and type(loaded.ceiling) is int
+        assert dict(loaded.settings) == dict(r.settings)
+    assert await store.count() == len(records)
+
+
+async def test_create_of_an_existing_key_returns_false_and_changes_nothing(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    assert await store.create(rec(b"k", 100, min_batch=3), guard) is True
+    assert await store.create(rec(b"k", 5), guard) is False
+    assert await store.create(rec(b"k", 10**6, "timestamp", node_bits=4), guard) is False
+    assert await store.load(b"k") == rec(b"k", 100, min_batch=3)
+    assert await store.count() == 1
+    # Two creates of one new key in the same loop turn: exactly one wins, and its record is stored.
+    first, second = rec(b"race", 1, who=1), rec(b"race", 2, who=2)
+    results = await asyncio.gather(store.create(first, guard), store.create(second, guard))
+    assert sorted(results) == [False, True]
+    assert await store.load(b"race") == (first if results[0] else second)
+
+
+# --- ceiling writes ------------------------------------------------------------------------------
+
+
+async def test_save_ceiling_returns_the_new_ceiling_and_load_sees_it(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"k", 100, "timestamp", node_bits=10), guard)
+    assert await store.save_ceiling(b"k", 101, guard) == 101
+    assert await store.load(b"k") == rec(b"k", 101, "timestamp", node_bits=10)  # kind and settings kept
+    assert await store.save_ceiling(b"k", 10**12, guard) == 10**12
+    assert await store.load(b"k") == rec(b"k", 10**12, "timestamp", node_bits=10)
+
+
+async def test_a_ceiling_at_or_below_the_stored_one_returns_the_stored_one(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"k", 100, min_batch=3), guard)
+    assert await store.save_ceiling(b"k", 500, guard) == 500
+    for not_greater in (500, 499, 101, 1, 0):
+        assert await store.save_ceiling(b"k", not_greater, guard) == 500  # no failure, nothing lowered
+    assert await store.load(b"k") == rec(b"k", 500, min_batch=3)
+    assert await store.save_ceiling(b"k", 501, guard) == 501  # and it still moves up afterwards
+    assert await store.load(b"k") == rec(b"k", 501, min_batch=3)
+
+
+async def test_ceilings_compare_as_numbers(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"nine", 9), guard)
+    assert await store.save_ceiling(b"nine", 10, guard) == 10  # "10" < "9" as text; 10 > 9 as numbers
+    assert await store.save_ceiling(b"nine", 9, guard) == 10
+    assert await store.save_ceiling(b"nine", 99, guard) == 99
+    assert await store.save_ceiling(b"nine", 100, guard) == 100
+    await store.create(rec(b"big", TOP - 5), guard)
+    assert await store.save_ceiling(b"big", TOP - 1, guard) == TOP - 1
+    assert await store.save_ceiling(b"big", TOP, guard) == TOP  # the largest ceiling of all still compares
+    assert await store.save_ceiling(b"big", TOP, guard) == TOP
+    assert await store.save_ceiling(b"big", TOP - 1, guard) == TOP
+    assert [(await store.load(k)) for k in (b"nine", b"big")] == [rec(b"nine", 100), rec(b"big", TOP)]
+
+
+async def test_save_ceiling_of_a_missing_key_raises_guard_failed(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    with pytest.raises(GuardFailed):  # on an empty store
+        await store.save_ceiling(b"ghost", 10, guard)
+    await store.create(rec(b"k", 1), guard)
+    with pytest.raises(GuardFailed):  # next to a record that exists
+        await store.save_ceiling(b"ghost", 10, guard)
+    with pytest.raises(GuardFailed):  # a name that only extends an existing one
+        await store.save_ceiling(b"k\x00", 10, guard)
+    fresh = await subject.reopen()  # and asked by a store object that has read nothing yet
+    with pytest.raises(GuardFailed):
+        await fresh.save_ceiling(b"ghost", 10, guard)
+    assert await fresh.load(b"ghost") is None  # nothing was created on the way
+    assert await fresh.count() == 1
+
+
+# --- guards --------------------------------------------------------------------------------------
+
+
+async def test_a_guard_that_does_not_hold_is_refused(subject: Subject) -> None:
+    subject.needs_guard()
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"k", 1000, min_batch=2), guard)
+    for wrong in subject.wrong_guards():
+        with pytest.raises(GuardFailed):
+            await store.save_ceiling(b"k", 2000, wrong)
+        with pytest.raises(GuardFailed):
+            await store.save_ceiling(b"k", 10, wrong)  # even one that would change nothing
+        with pytest.raises(GuardFailed):
+            await store.create(rec(b"new", 1), wrong)
+        with pytest.raises(GuardFailed):
+            await store.create(rec(b"k", 1), wrong)  # even one that exists
+    assert await store.load(b"k") == rec(b"k", 1000, min_batch=2)
+    assert await store.load(b"new") is None
+    assert await store.save_ceiling(b"k", 2000, guard) == 2000  # the holder is unaffected
+
+
+async def test_a_guard_that_stopped_holding_is_refused_even_when_the_same_node_leads_again(subject: Subject) -> None:
+    subject.needs_guard()
+    store, old = subject.store, subject.guard
+    await store.create(rec(b"k", 1000), old)
+    await subject.end_term()
+    with pytest.raises(GuardFailed):
+        await store.save_ceiling(b"k", 2000, old)
+    with pytest.raises(GuardFailed):
+        await store.create(rec(b"other", 10), old)
+    new = await subject.new_term()
+    assert new != old
+    with pytest.raises(GuardFailed):  # the old term is fenced for good
+        await store.save_ceiling(b"k", 3000, old)
+    with pytest.raises(GuardFailed):
+        await store.create(rec(b"other", 10), old)
+    assert await store.load(b"k") == rec(b"k", 1000)
+    assert await store.load(b"other") is None
+    assert await store.save_ceiling(b"k", 3000, new) == 3000
+    assert await store.create(rec(b"other", 10), new) is True
+
+
+async def test_each_call_in_a_batch_gets_its_own_answer(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    for r in (rec(b"a", 10), rec(b"b", 50), rec(b"c", 10)):
+        await store.create(r, guard)
+    calls = [
+        store.save_ceiling(b"a", 20, guard),
+        store.save_ceiling(b"ghost", 5, guard),
+        store.save_ceiling(b"b", 40, guard),
+        store.create(rec(b"d", 1), guard),
+        store.create(rec(b"a", 99), guard),
+        store.save_ceiling(b"c", 30, guard),
+        store.load(b"b"),
+        store.load(b"ghost"),
+        store.load(b"b"),
+    ]
+    wrong = [] if subject.trivial_guard else subject.wrong_guards()[:1]
+    for w in wrong:
+        calls += [store.save_ceiling(b"c", 1000, w), store.create(rec(b"e", 1), w)]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert results[0] == 20
+    assert isinstance(results[1], GuardFailed)
+    assert results[2] == 50
+    assert results[3] is True
+    assert results[4] is False
+    assert results[5] == 30
+    assert results[6:9] == [rec(b"b", 50), None, rec(b"b", 50)]
+    for extra in results[9:]:
+        assert isinstance(extra, GuardFailed)
+    assert [await store.load(k) for k in (b"a", b"b", b"c", b"d", b"e", b"ghost")] == [
+        rec(b"a", 20),
+        rec(b"b", 50),
+        rec(b"c", 30),
+        rec(b"d", 1),
+        None,
+        None,
+    ]
+
+
+# --- a new store object on the same data ---------------------------------------------------------
+
+
+async def test_settings_survive_ceiling_writes_by_a_new_store_object(subject: Subject) -> None:
+    guard = subject.guard
+    records = [
+        rec(b"t", 10, "timestamp", epoch_ms=5, node_bits=3),
+        rec(b"s", 7, min_batch=9),
+        rec(b"\xff\x00", 1, x="y"),
+    ]
+    for r in records:
+        await subject.store.create(r, guard)
+    first = subject.store
+    again = await subject.reopen()  # nothing cached: it never read these records
+    for r in records:
+        assert await again.save_ceiling(r.key, r.ceiling + 1000, guard) == r.ceiling + 1000
+    for r in records:
+        expected = SequenceRecord(r.key, r.kind, r.ceiling + 1000, r.settings)
+        assert await again.load(r.key) == expected
+        if first is not again and isinstance(subject, EtcdSubject):  # the old object sees the same data
+            assert await first.load(r.key) == expected
+    again = await subject.reopen()
+    assert [await again.load(r.key) for r in records] == [
+        SequenceRecord(r.key, r.kind, r.ceiling + 1000, r.settings) for r in records
+    ]
+
+
+# --- listing -------------------------------------------------------------------------------------
+
+LISTED = [b"", b"\x00", b"A", b"a", b"a\x00", b"a\r\n", b"a\xff", b"ab", b"abc", b"b", b"b\x00x", b"z\xff", b"\xfe"]
+PREFIXES = [b"", b"a", b"a\x00", b"ab", b"b", b"c", b"\x00", b"z"]
+AFTERS = [None, b"", b"\x00", b"0", b"a", b"a\x00", b"a\xfe", b"ab", b"b", b"b\x00x", b"zz", b"\xff\xff"]
+
+
+async def test_list_keys_in_byte_order_with_prefix_after_and_limit(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    for i, key in enumerate(reversed(LISTED)):  # created out of order
+        await store.create(rec(key, i), guard)
+    ordered = sorted(LISTED)
+    assert await store.list_keys() == ordered
+    assert await store.count() == len(LISTED)
+    for prefix in PREFIXES:
+        for after in AFTERS:
+            matching = [k for k in ordered if k.startswith(prefix) and (after is None or k > after)]
+            for limit in (1, 2, 1000):
+                got = await store.list_keys(prefix, after, limit)
+                assert got == matching[:limit], (prefix, after, limit)
+
+
+async def test_list_keys_with_a_prefix_of_0xff_bytes(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    keys = [b"\xfe\xff", b"\xff", b"\xff\x00", b"\xff\xff", b"\xff\xff\x01"]
+    for key in keys:
+        await store.create(rec(key, 1), guard)
+    assert await store.list_keys(b"\xff") == [b"\xff", b"\xff\x00", b"\xff\xff", b"\xff\xff\x01"]
+    assert await store.list_keys(b"\xff\xff") == [b"\xff\xff", b"\xff\xff\x01"]
+    assert await store.list_keys(b"\xff", b"\xff\x00", 2) == [b"\xff\xff", b"\xff\xff\x01"]
+
+
+async def test_list_keys_pages_through_thousands_of_keys(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    keys = [b"p:%04d" % i for i in range(2500)]
+    extra = [b"o:before", b"q:after"]
+    created = await asyncio.gather(*(store.create(rec(k, 1), guard) for k in [*keys, *extra]))
+    assert all(created)
+    assert await store.count() == 2502
+    pages: list[list[bytes]] = []
+    after: bytes | None = None
+    for _ in range(5):  # bounded: a store that ignores ``after`` must fail here, not loop forever
+        page = await store.list_keys(b"p:", after, 1000)
+        pages.append(page)
+        if len(page) < 1000:
+            break
+        after = page[-1]
+    assert [len(p) for p in pages] == [1000, 1000, 500]
+    assert [k for p in pages for k in p] == keys
+    assert await store.list_keys(b"p:", keys[-1], 1000) == []
+    assert await store.list_keys(b"", b"p:2499", 10) == [b"q:after"]
+
+
+# --- many calls at once --------------------------------------------------------------------------
+
+
+async def test_a_thousand_concurrent_creates_and_saves_all_land(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    n = 1000
+    keys = [b"k%d" % i for i in range(n)]
+    before = subject.transactions()
+    created = await asyncio.gather(*(store.create(rec(k, i, i=i), guard) for i, k in enumerate(keys)))
+    assert created == [True] * n
+    middle = subject.transactions()
+    saved = await asyncio.gather(*(store.save_ceiling(k, 10_000 + i, guard) for i, k in enumerate(keys)))
+    assert saved == [10_000 + i for i in range(n)]
+    after = subject.transactions()
+    loaded = await asyncio.gather(*(store.load(k) for k in keys))
+    assert loaded == [rec(k, 10_000 + i, i=i) for i, k in enumerate(keys)]
+    assert await store.count() == n
+    if before is not None and middle is not None and after is not None:
+        assert 0 < middle - before <= 30, f"{middle - before} transactions for {n} creates: not batched"
+        assert 0 < after - middle <= 30, f"{after - middle} transactions for {n} saves: not batched"
+
+
+async def test_two_saves_of_one_key_in_one_loop_turn_both_get_a_correct_answer(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    pairs = {b"up": (500, 400), b"down": (400, 500), b"same": (450, 450), b"under": (5, 6)}
+    for key in pairs:
+        await store.create(rec(key, 100, tag=key.decode()), guard)
+    await store.save_ceiling(b"under", 300, guard)  # both of its saves are below what is stored
+    calls = [store.save_ceiling(key, c, guard) for key, pair in pairs.items() for c in pair]
+    results = await asyncio.gather(*calls)
+    got = dict(zip([(key, c) for key, pair in pairs.items() for c in pair], results, strict=True))
+    for key, (x, y) in pairs.items():
+        final = await store.load(key)
+        expected = max(x, y, 300 if key == b"under" else 0)
+        assert final == rec(key, expected, tag=key.decode()), key
+        for asked in (x, y):
+            answer = got[(key, asked)]
+            assert asked <= answer <= expected, (key, asked, answer)
+        assert got[(key, max(x, y))] == expected  # the higher one landed (or was already there)
