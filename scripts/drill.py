@@ -22,7 +22,14 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.drills import DRILLS, LAYOUTS, DrillEnv, DrillResult  # noqa: E402
+from support.drills import (  # noqa: E402
+    DRILLS,
+    LAYOUTS,
+    TAKEOVER_NAME_LEN,
+    TAKEOVER_SEQUENCES,
+    DrillEnv,
+    DrillResult,
+)
 
 
 def say(line: str) -> None:
@@ -48,6 +55,10 @@ def main() -> int:
         "--rate", type=float, default=None, help="INCRs per second per client (default: as fast as it goes)"
     )
     ap.add_argument("--ops", type=int, default=2000, help="successful INCRs before each fault and after recovery")
+    ap.add_argument(
+        "--sequences", type=int, default=TAKEOVER_SEQUENCES, help="sequences the takeover drill seeds (default 15000)"
+    )
+    ap.add_argument("--name-len", type=int, default=TAKEOVER_NAME_LEN, help="bytes per seeded name (default 200)")
     ap.add_argument("--keep", action="store_true", help="keep the logs and data (kept anyway after a failure)")
     ap.add_argument("--quiet", action="store_true", help="no live timeline, summaries only")
     args = ap.parse_args()
@@ -75,6 +86,7 @@ def main() -> int:
             env = DrillEnv(
                 base, etcd_members=members, proxies=proxies, lease_ttl=args.ttl, rate=args.rate,
                 warmup_ops=args.ops, hold_ops=args.ops, out=None if args.quiet else say,
+                sequences=args.sequences, name_len=args.name_len,
             )  # fmt: skip
             try:
                 try:

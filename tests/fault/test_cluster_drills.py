@@ -8,7 +8,8 @@ scripts/drill, which prints the same figures with a live timeline.
 
 What is asserted, on every repetition: 0 duplicates, 0 real-time order violations, and each
 drill's own invariant (see `support.drills`). Timing bars (first INCR on the new primary within
-TTL + 1 s, the partitioned primary silent within the TTL) are asserted with a slack of
+TTL + 1 s, also with 15,000 sequences of 200-byte names; the partitioned primary silent within
+the TTL; service within a second of a restarted etcd answering) are asserted with a slack of
 MARCH_DRILL_SLACK seconds (default 2): a loaded 2-core CI machine is no benchmark. The planned
 FAILOVER's longest request delay (bar: 100 ms) is printed, never asserted; its zero client
 errors are.
@@ -27,6 +28,8 @@ from support.drills import DRILLS, LAYOUTS, DrillEnv, env_float
 REPS = int(os.environ.get("MARCH_DRILL_REPS", "3"))
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)
 TTL = 2  # seconds of lease: the shortest march accepts keeps each repetition to a few seconds
+# The takeover drill runs with the TTL of its bar: 15,000 sequences, TTL 3 s, serving within 6 s.
+TTLS = {"takeover": 3}
 
 
 def test_cluster_starts_with_one_primary_and_two_standbys(march_cluster: MarchCluster) -> None:
@@ -47,7 +50,7 @@ def test_cluster_starts_with_one_primary_and_two_standbys(march_cluster: MarchCl
 @pytest.mark.parametrize("drill", list(DRILLS))
 def test_drill(drill: str, cluster_env: Callable[..., DrillEnv]) -> None:
     etcd_members, proxies = LAYOUTS[drill]
-    env = cluster_env(etcd_members=etcd_members, proxies=proxies, lease_ttl=TTL)
+    env = cluster_env(etcd_members=etcd_members, proxies=proxies, lease_ttl=TTLS.get(drill, TTL))
     for rep in range(REPS):
         result = DRILLS[drill](env, rep)
         print(result.summary())

@@ -37,6 +37,10 @@ WARMUP_OPS = 200  # successes before the fault: the load is really running
 HOLD_OPS = 200  # successes after recovery: the new primary really serves
 SETTLE = 20.0  # seconds for a cluster to settle between repetitions
 LATE_REQUESTS = 3  # INCRs queued on a paused primary's socket
+TAKEOVER_SEQUENCES = 15_000  # the takeover drill's sequences: the size that used to keep a cluster down
+TAKEOVER_NAME_LEN = 200  # bytes per name (15,000 of them made one etcd read pass gRPC's 4 MB)
+TAKEOVER_PROBES = 2_000  # distinct old sequences asked at once on the new primary
+ETCD_DOWN = 2.0  # seconds etcd stays down in the etcd-restart drill
 
 
 def recovery_timeout(ttl: float) -> float:
@@ -143,6 +147,8 @@ class DrillEnv:
         warmup_ops: int = WARMUP_OPS,
         hold_ops: int = HOLD_OPS,
         out: Callable[[str], None] | None = None,
+        sequences: int = TAKEOVER_SEQUENCES,
+        name_len: int = TAKEOVER_NAME_LEN,
     ) -> None:
         self.base = base
         self.etcd = EtcdCluster(base / "etcd", size=etcd_members, binary=etcd_binary)
@@ -152,6 +158,7 @@ class DrillEnv:
         self.rate = rate
         self.warmup_ops, self.hold_ops = warmup_ops, hold_ops
         self.out = out
+        self.sequences, self.name_len = sequences, name_len  # for the takeover drill
         self.proxies: dict[str, TcpProxy] = {}
         self._cluster: MarchCluster | None = None
 
@@ -478,6 +485,106 @@ def _late_replies(r: DrillResult, conn: RespConn, key: str, sent: int, old: Clus
             break
 
 
+def incr_each(node: ClusterNode, names: list[str], connections: int = 32, batch: int = 200) -> list[object]:
+    """One INCR for each of ``names`` on ``node``, from ``connections`` clients at once (each
+    pipelining ``batch`` at a time): the replies, in the order of ``names``."""
+    replies: list[object] = [None] * len(names)
+
+    def client(start: int) -> None:
+        mine = range(start, len(names), connections)
+        with RespConn(node.port, timeout=60) as c:
+            for i in range(0, len(mine), batch):
+                chunk = mine[i : i + batch]
+                c.send(b"".join(encode("INCR", names[j]) for j in chunk))
+                for j in chunk:
+                    replies[j] = c.read_reply()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(min(connections, len(names)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return replies
+
+
+def seed_sequences(node: ClusterNode, count: int, name_len: int) -> list[str]:
+    """``count`` sequences of ``name_len``-byte names, created through ``node`` by concurrent
+    clients (so the server's shared creation transactions make them); their names."""
+    names = [f"seq:{i:07d}:".ljust(name_len, "x") for i in range(count)]
+    bad = [r for r in incr_each(node, names) if r != 1]
+    assert not bad, f"seeding: {len(bad)} failed, e.g. {bad[:3]}"
+    return names
+
+
+def drill_takeover(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """`kill -9` of a primary that serves ``env.sequences`` sequences with ``env.name_len``-byte
+    names: a standby serves within TTL + 1 s whatever their number, the first requests for
+    thousands of old sequences at once all succeed, and the new primary keeps serving (no flap)."""
+    c, ttl = env.cluster, env.lease_ttl
+    r = DrillResult(f"kill -9 primary, {env.sequences:,} sequences", rep)
+    old = c.wait_settled(SETTLE)
+    started = time.monotonic()
+    names = getattr(env, "_seeded", None) or seed_sequences(old, env.sequences, env.name_len)
+    env._seeded = names  # type: ignore[attr-defined]  # one seeding for every repetition
+    r.notes.append(f"{len(names):,} sequences of {env.name_len} bytes seeded in {time.monotonic() - started:.1f}s")
+    fault_at = History.now()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = History.now()
+        c.kill(old)
+        new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+        probes = names[rep * TAKEOVER_PROBES % len(names) :][:TAKEOVER_PROBES]
+        sent = time.monotonic()
+        replies = incr_each(new, probes)
+        bad = [x for x in replies if not isinstance(x, int) or x <= 1]
+        r.notes.append(
+            f"primary {old.node_id} -> {new.node_id}; {len(probes)} first INCRs of old sequences at once: "
+            f"{len(probes) - len(bad)} IDs in {time.monotonic() - sent:.2f}s"
+        )
+        if bad:
+            r.violations.append(f"{len(bad)} of {len(probes)} first INCRs of old sequences failed: {bad[:3]}")
+        load.wait_ops(env.hold_ops)
+        wait_until(lambda: History.now() - fault_at >= (3 * ttl) * 1e9, timeout=3 * ttl + 1)  # a span, no sync
+        if c.primary() is not new:
+            r.violations.append(f"the primary changed again after the takeover (flapping): {c.roles()}")
+    r.finish(fault_at, old.address)
+    r.bars.append(Bar("first INCR on the new primary after the kill", r.figures.failover, ttl + 1.0))
+    c.restart(old)
+    r.settle(c)
+    return r
+
+
+def drill_restart_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """etcd (one member) killed under load and restarted after ``ETCD_DOWN`` seconds: the cluster
+    serves again within about a second of etcd answering (the primary's lease survives etcd's
+    restart, so it resumes; nobody waits out a reconnect back-off)."""
+    c, ttl, etcd = env.cluster, env.lease_ttl, env.etcd
+    r = DrillResult("etcd killed and restarted", rep)
+    old = c.wait_settled(SETTLE)
+    fault_at = History.now()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = History.now()
+        for m in etcd.members:
+            etcd.kill(m)
+        wait_until(lambda: History.now() - fault_at >= ETCD_DOWN * 1e9, timeout=ETCD_DOWN + 1)  # the outage
+        etcd.restart_all()
+        answering = History.now()  # /health says true: etcd answers
+        served, _ = load.wait_success(answering, timeout=recovery_timeout(ttl))
+        back = (served - answering) / 1e9
+        r.notes.append(
+            f"etcd down {(answering - fault_at) / 1e9:.1f}s; first INCR {back * 1000:.0f} ms after it answered"
+        )
+        r.bars.append(Bar("first INCR after etcd answered again", back, 1.0))
+        primary = c.wait_primary(recovery_timeout(ttl))
+        r.notes.append(f"march primary {old.node_id} -> {primary.node_id}")
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, old.address)
+    r.settle(c)
+    return r
+
+
 def _expect_redirect(r: DrillResult, old: ClusterNode, new: ClusterNode, key: str, timeout: float) -> None:
     """The old primary, back in touch, sends INCR to the new primary with MOVED (a TRYAGAIN or
     CLUSTERDOWN meanwhile is fine, an ID never is)."""
@@ -504,6 +611,8 @@ DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
     "etcd-leader": drill_kill_etcd_leader,
     "failover": drill_planned_failover,
     "restart": drill_full_restart,
+    "takeover": drill_takeover,
+    "etcd-restart": drill_restart_etcd,
 }
 
 # Which layout each drill needs: (etcd members, proxies).
@@ -514,4 +623,6 @@ LAYOUTS: dict[str, tuple[int, bool]] = {
     "etcd-leader": (3, False),
     "failover": (1, False),
     "restart": (1, False),
+    "takeover": (1, False),
+    "etcd-restart": (1, False),
 }

