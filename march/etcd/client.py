@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,18 +265,24 @@ class GrpcEtcd:
             self._failed(ch)
         return classify(code, details, ch.endpoint)
 
-    async def _unary(self, stub: str, method: str, request: Any, timeout: float | None) -> Any:
-        ch = await self._channel()
+    @contextlib.contextmanager
+    def _on(self, ch: _Channel) -> Iterator[None]:
+        """A call running on ``ch``: counted (the channel closes only when idle); failures as StoreError."""
         ch.enter()
         try:
-            fn = getattr(getattr(ch, stub), method)
-            return await fn(request, timeout=timeout or self.timeout, metadata=ch.metadata)
+            yield
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, ch) from None
         except asyncio.CancelledError:
             raise _cut_short(ch.endpoint) from None
         finally:
             ch.leave()
+
+    async def _unary(self, stub: str, method: str, request: Any, timeout: float | None) -> Any:
+        ch = await self._channel()
+        with self._on(ch):
+            fn = getattr(getattr(ch, stub), method)
+            return await fn(request, timeout=timeout or self.timeout, metadata=ch.metadata)
 
     async def close(self) -> None:
         self._closed = True
@@ -358,14 +364,9 @@ class GrpcEtcd:
 
     async def _replies(self, call: Any, ch: _Channel) -> AsyncGenerator[Any, None]:
         """The replies of a streaming call, its failures as StoreError; the call ends with the iteration."""
-        ch.enter()
         try:
-            async for reply in call:
-                yield reply
-        except grpc.aio.AioRpcError as exc:
-            raise self._error(exc, ch) from None
-        except asyncio.CancelledError:
-            raise _cut_short(ch.endpoint) from None
+            with self._on(ch):
+                async for reply in call:
+                    yield reply
         finally:
             call.cancel()
-            ch.leave()

@@ -61,23 +61,9 @@ def fresh_keys() -> KeyPaths:
     return KeyPaths.of(f"/t-{uuid.uuid4().hex[:8]}")
 
 
-async def connect(etcd: GrpcEtcd, timeout: float = 10.0) -> None:
-    """Read until a call gets through, up to a deadline.
-
-    GrpcEtcd gives a connection attempt only about 100 ms (see
-    ``test_a_slow_connection_handshake_does_not_fail_the_first_call``): on a loaded machine the
-    first call of a fresh client can fail, which is not what these tests are about.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            await etcd.range(Get(b"/connect"))
-            return
-        except StoreError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.05)
+async def connect(etcd: GrpcEtcd) -> None:
+    """The first call: the client opens its channel to its first endpoint."""
+    await etcd.range(Get(b"/connect"))
 
 
 @pytest.fixture
@@ -154,7 +140,7 @@ async def test_client_moves_to_the_next_endpoint(etcd: EtcdCluster) -> None:
             await c.get(b"x")
         assert not isinstance(err.value, StoreRejected | StoreFull)
         assert c.endpoint == live
-        await connect(c)  # (a fresh channel: see the next test)
+        await connect(c)
         assert c.endpoint == live
         await c.put(b"x", b"1")
         kv = await c.get(b"x")

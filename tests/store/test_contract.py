@@ -38,11 +38,11 @@ import pytest
 from support.etcd import EtcdCluster
 
 from march.clock import ManualClock
-from march.etcd.api import Get, Put, created_at
+from march.etcd.api import Put, created_at
 from march.etcd.client import GrpcEtcd
 from march.etcd.fake import FakeEtcd, FakeEtcdClient
 from march.etcd.keys import KeyPaths
-from march.store.base import NO_GUARD, SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, StoreError
+from march.store.base import NO_GUARD, SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store
 from march.store.etcd import EtcdStore
 from march.store.memory import MemoryStore
 from march.store.sqlite import SqliteStore
@@ -191,21 +191,6 @@ class EtcdSubject(Subject):
         await self.etcd.close()
 
 
-async def connect(etcd: GrpcEtcd, timeout: float = 10.0) -> None:
-    """Read until a call gets through, up to a deadline: GrpcEtcd gives a connection attempt only
-    about 100 ms (``tests/cluster/test_etcd_store.py``), which a loaded machine can miss."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            await etcd.range(Get(b"/connect"))
-            return
-        except StoreError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def module_etcd(tmp_path_factory: pytest.TempPathFactory, etcd_bin: str) -> Iterator[EtcdCluster]:
     """One real etcd for the whole module (each test has its own prefix): starting one per test costs ~0.5 s."""
@@ -232,8 +217,6 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     try:
         await s.store.open()
         if isinstance(s, EtcdSubject):
-            if isinstance(s.etcd, CountingEtcd):
-                await connect(s.etcd.inner)
             await s.lead()
         yield s
     finally:
