@@ -146,7 +146,44 @@ def _size(compare: Sequence[Compare], ops: Sequence[Request]) -> int:
     return size
 
 
-class FakeEtcd:
+class _Switches:
+    """``unreachable`` and ``hang``, on the server (every client) or on one client (its link).
+
+    Setting ``unreachable`` breaks the open watches it covers; lifting ``hang`` lets them go on.
+    """
+
+    _unreachable = False
+    _hang = False
+    delay = 0.0
+    lose_replies = 0
+
+    def _covered(self) -> list[FakeEtcdClient]:
+        raise NotImplementedError
+
+    @property
+    def unreachable(self) -> bool:
+        return self._unreachable
+
+    @unreachable.setter
+    def unreachable(self, value: bool) -> None:
+        self._unreachable = value
+        if value:
+            for c in self._covered():
+                c._break_watches("etcd unreachable")
+
+    @property
+    def hang(self) -> bool:
+        return self._hang
+
+    @hang.setter
+    def hang(self, value: bool) -> None:
+        self._hang = value
+        if not value:
+            for c in self._covered():
+                c._wake_watches()
+
+
+class FakeEtcd(_Switches):
     """The server: an MVCC store with leases and watches, shared by every ``client()``."""
 
     def __init__(
@@ -168,10 +205,6 @@ class FakeEtcd:
         self._history: list[tuple[int, frozenset[bytes]]] = []
         self._clients: list[FakeEtcdClient] = []
         self.calls: collections.Counter[str] = collections.Counter()
-        self._unreachable = False
-        self._hang = False
-        self.delay = 0.0
-        self.lose_replies = 0
         self.full = False
 
     def client(self, name: str = "", timeout: float = 5.0) -> FakeEtcdClient:
@@ -180,29 +213,8 @@ class FakeEtcd:
         self._clients.append(c)
         return c
 
-    # --- switches for every client -------------------------------------------------------------
-
-    @property
-    def unreachable(self) -> bool:
-        return self._unreachable
-
-    @unreachable.setter
-    def unreachable(self, value: bool) -> None:
-        self._unreachable = value
-        if value:
-            for c in self._clients:
-                c._break_watches("etcd unreachable")
-
-    @property
-    def hang(self) -> bool:
-        return self._hang
-
-    @hang.setter
-    def hang(self, value: bool) -> None:
-        self._hang = value
-        if not value:
-            for c in self._clients:
-                c._wake_watches()
+    def _covered(self) -> list[FakeEtcdClient]:
+        return self._clients
 
     # --- inspection (no switches, no counters) -------------------------------------------------
 
@@ -377,7 +389,7 @@ class _Watch:
         return any(_in_range(k, self.start, self.end) for k in keys)
 
 
-class FakeEtcdClient:
+class FakeEtcdClient(_Switches):
     """One client of a ``FakeEtcd``: the ``Etcd`` interface, with this link's own switches."""
 
     def __init__(self, server: FakeEtcd, name: str, timeout: float) -> None:
@@ -385,10 +397,6 @@ class FakeEtcdClient:
         self.name = name
         self.timeout = timeout
         self.calls: collections.Counter[str] = collections.Counter()
-        self._unreachable = False
-        self._hang = False
-        self.delay = 0.0
-        self.lose_replies = 0
         self._closed = False
         self._watches: list[_Watch] = []
 
@@ -396,27 +404,8 @@ class FakeEtcdClient:
     def endpoint(self) -> str:
         return f"fake:{self.name}" if self.name else "fake"
 
-    # --- switches for this link ----------------------------------------------------------------
-
-    @property
-    def unreachable(self) -> bool:
-        return self._unreachable
-
-    @unreachable.setter
-    def unreachable(self, value: bool) -> None:
-        self._unreachable = value
-        if value:
-            self._break_watches("unreachable")
-
-    @property
-    def hang(self) -> bool:
-        return self._hang
-
-    @hang.setter
-    def hang(self, value: bool) -> None:
-        self._hang = value
-        if not value:
-            self._wake_watches()
+    def _covered(self) -> list[FakeEtcdClient]:
+        return [self]
 
     def _cut(self) -> str:
         """Why this client cannot reach etcd now, or "" if it can."""
