@@ -51,6 +51,11 @@ PROTO_TOO_BIG_INLINE = "too big inline request"
 PROTO_MULTIBULK_LENGTH = "invalid multibulk length"
 PROTO_BULK_LENGTH = "invalid bulk length"
 PROTO_UNBALANCED_QUOTES = "unbalanced quotes in request"
+# before AUTH (Redis' limits for unauthenticated clients, CVE-2021-32675), and header lines with no end
+PROTO_UNAUTH_MULTIBULK_LENGTH = "unauthenticated multibulk length"
+PROTO_UNAUTH_BULK_LENGTH = "unauthenticated bulk length"
+PROTO_TOO_BIG_MBULK_COUNT = "too big mbulk count string"
+PROTO_TOO_BIG_BULK_COUNT = "too big bulk count string"
 
 # --- authentication ----------------------------------------------------------------------------
 NOAUTH = "NOAUTH Authentication required."

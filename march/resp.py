@@ -1,25 +1,48 @@
 """RESP2/RESP3 encoding and request parsing. No I/O, no commands.
 
 ``RequestParser.feed(data)`` turns bytes from one connection into complete requests (lists of
-``bytes``), in order. Multibulk requests are parsed by hiredis; inline requests (``PING`` typed
-into ``nc``) by ``split_inline``, which follows Redis' ``sdssplitargs`` quoting rules. Incomplete
-input means "need more": the parser keeps it. Malformed input raises ``ProtocolError`` with
-Redis' own text; the server answers it and closes that one connection.
+``bytes``), in order, exactly as Redis reads them (``processInputBuffer``): a request that starts
+with ``*`` is a multibulk of ``$`` bulk strings; anything else is an inline command (``PING`` typed
+into ``nc``), split by ``split_inline`` with Redis' ``sdssplitargs`` quoting rules. Incomplete input
+means "need more": the parser keeps it. Malformed input raises ``ProtocolError`` with Redis' own
+text; the server runs the requests that came before it, answers it and closes that one connection.
 
-Limits are enforced here, cheaply: the argument count of every request; the length of every
-argument (at its ``$`` header when the header starts a read, else before the request is returned,
-so an oversized request never runs); the length of an inline line; and an upper bound on the
-bytes held for one unfinished request (which bounds memory whatever a client sends).
+Two parsers, one behaviour:
 
-Request boundaries: hiredis consumes an array's header and complete elements before the array is
-complete, and does not say so. A read that starts with ``*`` or ``$``, or while hiredis holds
-unparsed bytes, goes to hiredis; any other read starts an inline command when the previous read
-ended with the last completed request's encoding (``_at_boundary``). That rule is exact for every
-valid stream; it can only misjudge input that is invalid anyway. Known leniency: hiredis returns
-simple strings as bytes, so ``*1\r\n+PING\r\n`` is taken as ``PING`` (Redis refuses it).
+- hiredis, the hot path: a read that starts a multibulk (or goes on with one) is fed to hiredis,
+  which returns every request the read completes. The result is used as it is only when it is
+  plainly right: every request a non-empty array of at most ``max_args`` bulk strings, no argument
+  over ``max_bulk``, the read completed at least one request, and no type hiredis passes off as
+  another could hide in it (``_may_hide_types``: five ``memchr`` calls rule that out in almost
+  every read). hiredis never sees an aggregate count it would have to allocate a large list for
+  (``_new_reader``).
+- the exact parser (``_advance``, ``_inline_lines``), a transcription of Redis'
+  ``processMultibulkBuffer`` / ``processInlineBuffer`` that knows every byte's position: anything
+  else goes through it, from the start of the request hiredis was holding (found in the read that
+  left it unfinished, ``_unfinished``): errors (with the byte Redis names, e.g. ``expected '$',
+  got '%'``), RESP3 types, ``*0`` / ``*-1`` / ``*-5``, inline commands after multibulk ones, a read
+  that completes no request (a large request then stays with this parser until it is complete: its
+  headers are checked as they arrive, and the bytes held are bounded), and every read of a client
+  that has not authenticated. It hands the rest of a read back to hiredis at the next request
+  boundary that starts with ``*``.
+
+Limits, all checked at the header that declares them (as Redis does), so an oversized request is
+refused before its body is held: the argument count (``max_args``), each argument's length
+(``max_bulk``), the length of an inline line or of a header line (``max_inline``), and a bound on
+the bytes held for one unfinished request. Until the connection authenticates (the server says so
+with ``authenticated`` or ``auth_source``) Redis' stricter limits apply too: more than 10
+arguments or an argument over 16384 bytes is refused (``unauthenticated multibulk length`` /
+``unauthenticated bulk length``), so an unauthenticated client holds at most about 160 KiB.
+Requests pipelined behind an ``AUTH`` or ``HELLO`` in the same read are held to the normal limits,
+as in Redis when that AUTH succeeds; if the connection is still not authenticated at the next read,
+an unfinished one that broke the strict limits is refused then.
+
+The exact parser's cost is linear in what it reads (it skips bulk bodies without looking at them
+and searches each header line once), so malformed or split input cannot make it slow.
 
 ``encode(value, proto)`` turns a handler's return value into bytes:
-int -> integer, bytes -> bulk string, str -> simple string, None -> null, bool -> RESP3 boolean
+int -> integer (past 64 bits, which no client reads as an integer: RESP3 big number, RESP2 bulk, as
+Redis does), bytes -> bulk string, str -> simple string, None -> null, bool -> RESP3 boolean
 (RESP2: 1/0), float -> RESP3 double (RESP2: bulk), list/tuple -> array, set -> RESP3 set
 (RESP2: array), dict -> RESP3 map (RESP2: flat array), ``Verbatim`` -> RESP3 verbatim text
 (RESP2: bulk), ``CommandError`` -> error.
@@ -27,6 +50,8 @@ int -> integer, bytes -> bulk string, str -> simple string, None -> null, bool -
 
 from __future__ import annotations
 
+import ctypes
+import re
 from typing import Any
 
 import hiredis
@@ -38,8 +63,15 @@ CRLF = b"\r\n"
 
 _STAR = 42  # ord("*")
 _DOLLAR = 36  # ord("$")
-_NOTHING = object()  # no request ended in the last read
-_NULL_ARRAY = b"*-1\r\n"
+_NOTHING = object()  # hiredis holds no part of a request
+# Redis' limits for a client that has not authenticated (networking.c, processMultibulkBuffer).
+UNAUTH_MAX_ARGS = 10
+UNAUTH_MAX_BULK = 16384
+_INT64 = 1 << 63
+_INT_MAX = (1 << 31) - 1  # Redis refuses a multibulk count above INT_MAX whatever its other limits
+# Redis' string2ll: an optional minus, no leading zero, no sign or space; the range is checked after.
+_INTEGER = re.compile(rb"(?:-?[1-9][0-9]{0,18}|0)\Z")
+_AUTH_COMMANDS = (b"AUTH", b"HELLO")  # the requests that can authenticate a connection
 
 
 class ProtocolError(Exception):
@@ -58,273 +90,481 @@ class Verbatim(str):
 
 
 class RequestParser:
-    """Bytes in, requests out, for one connection."""
+    """Bytes in, requests out, for one connection.
+
+    ``authenticated`` (default True) says whether the connection has authenticated; while it is
+    False, Redis' limits for unauthenticated clients apply. The server sets it, or points
+    ``auth_source`` at its ``Client`` for the parser to follow.
+    """
 
     __slots__ = (
+        "_args",
+        "_auth_seen",
+        "_blen",
+        "_held",
         "_inline",
         "_last_data",
         "_last_req",
+        "_left",
         "_max_args",
         "_max_bulk",
         "_max_inline",
         "_max_pending",
+        "_part",
         "_pending",
+        "_provisional",
         "_reader",
+        "_seen",
+        "_slow",
+        "_source",
+        "_strict",
     )
 
-    def __init__(self, max_args: int, max_bulk: int, max_inline: int) -> None:
-        self._reader = hiredis.Reader()
+    def __init__(self, max_args: int, max_bulk: int, max_inline: int, authenticated: bool = True) -> None:
+        self._reader = _new_reader(max_args)
         self._max_args = max_args
         self._max_bulk = max_bulk
         self._max_inline = max_inline
         # One request may hold two arguments of max_bulk bytes plus every header (at most 32 bytes
         # per argument): ample for any command March has, and a hard bound on buffered input.
         self._max_pending = max_bulk * 2 + max_args * 32 + 1024
-        self._pending = 0  # upper bound on the bytes of the unfinished request held by the reader
-        self._inline = b""  # an inline line still waiting for its newline
-        # How the last read fed to hiredis ended (see _at_boundary): the last request completed in
-        # it (or _NOTHING / _NULL_ARRAY) and the read itself.
+        # hiredis' side. How the last read it parsed ended: the last request completed in it (or
+        # _NOTHING: hiredis holds nothing) and the read itself, from which _unfinished finds the
+        # start of a request hiredis holds. _pending bounds the bytes of that request.
         self._last_req: Any = _NOTHING
         self._last_data = b""
+        self._pending = 0
+        # The exact parser's side: a request in progress (_args is not None) with the elements
+        # still expected (_left, -1 before its `*` line), the length of the bulk being read (_blen,
+        # -1 before its `$` line), the bytes from where parsing stopped (_part) and the bytes of
+        # its arguments so far (_held); or an inline line waiting for its newline (_inline). _seen:
+        # how much of the unfinished header line (or inline line) has been searched already.
+        self._args: list[bytes] | None = None
+        self._left = -1
+        self._blen = -1
+        self._part = bytearray()
+        self._held = 0
+        self._inline: bytearray | None = None
+        self._seen = 0
+        self._strict = not authenticated  # Redis' limits for unauthenticated clients apply
+        self._auth_seen = False  # an AUTH or HELLO came earlier in this read (strict mode only)
+        self._provisional = ""  # the strict limit the request in progress broke behind an AUTH
+        self._slow = self._strict  # the next read must go to the exact parser
+        self._source: Any = None  # see auth_source
+
+    @property
+    def authenticated(self) -> bool:
+        return not self._strict
+
+    @authenticated.setter
+    def authenticated(self, value: bool) -> None:
+        self._strict = not value
+        if value:
+            self._provisional = ""
+        self._slow = self._strict or self._args is not None or self._inline is not None
+
+    @property
+    def auth_source(self) -> Any:
+        return self._source
+
+    @auth_source.setter
+    def auth_source(self, source: Any) -> None:
+        """Follow ``source.authenticated`` (the server's ``Client``): read now, and again at every
+        read that goes to the exact parser, which every read does while it is False. So the limits
+        lift at the first read after an AUTH succeeds, however it happened; a return to False
+        (RESET) is seen at the next read the exact parser takes, or when ``authenticated`` is set."""
+        self._source = source
+        if source is not None:
+            self.authenticated = bool(source.authenticated)
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Return the complete requests in ``data`` (plus what came before); keep the rest.
 
-        This runs once per read on every connection: keep it lean.
+        This runs once per read on every connection: keep the hiredis path lean.
         """
         requests: list[list[bytes]] = []
         if not data:
             return requests
         try:
             first = data[0]
-            if self._inline or (
+            if self._slow or (
                 first != _STAR and first != _DOLLAR and not self._reader.has_data() and self._at_boundary()
             ):
-                data = self._feed_inline(data, requests)
-                if not data:
+                self._feed_exact(data, requests)
+                return requests
+            # (Without maxelements, see _new_reader, hiredis must not see a large aggregate count.)
+            if not _COUNTS_UNCHECKED or _BIG_AGGREGATE.search(data) is None:
+                self._reader.feed(data)
+                gets = self._reader.gets
+                append = requests.append
+                plain = True
+                try:
+                    while (req := gets()) is not False:
+                        if req.__class__ is list and (
+                            (len(req) == 2 and req[0].__class__ is bytes and req[1].__class__ is bytes)
+                            or _all_bulks(req, self._max_args)
+                        ):
+                            append(req)
+                        else:
+                            plain = False
+                            break
+                except Exception:  # hiredis.ProtocolError; TypeError for a RESP3 map with a list key; ...
+                    plain = False
+                if (
+                    plain
+                    and requests
+                    and not (
+                        # memchr for `+`, `(`, `=`, `~` and `|` (see _may_hide_types)
+                        (43 in data or 40 in data or 61 in data or 126 in data or 124 in data) and _may_hide_types(data)
+                    )
+                    and not (len(data) + self._pending > self._max_bulk and _oversized(requests, self._max_bulk))
+                ):
+                    self._pending = len(data)  # bounds the request hiredis may hold now
+                    self._last_req = requests[-1]
+                    self._last_data = data
                     return requests
-            reader = self._reader
-            # A read that starts with `$` while hiredis holds nothing begins an argument's header
-            # (inside an array whose header came earlier); otherwise it may be an argument's bytes.
-            bulk_header = first == _DOLLAR and not reader.has_data()
-            reader.feed(data)
-            gets = reader.gets
-            append = requests.append
-            n_before = len(requests)
-            ignored: list[tuple[int, bytes]] | None = None  # where `*0` / `*-1` came, if any
-            try:
-                while (req := gets()) is not False:
-                    if req.__class__ is list:
-                        if len(req) == 2:  # the common shape (INCR key, GET key): no loop
-                            if req[0].__class__ is not bytes or req[1].__class__ is not bytes:
-                                _check_request(req, self._max_args)
-                        elif req:
-                            _check_request(req, self._max_args)
-                        else:  # Redis ignores `*0`
-                            ignored = [*(ignored or ()), (len(requests), b"*0\r\n")]
-                            continue
-                        append(req)
-                    elif req is None:  # `*-1`: ignored too
-                        ignored = [*(ignored or ()), (len(requests), _NULL_ARRAY)]
-                    else:
-                        raise ProtocolError(errors.PROTO_EXPECTED.format("*", _type_byte(req)))
-            except hiredis.ProtocolError as exc:
-                rest = self._after_requests(data, requests, n_before, ignored)
-                if rest is None:
-                    raise ProtocolError(_translate(str(exc))) from None
-                # The bad byte starts a new request at a request boundary: it is an inline
-                # command, as Redis reads it. Start over with a fresh reader from there.
-                self._reader = hiredis.Reader()
-                self._last_req, self._last_data = _NOTHING, b""
-                requests += self.feed(rest)
-                return requests
-            if ignored is None and len(requests) > n_before:  # the common case: nothing unusual
-                if len(data) + self._pending > self._max_bulk:  # (the first may have begun earlier)
-                    _check_bulks(requests, n_before, self._max_bulk)
-                self._pending = len(data)  # bounds what an unfinished request holds now
-                self._last_req = requests[-1]
-                self._last_data = data
-                return requests
-            self._after_read(data, requests, n_before, ignored, bulk_header)
+            # Anything else: parse this read again, exactly, from where hiredis was before it.
+            requests.clear()
+            prefix = self._take_over()
+            self._auth_seen = False
+            self._parse(prefix + data if prefix else data, requests, False)
         except ProtocolError as exc:
             exc.requests = requests + exc.requests
+            self._set_slow()
             raise
         return requests
 
-    def _after_read(
-        self,
-        data: bytes,
-        requests: list[list[bytes]],
-        n_before: int,
-        ignored: list[tuple[int, bytes]] | None,
-        bulk_header: bool,
-    ) -> None:
-        """Bookkeeping after a read that completed no request, or held `*0` / `*-1`."""
-        if ignored is not None and ignored[-1][0] == len(requests):
-            last: Any = ignored[-1][1]
-        else:
-            last = requests[-1] if len(requests) > n_before else _NOTHING
-        if len(data) + self._pending > self._max_bulk:
-            _check_bulks(requests, n_before, self._max_bulk)
-        if last is _NOTHING:  # no request ended in this read: one is still coming
-            if bulk_header or (data[0] == _STAR and self._at_boundary()):  # a header is here
-                _check_header(data, self._max_args, self._max_bulk)
-            pending = self._pending + len(data)
-            if pending > self._max_pending:
-                raise ProtocolError(errors.PROTO_TOO_BIG)
-            self._pending = pending
-        else:
-            self._pending = len(data)
-        self._last_req = last
-        self._last_data = data
+    # --- hiredis' side ----------------------------------------------------------------------------
 
     def _at_boundary(self) -> bool:
-        """True when the reader holds no part of a request: the next byte starts a new one.
+        """True when hiredis holds no part of a request: the next byte starts a new one.
 
         hiredis does not say (it consumes an array's header and complete elements before the
-        array is complete), so look at how the last read ended: at a boundary exactly when it
-        ended with the encoding of the last request completed in it. Called only for reads
-        that do not start with ``*`` (inline commands, continuations of split requests).
+        array is complete), so look at how the last read it parsed ended: at a boundary exactly
+        when it ended with the encoding of the last request completed in it. Called only for reads
+        that do not start with ``*`` or ``$`` while hiredis holds no unparsed bytes.
         """
         last = self._last_req
         if last is _NOTHING:
-            return not self._last_data  # a fresh parser, or one just reset
-        enc = last if last.__class__ is bytes else encode_request(last)
+            return True
+        enc = encode_request(last)
         data = self._last_data
         # The request may have begun in an earlier read: then the whole read is its tail.
         return data.endswith(enc) if len(data) >= len(enc) else enc.endswith(data)
 
-    def _after_requests(
-        self, data: bytes, requests: list[list[bytes]], n_before: int, ignored: list[tuple[int, bytes]] | None
-    ) -> bytes | None:
-        """What follows the requests completed in ``data``, or None if that cannot be told.
+    def _take_over(self) -> bytes:
+        """Take the request hiredis holds (its bytes so far, b"" if none) and start hiredis afresh."""
+        last, data = self._last_req, self._last_data
+        self._reader = _new_reader(self._max_args)
+        self._last_req, self._last_data, self._pending = _NOTHING, b"", 0
+        if last is _NOTHING:
+            return b""
+        return _unfinished(data, encode_request(last))
 
-        Error path only. The first of them may have begun in an earlier read: find how much of
-        its encoding this read holds by matching, then check the rest lines up exactly.
+    # --- the exact parser -------------------------------------------------------------------------
+
+    def _feed_exact(self, data: bytes, requests: list[list[bytes]]) -> None:
+        if self._source is not None:
+            self.authenticated = bool(self._source.authenticated)
+        if self._provisional and self._strict and self._args is not None:
+            # Behind an AUTH that did not authenticate: the limit the request broke applies now.
+            raise ProtocolError(self._provisional)
+        self._provisional = ""
+        self._auth_seen = False
+        if self._last_req is not _NOTHING:  # hiredis parsed the last read: take what it holds
+            prefix = self._take_over()
+            if prefix:
+                data = prefix + data
+        self._parse(data, requests, True)
+
+    def _set_slow(self) -> None:
+        self._slow = self._strict or self._args is not None or self._inline is not None
+
+    def _parse(self, data: bytes, requests: list[list[bytes]], handoff: bool) -> None:
+        """Parse ``data`` exactly, going on with what the last read left unfinished.
+
+        With ``handoff``, the rest of the read goes to hiredis at the first request boundary that
+        starts a multibulk (not in strict mode).
         """
-        parts = [encode_request(r) for r in requests[n_before:]]
-        for index, enc in reversed(ignored or ()):
-            parts.insert(index - n_before, enc)
-        if not parts:  # the bad byte is inside the first request of this read: a real error
-            return None
-        first, others = parts[0], b"".join(parts[1:])
-        # Longest match first: a shorter suffix (such as a bare CRLF) can match by accident.
-        candidates = [len(first)] if self._at_boundary() else range(len(first), 0, -1)
-        for head in candidates:
-            offset = head + len(others)
-            if offset >= len(data) or data[offset] == _STAR:
-                continue
-            if first.endswith(data[:head]) and data[head:offset] == others:
-                return data[offset:]
-        return None
-
-    def _feed_inline(self, data: bytes, requests: list[list[bytes]]) -> bytes:
-        """Consume inline lines from the front of ``data`` into ``requests``; return what is left."""
-        buf = self._inline + data
-        self._inline = b""
-        self._last_req, self._last_data = _NOTHING, b""  # inline lines start and end at boundaries
-        start = 0
-        while start < len(buf) and buf[start] != _STAR:
-            nl = buf.find(b"\n", start)
+        pos, n = 0, len(data)
+        if self._inline is not None:  # an inline line waiting for its newline
+            line = self._inline
+            old = len(line)
+            line += data
+            nl = line.find(b"\n", old)
             if nl < 0:
-                rest = buf[start:]
-                if len(rest) > self._max_inline:
+                if len(line) > self._max_inline:
                     raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
-                self._inline = rest
-                return b""
-            if nl - start > self._max_inline:
+                return
+            if nl > self._max_inline:
                 raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
-            line = buf[start:nl]
-            start = nl + 1
-            args = split_inline(line.rstrip(b"\r"))
-            if args:
-                if len(args) > self._max_args:
+            self._inline = None
+            self._inline_request(bytes(line[:nl]), requests)
+            pos = nl + 1 - old
+        elif self._args is not None:  # a multibulk request in progress
+            part = self._part
+            old = len(part)
+            part += data
+            stop = self._advance(part, 0, len(part), requests)
+            if self._args is not None:
+                del part[:stop]
+                self._check_held()
+                self._set_slow()
+                return
+            part.clear()
+            pos = stop - old  # the request ended in this read
+        while pos < n:
+            if data[pos] != _STAR:
+                pos = self._inline_lines(data, pos, requests)
+                continue
+            if handoff and not self._strict:
+                self._slow = False
+                requests += self.feed(data[pos:] if pos else data)
+                return
+            self._args, self._left, self._blen, self._held, self._seen = [], -1, -1, 0, 0
+            pos = self._advance(data, pos, n, requests)
+            if self._args is not None:
+                self._part = bytearray(memoryview(data)[pos:])
+                self._check_held()
+                break
+        self._set_slow()
+
+    def _advance(self, buf: bytes | bytearray, pos: int, end: int, requests: list[list[bytes]]) -> int:
+        """Go on with the multibulk request in progress from ``buf[pos:end]`` (Redis'
+        ``processMultibulkBuffer``). Return where parsing stopped: after the request when it is
+        complete (``_args`` is None then; ``*0`` and ``*-1`` are complete and ignored), else at the
+        start of the header line or bulk body still incomplete.
+        """
+        args = self._args
+        assert args is not None
+        left, blen = self._left, self._blen
+        strict = self._strict and not self._auth_seen
+        while True:
+            if blen >= 0:  # a bulk body and its CRLF
+                if end - pos < blen + 2:
+                    break
+                arg = buf[pos : pos + blen]
+                args.append(arg if arg.__class__ is bytes else bytes(arg))
+                self._held += blen
+                pos += blen + 2  # the two bytes after the body are not checked (nor by Redis)
+                blen = -1
+                left -= 1
+                if left == 0:
+                    self._args = None
+                    self._provisional = ""
+                    requests.append(args)
+                    if self._strict and args[0].upper() in _AUTH_COMMANDS:
+                        self._auth_seen = True
+                    return pos
+                continue
+            # A header line, up to a '\r' followed by at least one byte (Redis does not check it).
+            nl = buf.find(b"\r", pos + self._seen, end)
+            if nl < 0 or nl + 1 >= end:
+                if end - pos > self._max_inline:
+                    raise ProtocolError(
+                        errors.PROTO_TOO_BIG_MBULK_COUNT if left < 0 else errors.PROTO_TOO_BIG_BULK_COUNT
+                    )
+                self._seen = (nl if nl >= 0 else end) - pos
+                break
+            self._seen = 0
+            if left < 0:  # the array's `*N`
+                count = _integer(buf, pos + 1, nl)
+                if count is None or count > _INT_MAX:
                     raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
-                requests.append(args)
-        return buf[start:]
+                if count > UNAUTH_MAX_ARGS and self._strict:
+                    if strict:
+                        raise ProtocolError(errors.PROTO_UNAUTH_MULTIBULK_LENGTH)
+                    self._provisional = errors.PROTO_UNAUTH_MULTIBULK_LENGTH
+                if count > self._max_args:
+                    raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
+                pos = nl + 2
+                if count <= 0:  # `*0`, `*-1`: Redis ignores them
+                    self._args = None
+                    return pos
+                left = count
+            else:  # an element's `$N`
+                if buf[pos] != _DOLLAR:
+                    raise ProtocolError(errors.PROTO_EXPECTED.format("$", chr(buf[pos])))
+                length = _integer(buf, pos + 1, nl)
+                if length is None or length < 0 or length > self._max_bulk:
+                    raise ProtocolError(errors.PROTO_BULK_LENGTH)
+                if length > UNAUTH_MAX_BULK and self._strict:
+                    if strict:
+                        raise ProtocolError(errors.PROTO_UNAUTH_BULK_LENGTH)
+                    self._provisional = errors.PROTO_UNAUTH_BULK_LENGTH
+                pos = nl + 2
+                blen = length
+        self._left, self._blen = left, blen
+        return pos
+
+    def _check_held(self) -> None:
+        """Bound the bytes held for the request in progress."""
+        if len(self._part) + self._held > self._max_pending:
+            raise ProtocolError(errors.PROTO_TOO_BIG)
+
+    def _inline_lines(self, data: bytes, pos: int, requests: list[list[bytes]]) -> int:
+        """Run the inline lines from ``data[pos:]`` up to one that starts with ``*``; return where
+        that one starts (or ``len(data)``, keeping an unfinished last line)."""
+        n = len(data)
+        max_inline = self._max_inline
+        while pos < n and data[pos] != _STAR:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                if n - pos > max_inline:
+                    raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
+                self._inline = bytearray(memoryview(data)[pos:])
+                return n
+            if nl - pos > max_inline:
+                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
+            self._inline_request(data[pos:nl], requests)
+            pos = nl + 1
+        return pos
+
+    def _inline_request(self, line: bytes, requests: list[list[bytes]]) -> None:
+        args = split_inline(line.rstrip(b"\r"))
+        if args:
+            if len(args) > self._max_args:
+                raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
+            requests.append(args)
+            if self._strict and args[0].upper() in _AUTH_COMMANDS:
+                self._auth_seen = True
 
 
-def _check_bulks(requests: list[list[bytes]], start: int, max_bulk: int) -> None:
-    """Refuse an oversized argument; the requests before it still run (they came first)."""
-    for i in range(start, len(requests)):
-        if any(len(a) > max_bulk for a in requests[i]):
-            del requests[i:]
-            raise ProtocolError(errors.PROTO_BULK_LENGTH)
+def _new_reader(max_elements: int) -> hiredis.Reader:
+    """A hiredis reader that refuses an aggregate of more than ``max_elements`` elements.
+
+    hiredis allocates the list an aggregate header declares before reading its elements, and
+    frees it slot by slot: a 15-byte ``*2147483647`` followed by a bad byte (or a closed
+    connection) cost 4 seconds of the event loop, ``>2147483647`` a minute, and the garbage
+    collector walks such a list too. hiredis has a limit for this (``maxelements``; past it, the
+    header is a protocol error and nothing is allocated), but hiredis-py does not expose it, so it
+    is set in hiredis' own struct, where _probe_layout found it. A request never has more than
+    ``max_elements`` elements; one with more than _HIREDIS_MAX_ELEMENTS goes to the exact parser.
+    """
+    reader = hiredis.Reader()
+    if _MAX_ELEMENTS_AT:
+        address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
+        limit = max(1, min(max_elements, _HIREDIS_MAX_ELEMENTS))
+        ctypes.c_longlong.from_address(address + _MAX_ELEMENTS_AT).value = limit  # type: ignore[operator]
+    return reader
 
 
-def _check_request(req: list[Any], max_args: int) -> None:
-    if len(req) > max_args:
-        raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
-    for a in req:
-        if a is None:  # `$-1` inside a request
-            raise ProtocolError(errors.PROTO_BULK_LENGTH)
+# Past this many elements a request goes to the exact parser (which allocates as elements arrive),
+# however large max_args is: hiredis' list of 65536 slots costs half a megabyte and a fraction of a
+# millisecond to free.
+_HIREDIS_MAX_ELEMENTS = 1 << 16
+_READER_AT = 16  # hiredis-py's Reader object: PyObject_HEAD (16 bytes), then `redisReader *reader`
+
+
+def _probe_layout() -> int:
+    """The offset of ``maxelements`` in hiredis' ``redisReader`` (hiredis-py 3: 168), or 0 when this
+    build does not lay the struct out as expected, checked against what hiredis-py does expose: the
+    buffer length (``len()``, 8 bytes before ``maxbuf``) and ``maxbuf`` (``getmaxbuf``/``setmaxbuf``)
+    must read back, ``maxelements`` must hold hiredis' default, and setting it must make hiredis
+    refuse a longer array and accept one at the limit. With 0, hiredis is kept from large counts by
+    a scan of each read instead (_BIG_AGGREGATE), which costs time on every read."""
+    if not hiredis.__version__.startswith("3."):  # the layout below is hiredis-py 3's
+        return 0
+    maxbuf_at, maxelements_at = 160, 168  # after err, errstr[128], buf, pos, len
+    try:
+        reader = hiredis.Reader()
+        reader.feed(b"*2\r\n$1\r\na")
+        address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
+        if not address:
+            return 0
+        field = ctypes.c_size_t.from_address
+        if not field(address + maxbuf_at - 8).value == reader.len() == 9:
+            return 0
+        reader.setmaxbuf(12345)
+        if field(address + maxbuf_at).value != reader.getmaxbuf() or reader.getmaxbuf() != 12345:
+            return 0
+        if ctypes.c_longlong.from_address(address + maxelements_at).value != 2**32 - 1:
+            return 0
+        for count, refused in ((3, False), (4, True)):
+            reader = hiredis.Reader()
+            address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
+            ctypes.c_longlong.from_address(address + maxelements_at).value = 3  # type: ignore[operator]
+            reader.feed(b"*%d\r\n" % count)
+            try:
+                reader.gets()
+            except hiredis.ProtocolError:
+                if not refused:
+                    return 0
+            else:
+                if refused:
+                    return 0
+    except Exception:  # any surprise: do not touch hiredis' memory
+        return 0
+    return maxelements_at
+
+
+_MAX_ELEMENTS_AT = _probe_layout()
+_COUNTS_UNCHECKED = not _MAX_ELEMENTS_AT
+# An aggregate header hiredis could parse with a count of 6 digits or more (past
+# _HIREDIS_MAX_ELEMENTS), or whose count may go on in the next read (used only when maxelements
+# cannot be set).
+_BIG_AGGREGATE = re.compile(rb"[*~>|%](?:[0-9]{6}|[0-9]{0,5}\Z)")
+
+
+def _all_bulks(req: list[Any], max_args: int) -> bool:
+    """A request hiredis returned is a non-empty list of at most ``max_args`` bulk strings."""
+    if not 0 < len(req) <= max_args:
+        return False
+    for a in req:  # noqa: SIM110 (a loop is faster than all() over a generator)
         if a.__class__ is not bytes:
-            raise ProtocolError(errors.PROTO_EXPECTED.format("$", _type_byte(a)))
+            return False
+    return True
+
+
+def _may_hide_types(data: bytes) -> bool:
+    """``data`` may hold a type that hiredis returns like another: a simple string (``+``), big
+    number (``(``) or verbatim string (``=``) as bytes, like a bulk string; a set (``~``) or an
+    attribute (``|``) as a list, like an array. One of those type bytes starts the read or a line."""
+    return data[0] in b"+(=~|" or b"\n+" in data or b"\n(" in data or b"\n=" in data or b"\n~" in data or b"\n|" in data
+
+
+def _oversized(requests: list[list[bytes]], max_bulk: int) -> bool:
+    return any(len(a) > max_bulk for r in requests for a in r)
+
+
+def _integer(buf: bytes | bytearray, start: int, end: int) -> int | None:
+    """``buf[start:end]`` as Redis' ``string2ll`` reads it, or None if it refuses it."""
+    if _INTEGER.match(buf, start, end) is None:
+        return None
+    value = int(buf[start:end])
+    return value if -(1 << 63) <= value < (1 << 63) else None
+
+
+def _unfinished(data: bytes, enc: bytes) -> bytes:
+    """The bytes hiredis holds, from the read ``data`` that left them unparsed.
+
+    ``enc`` is the encoding of the last request completed in ``data``: what hiredis holds starts
+    right after it (normally a request's ``*``; anything else is an inline command for Redis).
+    When that request began in an earlier read, ``data`` starts with its tail. Error path only;
+    linear in ``len(data)``.
+    """
+    if data.endswith(enc) if len(data) >= len(enc) else enc.endswith(data):
+        return b""  # at a boundary: hiredis holds nothing
+    at = data.rfind(enc)
+    if at >= 0:
+        return data[at + len(enc) :]
+    view = memoryview(data)
+    end = min(len(enc), len(data) - 1)
+    for _ in range(64):  # the tail of the last request (it ends with LF): the latest candidates
+        at = data.rfind(b"\n", 0, end)
+        if at < 0:
+            break
+        if enc.endswith(view[: at + 1]):
+            return data[at + 1 :]
+        end = at
+    # The read is not the encoding of what hiredis returned (junk instead of a bulk's CRLF):
+    # where the request starts cannot be told.
+    raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
 
 
 def encode_request(args: list[bytes]) -> bytes:
     """A request as a client sends it (a multibulk of bulk strings)."""
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-
-
-def _check_header(data: bytes, max_args: int, max_bulk: int) -> None:
-    """Refuse a request whose header, at the start of ``data``, declares too much.
-
-    ``data`` starts either a request (``*``) or the next argument of one (``$``) and completed no
-    request, so the cost is paid only by large or slow requests. Redis answers with the same texts.
-    """
-    if data[:1] == b"$":  # the next argument of an array whose header came earlier
-        count, pos = 1 << 62, 0
-    elif data[:1] == b"*":
-        nl = data.find(b"\r\n")
-        if nl < 0:
-            return
-        try:
-            count = int(data[1:nl])
-        except ValueError:
-            raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH) from None
-        if count > max_args:
-            raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
-        pos = nl + 2
-    else:
-        return
-    while count > 0 and data[pos : pos + 1] == b"$":
-        nl = data.find(b"\r\n", pos)
-        if nl < 0:
-            return
-        try:
-            length = int(data[pos + 1 : nl])
-        except ValueError:
-            raise ProtocolError(errors.PROTO_BULK_LENGTH) from None
-        if length > max_bulk or length < 0:
-            raise ProtocolError(errors.PROTO_BULK_LENGTH)
-        pos = nl + 2 + length + 2
-        count -= 1
-
-
-def _type_byte(value: Any) -> str:
-    if isinstance(value, int):
-        return ":"
-    if isinstance(value, list):
-        return "*"
-    if isinstance(value, Exception):
-        return "-"
-    return "+"
-
-
-def _translate(hiredis_message: str) -> str:
-    """hiredis' protocol error texts, in Redis' words where Redis has them."""
-    low = hiredis_message.lower()
-    if "multi-bulk length" in low or "multibulk" in low:
-        return errors.PROTO_MULTIBULK_LENGTH
-    if "bulk" in low:
-        return errors.PROTO_BULK_LENGTH
-    if "reply type byte" in low:
-        # e.g. 'Protocol error, got "x" as reply type byte'
-        quoted = hiredis_message.split('"')
-        got = quoted[1] if len(quoted) > 2 else "?"
-        return errors.PROTO_EXPECTED.format("$", got)
-    return hiredis_message
 
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
@@ -402,7 +642,10 @@ def encode(value: Any, proto: int) -> bytes:
 def _encode(value: Any, proto: int, out: list[bytes]) -> None:
     t = value.__class__
     if t is int:
-        out.append(b":%d\r\n" % value)
+        if -_INT64 <= value < _INT64:
+            out.append(b":%d\r\n" % value)
+        else:  # not a RESP integer (clients refuse it): a big number, as Redis' addReplyBigNum
+            out.append(b"(%d\r\n" % value if proto >= 3 else b"$%d\r\n%d\r\n" % (len(str(value)), value))
     elif t is bytes:
         out.append(b"$%d\r\n%s\r\n" % (len(value), value))
     elif t is str:
@@ -444,7 +687,7 @@ def _encode(value: Any, proto: int, out: list[bytes]) -> None:
     elif isinstance(value, CommandError):
         out.append(encode_error(value.message))
     elif isinstance(value, int):  # IntEnum and friends
-        out.append(b":%d\r\n" % int(value))
+        _encode(int(value), proto, out)
     elif isinstance(value, str):
         out.append(b"+" + str(value).encode() + CRLF)
     else:
