@@ -2,6 +2,11 @@
 
 Every option is also a TOML key and a ``MARCH_<NAME>`` environment variable (see ``config``).
 SIGTERM/SIGINT stop the server gracefully; a second signal forces an immediate exit.
+
+Passwords given as flags (``--requirepass``, ``--etcd-password``) would sit in the process list
+for the server's whole life: ``march serve`` moves them into its environment and starts itself
+again without them (same pid, before anything else happens). The config file or ``MARCH_*``
+variables keep them out of the process list altogether.
 """
 
 from __future__ import annotations
@@ -49,7 +54,32 @@ def commands_table() -> str:
     return "\n".join(lines)
 
 
+_SECRET_FLAGS = {"--requirepass": "MARCH_REQUIREPASS", "--etcd-password": "MARCH_ETCD_PASSWORD"}
+
+
+def without_secrets(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``argv`` without the password flags, and their values as environment variables."""
+    rest: list[str] = []
+    moved: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if flag in _SECRET_FLAGS and (eq or i + 1 < len(argv)):
+            if not eq:
+                i += 1
+                value = argv[i]
+            moved[_SECRET_FLAGS[flag]] = value
+        else:
+            rest.append(argv[i])
+        i += 1
+    return rest, moved
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "serve":
+        rest, moved = without_secrets(sys.argv[1:])
+        if moved:  # out of the process list: the same process again, the passwords in its environment
+            os.execve(sys.executable, [sys.executable, "-m", "march", *rest], {**os.environ, **moved})
     args = build_parser().parse_args(argv)
     if args.command == "commands":
         import march.commands  # noqa: F401  (registers every command)

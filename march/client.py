@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .app import App
+    from .auth import User
 
 
 class Client:
     __slots__ = (
         "addr",
         "app",
+        "auth_failures",
         "authenticated",
         "close_after",
         "created",
@@ -30,17 +32,20 @@ class Client:
         "multi_error",
         "name",
         "proto",
+        "tls",
         "user",
     )
 
-    def __init__(self, app: App, client_id: int, addr: str, laddr: str) -> None:
+    def __init__(self, app: App, client_id: int, addr: str, laddr: str, tls: bool = False) -> None:
         self.app = app
+        self.tls = tls  # connected on the TLS port: redirects and CLUSTER replies name TLS addresses
         self.generators = app.keyspace.generators  # the INCR hot path reads it through the client
         self.id = client_id
         self.addr = addr
         self.laddr = laddr
         self.created = time.monotonic()
-        self.last_active = self.created
+        self.last_active = self.created  # the last complete request (idle `timeout` counts from it)
+        self.auth_failures = 0  # failed AUTHs on this connection (they are throttled)
         self.reset()
 
     def reset(self) -> None:
@@ -52,8 +57,18 @@ class Client:
         self.multi: list[list[bytes]] | None = None
         self.multi_error = False
         self.close_after = False
-        self.user = "default"
-        self.authenticated = not self.app.config.requirepass
+        self.logout()
+
+    def login(self, user: User) -> None:
+        """``user`` authenticated (AUTH or HELLO ... AUTH): act as it from now on."""
+        self.user = user
+        self.authenticated = True
+
+    def logout(self) -> None:
+        """Back to ``default`` (a new connection, RESET): authenticated only while it needs no password."""
+        default = self.app.users.default
+        self.user = default
+        self.authenticated = default.enabled and default.nopass
 
     def info_line(self) -> str:
         """One line of CLIENT LIST / CLIENT INFO, with Redis' field names."""
@@ -63,5 +78,5 @@ class Client:
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name} "
             f"age={int(now - self.created)} idle={int(now - self.last_active)} flags={flags} db=0 sub=0 psub=0 "
             f"ssub=0 multi={len(self.multi) if self.multi is not None else -1} "
-            f"user={self.user} lib-name={self.lib_name} lib-ver={self.lib_ver} resp={self.proto}"
+            f"user={self.user.name} lib-name={self.lib_name} lib-ver={self.lib_ver} resp={self.proto}"
         )

@@ -32,6 +32,7 @@ class Config:
     port: int = 7379
     data_dir: str = "./data"
     requirepass: str = ""
+    aclfile: str = ""
     protected_mode: bool = True
     log_level: str = "info"
     shutdown_timeout: float = 5.0
@@ -42,6 +43,8 @@ class Config:
     max_output_buffer: int = 64 << 20
     max_key_len: int = 1024
     timeout: float = 0.0
+    max_sequences: int = 1_000_000
+    max_multi_commands: int = 10_000
     auto_create: bool = True
     min_batch: int = 1000
     max_batch: int = 1_000_000
@@ -62,6 +65,11 @@ class Config:
     etcd_ca_cert_file: str = ""
     etcd_cert_file: str = ""
     etcd_key_file: str = ""
+    tls_port: int = 0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_cert_file: str = ""
+    tls_auth_clients: str = "yes"
     config_file: str = ""
 
     def __post_init__(self) -> None:
@@ -111,6 +119,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("port", "TCP port for RESP clients (0 picks a free port, printed at start)"),
     Option("data_dir", "directory of the embedded store (march.sqlite3) and its lock"),
     Option("requirepass", "password of the default user; empty = no AUTH needed (loopback only)"),
+    Option("aclfile", "ACL file (Redis' format) that seeds the users when the store has none; ACL LOAD/SAVE use it"),
     Option("protected_mode", "with no password, refuse clients that are not on the loopback interface"),
     Option("log_level", "debug, info, warning or error"),
     Option("shutdown_timeout", "seconds that SHUTDOWN/SIGTERM wait for in-flight requests"),
@@ -122,7 +131,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_inline_len", "longest inline command line in bytes", "limits"),
     Option("max_output_buffer", "bytes of unread replies before a client is disconnected", "limits"),
     Option("max_key_len", "longest sequence name in bytes (creating a longer one is an error)", "limits"),
-    Option("timeout", "close a client idle this many seconds (0 = never)", "limits"),
+    Option("timeout", "close a client with no complete request for this many seconds (0 = never)", "limits"),
+    Option("max_sequences", "most sequences that may exist; creating one more is an error (0 = no limit)", "limits"),
+    Option("max_multi_commands", "most commands queued in one MULTI; one more aborts the transaction", "limits"),
     # sequences
     Option("auto_create", "INCR on an unknown key creates a sequence (off: SEQ.CREATE first)", "sequences"),
     Option("min_batch", "smallest range of IDs persisted at a time", "sequences"),
@@ -148,6 +159,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("etcd_ca_cert_file", "CA certificate for TLS to etcd (enables TLS)", "cluster"),
     Option("etcd_cert_file", "client certificate for TLS to etcd", "cluster"),
     Option("etcd_key_file", "client key for TLS to etcd", "cluster"),
+    # TLS for clients (Redis' option names)
+    Option("tls_port", "TCP port for TLS clients, beside the plain port (0 = no TLS)", "tls"),
+    Option("tls_cert_file", "the server's certificate (PEM) for the TLS port", "tls"),
+    Option("tls_key_file", "the server certificate's private key (PEM)", "tls"),
+    Option("tls_ca_cert_file", "CA certificate(s) that client certificates are checked against", "tls"),
+    Option("tls_auth_clients", "yes: clients need a certificate signed by the CA; optional; no", "tls"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}
@@ -167,6 +184,13 @@ def _validate(c: Config) -> None:
     need(c.max_inline_len >= 1024, "max_inline_len must be >= 1024")
     need(c.max_output_buffer >= 1 << 16, "max_output_buffer must be >= 65536")
     need(c.timeout >= 0, "timeout must be >= 0")
+    need(c.max_sequences >= 0, "max_sequences must be >= 0 (0: no limit)")
+    need(c.max_multi_commands >= 1, "max_multi_commands must be >= 1")
+    need(0 <= c.tls_port <= 65535, "tls_port must be between 0 and 65535")
+    need(c.tls_auth_clients in ("yes", "no", "optional"), "tls_auth_clients must be yes, no or optional")
+    if c.tls_port:
+        need(bool(c.tls_cert_file and c.tls_key_file), "tls_port needs tls_cert_file and tls_key_file")
+        need(c.tls_auth_clients == "no" or bool(c.tls_ca_cert_file), "tls_auth_clients needs tls_ca_cert_file")
     # 64 KiB: a name appears a few times in one etcd transaction, which must stay under etcd's
     # default 1.5 MiB request limit (and the store batches several records per transaction).
     need(1 <= c.max_key_len <= MAX_KEY_LEN, f"max_key_len must be between 1 and {MAX_KEY_LEN}")

@@ -76,6 +76,35 @@ PROTECTED_MODE = (
     "--protected-mode no, and restart the server."
 )
 
+# --- ACL ------------------------------------------------------------------------------------------
+NOPERM_COMMAND = "NOPERM this user has no permissions to run the '{}' command"
+NOPERM_KEY = "NOPERM this user has no permissions to access one of the keys used as arguments"
+NOPERM_CREATE = "NOPERM this user has no permissions to create the sequence '{}' (needs +seq.create or +@create)"
+NOPERM_FLOOR = "NOPERM this user has no permissions to raise the floor of '{}' (needs +set or +@floor)"
+DRYRUN_COMMAND = "This user has no permissions to run the '{}' command"
+DRYRUN_KEY = "This user has no permissions to access the '{}' key"
+ACL_MODIFIER = "ERR Error in ACL SETUSER modifier '{}': {}"
+ACL_SYNTAX = "Syntax error"
+ACL_UNKNOWN_COMMAND = "Unknown command or category name in ACL"
+ACL_BAD_HASH = "The password hash must be exactly 64 characters and contain only lowercase hexadecimal characters"
+ACL_NO_SUCH_PASSWORD = "The password you are trying to remove from the user does not exist"
+ACL_USER_NOT_FOUND = "ERR User '{}' not found"
+ACL_COMMAND_NOT_FOUND = "ERR Command '{}' not found"
+ACL_DELETE_DEFAULT = "ERR The 'default' user cannot be removed"
+ACL_UNKNOWN_CATEGORY = "ERR Unknown category '{}'"
+ACL_BAD_USERNAME = "ERR Usernames can't contain spaces or null characters"
+ACL_NO_FILE = (
+    "ERR This Redis instance is not configured to use an ACL file. You may want to specify users via the "
+    "ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a Redis configuration file set) "
+    "in order to store users in the Redis configuration."
+)
+ACL_FILE = "ERR Error loading ACLs, {}"
+ACL_LOG_COUNT = "ERR value is out of range, must be positive"
+ACL_GENPASS_BITS = (
+    "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
+)
+ACL_SELECTORS = "ERR ACL selectors are not supported by March: grant keys and commands on the user itself"
+
 # --- transactions ------------------------------------------------------------------------------
 MULTI_NESTED = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
@@ -102,6 +131,9 @@ SET_OPTION = "ERR SET on a sequence takes only NX (no expiry, GET or XX: sequenc
 BATCH_RANGE = "ERR MINBATCH and MAXBATCH must satisfy 1 <= MINBATCH <= MAXBATCH <= {}"
 START_RANGE = "ERR START must be between 1 and 9223372036854775807"
 KEY_TOO_LONG = "ERR key too long: sequence names are at most {} bytes (max_key_len)"
+MAX_SEQUENCES = "ERR max number of sequences reached: {} (max_sequences); sequences are never deleted"
+REPLY_TOO_LARGE = "ERR the reply would pass max_output_buffer ({} bytes): narrow the pattern, or use SCAN"
+MULTI_TOO_LONG = "ERR too many commands queued in this transaction: {} (max_multi_commands)"
 
 # --- timestamp sequences -----------------------------------------------------------------------
 TS_PRESET = "ERR unknown timestamp preset '{}' (snowflake, sonyflake, js53, custom)"

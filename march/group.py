@@ -37,8 +37,8 @@ class Group:
         """Wait (bounded) while a promotion or a FAILOVER of this group is in progress."""
         await self.state.settled(timeout)
 
-    def redirect(self, key: bytes) -> CommandError:
-        """The error for a key request this node cannot serve now."""
+    def redirect(self, key: bytes, tls: bool = False) -> CommandError:
+        """The error for a key request this node cannot serve now (``tls``: for a TLS client)."""
         if self.member is None:
             return CommandError(errors.NOT_SERVING)
-        return self.member.registry.redirect(key)
+        return self.member.registry.redirect(key, tls)

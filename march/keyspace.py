@@ -23,7 +23,9 @@ store write, not two. Concurrent requests for one key share one read and one cre
 hung etcd never holds a client longer than that.
 
 **Names** are at most ``max_key_len`` bytes: a longer one cannot exist (reading it finds nothing)
-and creating it is an error, so no request can pass what the store accepts.
+and creating it is an error, so no request can pass what the store accepts. At most
+``max_sequences`` can exist (sequences are never deleted, so a client creating names in a loop
+must be stopped): the store counts them once per term, the keyspace counts its own creations.
 
 **Listing** (``keys``, ``scan``, ``count``) reads the store a page at a time, in byte order. A SCAN
 cursor is the number of names already returned; the name it stopped at is remembered for the
@@ -42,7 +44,7 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from . import errors
@@ -85,6 +87,7 @@ class Keyspace:
         self._loading: dict[bytes, asyncio.Task[Generator | None]] = {}
         self._creating: dict[bytes, asyncio.Task[Generator]] = {}
         self._cursors: OrderedDict[int, bytes] = OrderedDict()
+        self._counted: tuple[Term, int] | None = None  # sequences in the store, as of this term (max_sequences)
         self.default_policy = BatchPolicy(
             min_batch=config.min_batch,
             max_batch=config.max_batch,
@@ -196,6 +199,8 @@ class Keyspace:
         existing = await self.activate(key)
         if existing is not None:
             return existing, False
+        await self._check_room(self._term())
+        # From here to _start, nothing awaits: concurrent callers find the one creation and share it.
         pending = self._creating.get(key)
         if pending is not None:
             return await self._bounded(pending, key), False
@@ -224,6 +229,8 @@ class Keyspace:
         existing = self.generators.get(record.key)
         if stored:
             created.append(True)
+            if self._counted is not None and self._counted[0] is term:
+                self._counted = (term, self._counted[1] + 1)
             return existing if existing is not None else self._add(record, term, first)
         if existing is not None:
             return existing
@@ -232,6 +239,21 @@ class Keyspace:
         if loaded is None:
             raise CommandError(errors.TRYAGAIN_STARTING)
         return self.generators.get(record.key) or self._add(loaded, term)
+
+    async def _check_room(self, term: Term) -> None:
+        """``max_sequences``: counted in the store once per term, then here as sequences are created."""
+        limit = self.config.max_sequences
+        if not limit:
+            return
+        if self._counted is None or self._counted[0] is not term:
+            try:
+                count = await asyncio.wait_for(asyncio.shield(self.store.count()), self.config.max_wait)
+            except TimeoutError:
+                raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
+            if self._counted is None or self._counted[0] is not term:
+                self._counted = (term, count)
+        if self._counted[1] + len(self._creating) >= limit:
+            raise CommandError(errors.MAX_SEQUENCES.format(limit))
 
     def policy_for(self, settings: Mapping[str, Any]) -> BatchPolicy:
         changes = {k: int(settings[k]) for k in ("min_batch", "max_batch") if k in settings}
@@ -259,13 +281,9 @@ class Keyspace:
         if self.state.term is not term:
             raise NotServing(term.ended or "the term changed")
 
-    def _start(self, table: dict[bytes, asyncio.Task[T]], key: bytes, work: Awaitable[T]) -> asyncio.Task[T]:
+    def _start(self, table: dict[bytes, asyncio.Task[T]], key: bytes, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``work`` for ``key`` once, shared by every request for it until it is done."""
-
-        async def run() -> T:
-            return await work
-
-        task = asyncio.get_running_loop().create_task(run())
+        task = asyncio.get_running_loop().create_task(work)
         table[key] = task
 
         def done(t: asyncio.Task[T]) -> None:
@@ -286,13 +304,24 @@ class Keyspace:
 
     # --- listing (a page at a time) --------------------------------------------------------------
 
-    async def keys(self, matches: Callable[[bytes], bool] | None = None, prefix: bytes = b"") -> list[bytes]:
-        """Every name starting with ``prefix`` for which ``matches`` holds (all: None), in byte order."""
+    async def keys(
+        self, matches: Callable[[bytes], bool] | None = None, prefix: bytes = b"", budget: int = 0
+    ) -> list[bytes]:
+        """Every name starting with ``prefix`` for which ``matches`` holds (all: None), in byte order.
+
+        ``budget``: the reply may not pass this many bytes (an error instead of a reply that the
+        client's output limit would drop anyway: the list is never built past it)."""
         out: list[bytes] = []
+        size = 0
         after: bytes | None = None
         while True:
             page = await self.store.list_keys(prefix, after, PAGE)
-            out.extend(page if matches is None else [k for k in page if matches(k)])
+            found = page if matches is None else [k for k in page if matches(k)]
+            out.extend(found)
+            if budget:
+                size += sum(len(k) + 16 for k in found)  # a bulk string's framing is at most 16 bytes
+                if size > budget:
+                    raise CommandError(errors.REPLY_TOO_LARGE.format(budget))
             if len(page) < PAGE:
                 return out
             after = page[-1]

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import ipaddress
 import logging
+import resource
+import ssl
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any, cast
 
 from . import errors
@@ -45,6 +48,12 @@ log = logging.getLogger("march")
 _HIGH_WATER = 256 << 10  # pause reading from a client whose unsent replies pass this many bytes
 _monotonic = time.monotonic
 _NO_HOT: dict[bytes, Hot] = {}  # the fast-path table of a connection that is not plain (AUTH, MULTI)
+_BIG_REPLY = 4096  # replies at least this long count toward max_output_buffer as a read's replies are made
+_FD_RESERVE = 32  # file descriptors kept for the store, etcd, logs (Redis keeps 32 too)
+# Seconds a TLS client has to finish its handshake (or `timeout`, if shorter). Until then it is
+# not a client yet: it does not count toward max_clients (uvloop's start_tls, which would let it,
+# loses handshakes under load), so this bound is what keeps silent connections from piling up.
+_HANDSHAKE_TIMEOUT = 10.0
 
 
 class ListenError(Exception):
@@ -52,9 +61,10 @@ class ListenError(Exception):
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, app: App, conns: set[Connection]) -> None:
+    def __init__(self, app: App, conns: set[Connection], tls: ssl.SSLContext | None = None) -> None:
         self.app = app
         self.conns = conns
+        self.tls = tls  # came in on the TLS port (already through its handshake): redirects name TLS addresses
         # Set in connection_made; the protocol never sees data before that.
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
         self.client: Client = cast(Client, None)
@@ -67,6 +77,7 @@ class Connection(asyncio.Protocol):
         self.closing = False
         self.protocol_error = ""  # set when the parser refused input: answer it after what came before
         self.task: asyncio.Task[None] | None = None
+        self.pending: Coroutine[Any, Any, Any] | None = None  # the handler coroutine ``task`` runs
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -78,19 +89,20 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         addr = _addr(peer)
-        if len(app.clients) >= app.config.max_clients:
+        if len(app.clients) >= app.max_clients:
             app.stats.rejected += 1
             transport.write(encode_error(errors.MAX_CLIENTS))
             transport.close()
             return
-        if app.config.protected_mode and not app.config.requirepass and not _is_loopback(peer):
+        if app.config.protected_mode and app.users.default.nopass and not _is_loopback(peer):
             app.stats.rejected += 1
             transport.write(encode_error(errors.PROTECTED_MODE))
             transport.close()
             return
         transport.set_write_buffer_limits(high=_HIGH_WATER)
-        client = Client(app, app.next_client_id(), addr, _addr(sock))
+        client = Client(app, app.next_client_id(), addr, _addr(sock), self.tls is not None)
         self.client = client
+        self.parser.auth_source = client  # Redis' small limits for unauthenticated clients until it is
         self.deaf = False
         app.clients[client.id] = client
         app.closers[client.id] = self.close
@@ -105,6 +117,9 @@ class Connection(asyncio.Protocol):
         self.conns.discard(self)
         if self.task is not None and not self.task.done():
             self.task.cancel()
+            pending = self.pending
+            if pending is not None and inspect.getcoroutinestate(pending) == inspect.CORO_CREATED:
+                pending.close()  # the task never started it: not "a coroutine that was never awaited"
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -119,7 +134,6 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.deaf:
             return
-        self.client.last_active = _monotonic()
         try:
             requests = self.parser.feed(data)
         except ProtocolError as exc:
@@ -128,6 +142,8 @@ class Connection(asyncio.Protocol):
             self.protocol_error = str(exc)
             self.deaf = True
             requests = exc.requests
+        if requests:  # idle ``timeout`` counts from the last complete request, not the last byte
+            self.client.last_active = _monotonic()
         if self.busy:
             self.backlog.extend(requests)
             return
@@ -148,14 +164,16 @@ class Connection(asyncio.Protocol):
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
 
         The one fast path: a hot command (one that never changes connection state) with its exact
-        arity on a plain connection (authenticated, not in MULTI) is called directly; everything
+        arity on a plain connection (authenticated, not in MULTI, a user with every command on every
+        key) is called directly; everything
         else goes through ``call``, which makes every check. This runs for every request (a read
         holding one request is the common case): keep it lean.
         """
         client = self.client
         app = self.app
-        hot = app.hot if client.authenticated and client.multi is None else _NO_HOT
+        hot = app.hot if client.authenticated and client.multi is None and client.user.unrestricted else _NO_HOT
         out: list[bytes] = []
+        big = 0  # bytes of large replies in ``out`` (checked against max_output_buffer as they are made)
         n = len(requests)
         i = start
         while i < n:
@@ -179,7 +197,12 @@ class Connection(asyncio.Protocol):
                     result = entry.handler(client, args)
                 else:
                     result = call(client, args)
-                    hot = app.hot if client.authenticated and client.multi is None else _NO_HOT
+                    hot = (
+                        app.hot
+                        if client.authenticated and client.multi is None and client.user.unrestricted
+                        else _NO_HOT
+                    )
+                    self.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
             except Exception as exc:
                 out.append(self.error_reply(exc))
                 continue
@@ -192,7 +215,13 @@ class Connection(asyncio.Protocol):
                 self.wait(result, requests, i)
                 return
             elif result is not NO_REPLY:
-                out.append(encode(result, client.proto))
+                reply = encode(result, client.proto)
+                out.append(reply)
+                if len(reply) > _BIG_REPLY:  # only such replies can add up to max_output_buffer
+                    big += len(reply)
+                    if big + self.transport.get_write_buffer_size() > app.config.max_output_buffer:
+                        self.drop(f"replies of one read over max_output_buffer ({big} bytes)")
+                        return
             if client.close_after:
                 break
         app.stats.commands += i - start
@@ -212,6 +241,7 @@ class Connection(asyncio.Protocol):
         """A handler must wait: pause this connection until ``pending`` is done, keeping order."""
         self.busy = True
         self.transport.pause_reading()
+        self.pending = pending
         self.task = asyncio.get_running_loop().create_task(self.finish(pending, requests, resume_at))
 
     async def finish(self, pending: Any, requests: list[list[bytes]], resume_at: int) -> None:
@@ -233,6 +263,7 @@ class Connection(asyncio.Protocol):
             self.transport.write(reply)
         self.busy = False
         self.task = None
+        self.pending = None
         if client.close_after:
             self.close()
             return
@@ -243,8 +274,15 @@ class Connection(asyncio.Protocol):
     def check_output_buffer(self) -> None:
         assert self.transport is not None
         if self.transport.get_write_buffer_size() > self.app.config.max_output_buffer:
-            log.warning("closing client %s: output buffer over max_output_buffer", self.client and self.client.addr)
-            self.transport.abort()
+            self.drop("unread replies over max_output_buffer")
+
+    def drop(self, why: str) -> None:
+        """Close this connection at once, its unsent replies dropped (a client over its output limit)."""
+        log.warning("closing client %s: %s", self.client.addr if self.client is not None else "?", why)
+        self.app.stats.output_closed += 1
+        self.closing = True
+        self.deaf = True
+        self.transport.abort()
 
     def close(self) -> None:
         """Close after the replies already written have been sent."""
@@ -281,20 +319,27 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
     node = Node(config)
     await node.open()
     app = App(config, node, HOT)
+    app.max_clients = _clients_the_fd_limit_allows(config.max_clients)
     app.shutdown_requested = asyncio.Event()
     conns: set[Connection] = set()
+    servers: list[asyncio.Server] = []
     try:
-        try:
-            server = await loop.create_server(
-                lambda: Connection(app, conns), config.bind, config.port, reuse_address=True
-            )
-        except OSError as exc:
-            raise ListenError(f"cannot listen on {config.bind}:{config.port}: {exc}") from exc
+        server = await _listen(loop, lambda: Connection(app, conns), config.bind, config.port)
+        servers.append(server)
         app.port = server.sockets[0].getsockname()[1]
         log.info(
             "March %s ready to accept connections on %s:%d (store: %s)", VERSION, config.bind, app.port, node.store.name
         )
-        node.join(app.port)
+        if config.tls_port:
+            context = tls_context(config)
+            handshake = min(_HANDSHAKE_TIMEOUT, config.timeout or _HANDSHAKE_TIMEOUT)
+            tls = await _listen(
+                loop, lambda: Connection(app, conns, tls=context), config.bind, config.tls_port, context, handshake
+            )
+            servers.append(tls)
+            app.tls_port = tls.sockets[0].getsockname()[1]
+            log.info("TLS on %s:%d (client certificates: %s)", config.bind, app.tls_port, config.tls_auth_clients)
+        node.join(app.port, app.tls_port)
         if ready is not None and not ready.done():
             ready.set_result(app.port)
         idle = loop.create_task(_close_idle(app, conns)) if config.timeout > 0 else None
@@ -306,11 +351,75 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
         for t in (stopper, requested, idle):
             if t is not None and not t.done():
                 t.cancel()
-        server.close()
+        for s in servers:
+            s.close()
         await _close_connections(conns, config.shutdown_timeout)
     finally:
         await node.stop()  # steps down (a primary gives the leader key back at once), drains, closes
     log.info("March stopped")
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop,
+    factory: Any,
+    bind: str,
+    port: int,
+    context: ssl.SSLContext | None = None,
+    handshake_timeout: float | None = None,
+) -> asyncio.Server:
+    """Listen; with ``context``, TLS: a connection reaches the protocol once its handshake is done,
+    and one that does not finish it within ``handshake_timeout`` is closed."""
+    try:
+        if context is None:
+            return await loop.create_server(factory, bind, port, reuse_address=True)
+        return await loop.create_server(
+            factory, bind, port, reuse_address=True, ssl=context, ssl_handshake_timeout=handshake_timeout
+        )
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {bind}:{port}: {exc}") from exc
+
+
+def tls_context(config: Config) -> ssl.SSLContext:
+    """The TLS port's context, with Redis' options: certificate, key, and client certificates
+    checked against ``tls_ca_cert_file`` (``tls_auth_clients`` yes: required; optional; no)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+        if config.tls_ca_cert_file:
+            context.load_verify_locations(config.tls_ca_cert_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ListenError(f"TLS: {exc}") from exc
+    context.verify_mode = {
+        "yes": ssl.CERT_REQUIRED,
+        "optional": ssl.CERT_OPTIONAL,
+        "no": ssl.CERT_NONE,
+    }[config.tls_auth_clients]
+    return context
+
+
+def _clients_the_fd_limit_allows(wanted: int) -> int:
+    """``max_clients``, lowered (and logged) if the process may not open that many files, as Redis does.
+
+    The soft limit is raised toward the hard one first."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + _FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    allowed = max(1, soft - _FD_RESERVE)
+    log.warning(
+        "max_clients lowered from %d to %d: this process may open %d files (ulimit -n), %d are kept for the rest",
+        wanted,
+        allowed,
+        soft,
+        _FD_RESERVE,
+    )
+    return allowed
 
 
 async def _close_connections(conns: set[Connection], timeout: float) -> None:
@@ -323,6 +432,8 @@ async def _close_connections(conns: set[Connection], timeout: float) -> None:
         for c in list(conns):
             if not c.busy and not c.backlog and not c.closing:
                 c.close()
+            elif c.closing and c.transport is not None and c.transport.get_write_buffer_size() == 0:
+                c.transport.abort()  # all sent: don't wait for a TLS client's close_notify
         await asyncio.sleep(0.01)  # polling a condition with a deadline, during shutdown only
     for c in list(conns):
         if c.transport is not None:

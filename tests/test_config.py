@@ -223,3 +223,16 @@ def test_cli_bad_value_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: 
     assert "--port" in capsys.readouterr().err
     assert cli.main(["serve", "--max-args", "1"]) == 2
     assert "max_args" in capsys.readouterr().err
+
+
+def test_the_example_config_lists_every_option_with_its_default() -> None:
+    """config/march.toml is the reference a reader copies: it must not drift from OPTIONS."""
+    import tomllib
+
+    path = Path(__file__).resolve().parent.parent / "config" / "march.toml"
+    flat: dict[str, object] = {}
+    for section_or_key, value in tomllib.loads(path.read_text()).items():
+        flat.update(value if isinstance(value, dict) else {section_or_key: value})
+    assert sorted(flat) == sorted(o.name for o in OPTIONS)
+    for o in OPTIONS:
+        assert flat[o.name] == o.default, o.name

@@ -46,6 +46,11 @@ class NodeInfo:
     id: str
     addr: str  # host:port that clients are sent to
     role: str = STANDBY
+    tls_addr: str = ""  # host:port that TLS clients are sent to ("": no TLS port)
+
+    def seen_by(self, tls: bool) -> NodeInfo:
+        """This node as a client connected with or without TLS should be told of it."""
+        return dataclasses.replace(self, addr=self.tls_addr) if tls and self.tls_addr else self
 
     @property
     def host(self) -> str:
@@ -102,7 +107,13 @@ class Registry:
         """(Re)write this node's record under ``lease`` if the lease or the role changed."""
         if self._registered == (lease, role) or not lease:
             return
-        record = {"id": self.me.id, "addr": self.me.addr, "role": role, "pid": os.getpid()}
+        record = {
+            "id": self.me.id,
+            "addr": self.me.addr,
+            "tls_addr": self.me.tls_addr,
+            "role": role,
+            "pid": os.getpid(),
+        }
         await self.etcd.put(self.keys.node(self.me.id), json.dumps(record).encode(), lease, self.timeout)
         self._registered = (lease, role)
 
@@ -130,7 +141,9 @@ class Registry:
             elif kv.key.startswith(self.keys.nodes):
                 try:
                     data = json.loads(kv.value)
-                    nodes[data["id"]] = NodeInfo(data["id"], data["addr"], data.get("role", STANDBY))
+                    nodes[data["id"]] = NodeInfo(
+                        data["id"], data["addr"], data.get("role", STANDBY), data.get("tls_addr", "")
+                    )
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed node record %r", kv.key)
         topology = Topology(leader, leader_revision, leader_lease, handoff, nodes, found.revision)
@@ -156,16 +169,17 @@ class Registry:
 
     # --- what clients are told -------------------------------------------------------------------
 
-    def members(self) -> tuple[NodeInfo | None, list[NodeInfo]]:
-        """(primary, standbys) from the last topology read; this node is always among them."""
+    def members(self, tls: bool = False) -> tuple[NodeInfo | None, list[NodeInfo]]:
+        """(primary, standbys) from the last topology read, as a client with or without TLS sees
+        them; this node is always among them."""
         topology = self.topology
         nodes = dict(topology.nodes)
         nodes.setdefault(self.me.id, self.me)
         primary = nodes.get(topology.leader) if topology.leader is not None else None
         standbys = sorted((n for n in nodes.values() if primary is None or n.id != primary.id), key=lambda n: n.id)
-        return primary, standbys
+        return (primary.seen_by(tls) if primary else None), [n.seen_by(tls) for n in standbys]
 
-    def redirect(self, key: bytes) -> CommandError:
+    def redirect(self, key: bytes, tls: bool = False) -> CommandError:
         """The error for a key request this node cannot serve: MOVED to the primary, or retry later."""
         topology = self.topology
         primary = topology.primary
@@ -173,4 +187,4 @@ class Registry:
             return CommandError(errors.CLUSTERDOWN if topology.leader is None else errors.TRYAGAIN_NO_PRIMARY)
         if primary.id == self.me.id:
             return CommandError(errors.TRYAGAIN_TAKING_OVER)
-        return CommandError(errors.MOVED.format(key_slot(key), primary.addr))
+        return CommandError(errors.MOVED.format(key_slot(key), primary.seen_by(tls).addr))

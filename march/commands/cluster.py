@@ -74,7 +74,7 @@ def cluster(client: Client, args: list[bytes]) -> Any:
         return key_slot(args[2])
     if sub == b"myid":
         return member.me.cluster_id.encode()
-    primary, standbys = member.registry.members()
+    primary, standbys = member.registry.members(client.tls)
     if sub == b"slots":
         if primary is None:
             return []
@@ -83,7 +83,7 @@ def cluster(client: Client, args: list[bytes]) -> Any:
         return _shards(primary, standbys)
     epoch = member.registry.topology.leader_revision
     if sub == b"nodes":
-        return Verbatim(_nodes_text(member.me, epoch, primary, standbys))
+        return Verbatim(_nodes_text(member.me.seen_by(client.tls), epoch, primary, standbys))
     return Verbatim(_info_text(epoch, primary, standbys))
 
 

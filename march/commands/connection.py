@@ -1,13 +1,18 @@
 """Connection commands: PING, ECHO, HELLO, AUTH, SELECT, CLIENT, QUIT, RESET.
 
-AUTH checks the ``requirepass`` of the default user (ACL users come later). HELLO reports
+AUTH and HELLO ... AUTH check a user's password (``march.auth``): ``AUTH password`` is the
+``default`` user's (``requirepass``), ``AUTH user password`` any user's. A failure is WRONGPASS,
+counted in INFO (``acl_access_denied_auth``), recorded in ACL LOG (never the password) and
+logged (the first on a connection, then every hundredth); after three on one connection each
+further one is answered later and later (50 ms doubling to 2 s), so guessing is slow. HELLO reports
 ``server: redis`` and a Redis version (the command set March follows) because clients and tools
 branch on them; INFO shows March's own version.
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
+import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +24,12 @@ from .registry import check_subcommand, command
 
 if TYPE_CHECKING:
     from ..client import Client
+
+log = logging.getLogger("march")
+
+_FREE_FAILURES = 3  # failed AUTHs on one connection answered at once; after that each waits longer
+_FIRST_DELAY = 0.05  # seconds, doubling with each further failure...
+_MAX_DELAY = 2.0  # ...up to this: a guessing client gets a handful of tries per second, at most
 
 _CONN = ("@fast", "@connection")
 # Commands a client may send before it has authenticated.
@@ -42,32 +53,43 @@ def echo(client: Client, args: list[bytes]) -> Any:
     return args[1]
 
 
-def _check_password(client: Client, user: bytes, password: bytes) -> None:
-    required = client.app.config.requirepass
-    if not required:
-        raise CommandError(errors.AUTH_NOT_CONFIGURED)
-    if user != b"default" or not hmac.compare_digest(password, required.encode()):
+def _authenticate(client: Client, name: bytes, password: bytes) -> Any:
+    """AUTH name password: "OK", or WRONGPASS (counted, logged, and slower after a few in a row)."""
+    app = client.app
+    if not app.users.loaded:
+        raise CommandError(errors.CLUSTERDOWN)  # nobody is known yet (etcd has not answered since the start)
+    user = app.users.authenticate(name.decode("utf-8", "replace"), password)
+    if user is not None:
+        client.login(user)
+        client.auth_failures = 0
+        return "OK"
+    client.auth_failures += 1
+    app.stats.denied_auth += 1
+    username = name.decode("utf-8", "replace")
+    app.acl_log.add("auth", "multi" if client.multi is not None else "toplevel", "AUTH", username, client.info_line())
+    failures = client.auth_failures
+    if failures == 1 or failures % 100 == 0:  # never the password; not one line per attempt
+        log.warning("AUTH failed for user %r from %s (%d on this connection)", username, client.addr, failures)
+    if failures <= _FREE_FAILURES:
         raise CommandError(errors.WRONGPASS)
-    client.authenticated = True
-    client.user = "default"
+    return _refuse_later(min(_MAX_DELAY, _FIRST_DELAY * 2 ** (failures - _FREE_FAILURES - 1)))
 
 
-@_handshake("auth", -2, summary="Authenticate: AUTH password, or AUTH default password.")
+async def _refuse_later(delay: float) -> Any:
+    """Guessing passwords on one connection gets slower and slower (the connection waits, others don't)."""
+    await asyncio.sleep(delay)
+    raise CommandError(errors.WRONGPASS)
+
+
+@_handshake("auth", -2, summary="Authenticate: AUTH password (the default user), or AUTH username password.")
 def auth(client: Client, args: list[bytes]) -> Any:
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
     if len(args) == 2:
-        if not client.app.config.requirepass:
+        if client.app.users.default.nopass:
             raise CommandError(errors.AUTH_NOT_CONFIGURED)
-        _check_password(client, b"default", args[1])
-    else:
-        if not client.app.config.requirepass:
-            # Redis: with no password set, only `AUTH default <anything>` is accepted
-            if args[1] != b"default":
-                raise CommandError(errors.WRONGPASS)
-            return "OK"
-        _check_password(client, args[1], args[2])
-    return "OK"
+        return _authenticate(client, b"default", args[1])
+    return _authenticate(client, args[1], args[2])
 
 
 @_handshake("hello", -1, summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].")
@@ -96,13 +118,11 @@ def hello(client: Client, args: list[bytes]) -> Any:
         else:
             raise CommandError(errors.HELLO_OPTION.format(args[i].decode("utf-8", "replace")))
     if auth_pair is not None:
-        if not client.app.config.requirepass:
-            if auth_pair[0] != b"default":
-                raise CommandError(errors.WRONGPASS)
-        else:
-            _check_password(client, *auth_pair)
+        result = _authenticate(client, *auth_pair)
+        if result != "OK":
+            return result  # a failure answered later (throttled): WRONGPASS
     if not client.authenticated:
-        raise CommandError(errors.HELLO_NOAUTH)
+        raise CommandError(errors.HELLO_NOAUTH if client.app.users.loaded else errors.CLUSTERDOWN)
     if name is not None:
         _set_name(client, name)
     client.proto = proto
@@ -167,6 +187,8 @@ _CLIENT_SUBS = (
     summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
     group="connection",
     subcommands=_CLIENT_SUBS,
+    # As in Redis: listing and killing other clients is admin work; the rest is the client's own.
+    sub_categories={sub: ("@admin", "@slow", "@dangerous", "@connection") for sub in ("list", "kill", "no-evict")},
 )
 def client_(client: Client, args: list[bytes]) -> Any:
     sub = check_subcommand("client", args)

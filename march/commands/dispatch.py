@@ -3,6 +3,10 @@
 ``call`` returns what the handler returned (a value, or a coroutine to await) or raises
 ``CommandError``. The server encodes; EXEC calls ``call`` for each queued request.
 
+Permissions (``march.auth``): a user that may not run the command, or touch one of its keys, gets
+``NOPERM`` (counted in INFO, recorded in ACL LOG), before any routing, as in Redis. A user with
+every command on every key skips the check (and keeps the server's fast path).
+
 Routing follows the group's serving state (``march.serving``), declared per command at
 registration (``primary``: the key commands and the keyspace-wide KEYS, SCAN, DBSIZE, SEQ.LIST).
 A node that does not serve answers them with ``MOVED`` to the primary (or ``CLUSTERDOWN``); while
@@ -39,17 +43,15 @@ def call(client: Client, args: list[bytes]) -> Any:
             raise errors.unknown_command(args)
     a = spec.arity
     if (len(args) != a) if a > 0 else (len(args) < -a):
-        if spec.name == "exec":  # Redis: a malformed EXEC discards the transaction, MULTI or not
-            client.multi = None
-            client.multi_error = False
-            raise CommandError(errors.EXECABORT_BECAUSE.format(errors.WRONG_ARITY.format("exec")[4:]))
-        if client.multi is not None:
-            client.multi_error = True
-        raise errors.wrong_arity(spec.name)
+        raise reject(client, spec, errors.wrong_arity(spec.name))
     if not client.authenticated and "no_auth" not in spec.flags:
-        if client.multi is not None:
-            client.multi_error = True
-        raise CommandError(errors.NOAUTH)
+        # A cluster node that has not read its users yet (etcd unreachable since it started) knows
+        # nobody: it cannot serve, like a node with no primary, rather than ask for a password.
+        raise reject(client, spec, CommandError(errors.NOAUTH if client.app.users.loaded else errors.CLUSTERDOWN))
+    if not client.user.unrestricted and "no_auth" not in spec.flags:
+        denied = client.user.denial(spec, args)
+        if denied is not None:
+            raise reject(client, spec, refuse(client, *denied))
     group = client.app.group
     if spec.primary and not group.serving:
         if client.multi is not None:
@@ -58,6 +60,9 @@ def call(client: Client, args: list[bytes]) -> Any:
             return rerun(client, args)
         raise moved(client, spec, args)
     if client.multi is not None and spec.queued:
+        if len(client.multi) >= client.app.config.max_multi_commands:
+            client.multi_error = True
+            raise CommandError(errors.MULTI_TOO_LONG.format(client.app.config.max_multi_commands))
         client.multi.append(args)
         return "QUEUED"
     return spec.handler(client, args)
@@ -84,9 +89,54 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
     return result
 
 
+def reject(client: Client, spec: CommandSpec, error: CommandError) -> CommandError:
+    """A request refused before it ran. As in Redis, inside MULTI it dooms the transaction, and a
+    refused EXEC discards it: ``EXECABORT Transaction discarded because of: <why>``."""
+    if spec.name == "exec":
+        client.multi = None
+        client.multi_error = False
+        why = error.message[4:] if error.message.startswith("ERR ") else error.message
+        return CommandError(errors.EXECABORT_BECAUSE.format(why))
+    if client.multi is not None:
+        client.multi_error = True
+    return error
+
+
+def refuse(client: Client, reason: str, subject: str) -> CommandError:
+    """NOPERM for a command or a key the user may not use: counted, logged in ACL LOG."""
+    app = client.app
+    context = "multi" if client.multi is not None else "toplevel"
+    app.acl_log.add(reason, context, subject, client.user.name, client.info_line())
+    if reason == "command":
+        app.stats.denied_command += 1
+        return CommandError(errors.NOPERM_COMMAND.format(subject))
+    app.stats.denied_key += 1
+    return CommandError(errors.NOPERM_KEY)
+
+
+def may_create(client: Client, key: bytes) -> None:
+    """NOPERM unless the user may create ``key`` (SEQ.CREATE on it): auto-creation by INCR and SET needs it."""
+    _may(client, "seq.create", key, errors.NOPERM_CREATE)
+
+
+def may_raise_floor(client: Client, key: bytes) -> None:
+    """NOPERM unless the user may raise floors on ``key`` (SET on it): SEQ.CREATE ... START/FLOOR needs it."""
+    _may(client, "set", key, errors.NOPERM_FLOOR)
+
+
+def _may(client: Client, command: str, key: bytes, text: str) -> None:
+    user = client.user
+    if user.unrestricted or (user.may_run(command) and user.may_access(key, write=True)):
+        return
+    refuse(client, "command", command)  # counted and logged as the command it needed
+    if client.multi is not None:
+        client.multi_error = True
+    raise CommandError(text.format(key.decode("utf-8", "replace")))
+
+
 def moved(client: Client, spec: CommandSpec, args: list[bytes]) -> CommandError:
     """MOVED to the primary for the request's first key (slot 0 for the keyspace-wide commands)."""
-    return client.app.group.redirect(args[spec.keys[0]] if spec.keys[0] else b"")
+    return client.app.group.redirect(args[spec.keys[0]] if spec.keys[0] else b"", client.tls)
 
 
 def as_error(client: Client, exc: Exception) -> CommandError:

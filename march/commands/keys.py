@@ -10,21 +10,24 @@
   it does).
 - Sequences are strings to Redis tools (``TYPE`` says ``string``) and never expire (``TTL`` -1).
 - ``KEYS``, ``SCAN``, ``DBSIZE`` read the store a page at a time (``Keyspace.keys/scan/count``),
-  in byte order; a pattern's literal prefix narrows what ``KEYS`` reads.
+  in byte order; a pattern's literal prefix narrows what ``KEYS`` reads. A reply that would pass
+  ``max_output_buffer`` is an error before it is built. A user limited to some keys (ACL) sees
+  only the names it may read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
+from ..glob import Glob, compile_glob, literal_prefix
 from ..keyspace import PAGE
-from .args import glob_to_regex, literal_prefix, parse_int
+from .args import parse_int
+from .dispatch import may_create
 from .registry import command
 
 if TYPE_CHECKING:
@@ -35,7 +38,13 @@ _READ = ("@read", "@string", "@fast")
 _KEYSPACE = ("@keyspace", "@read")
 # TYPE, TTL, PTTL: one key in, a constant-time answer out
 _key_query = partial(
-    command, flags=("readonly", "fast"), categories=(*_KEYSPACE, "@fast"), keys=(1, 1, 1), hot=True, group="generic"
+    command,
+    flags=("readonly", "fast"),
+    categories=(*_KEYSPACE, "@fast"),
+    keys=(1, 1, 1),
+    hot=True,
+    group="generic",
+    key_access="",  # looks at whether the key exists, not at its value (ACL: any matching pattern)
 )
 
 
@@ -86,7 +95,7 @@ async def _mget(client: Client, keys: list[bytes]) -> list[bytes | None]:
     "set",
     -3,
     ("write", "denyoom"),
-    ("@write", "@string", "@slow"),
+    ("@floor", "@string", "@slow"),
     keys=(1, 1, 1),
     summary="SET key N [NX]: raise the floor so the next ID is > N (never backwards).",
     group="string",
@@ -105,6 +114,8 @@ def set_(client: Client, args: list[bytes]) -> Any:
 
 
 async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
+    if await client.app.keyspace.activate(key) is None:
+        may_create(client, key)
     gen, created = await client.app.keyspace.create_or_get(key, start=floor + 1, settings={})
     if created:
         return "OK"
@@ -120,6 +131,7 @@ async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
     ("readonly", "fast"),
     (*_KEYSPACE, "@fast"),
     keys=(1, -1, 1),
+    key_access="",
     summary="How many of the keys are sequences.",
     group="generic",
 )
@@ -162,9 +174,17 @@ def pttl(client: Client, args: list[bytes]) -> Any:
 def keys(client: Client, args: list[bytes]) -> Any:
     pattern = args[1]
     if pattern == b"*":
-        return client.app.keyspace.keys()
-    rx = glob_to_regex(pattern)
-    return client.app.keyspace.keys(lambda k: rx.match(k) is not None, literal_prefix(pattern))
+        return client.app.keyspace.keys(_readable(client), budget=client.app.config.max_output_buffer)
+    glob = compile_glob(pattern).match
+    readable = _readable(client)
+    matches = glob if readable is None else (lambda k: glob(k) and readable(k))
+    return client.app.keyspace.keys(matches, literal_prefix(pattern), client.app.config.max_output_buffer)
+
+
+def _readable(client: Client) -> Callable[[bytes], bool] | None:
+    """The names a restricted user's listing shows: those it may read (None: every name)."""
+    user = client.user
+    return None if user.all_keys else lambda k: user.may_access(k, write=False)
 
 
 @command(
@@ -180,7 +200,7 @@ def scan(client: Client, args: list[bytes]) -> Any:
     cursor = parse_int(args[1], errors.INVALID_CURSOR) if args[1] != b"0" else 0
     if cursor < 0:  # Redis reads the cursor as unsigned: a huge cursor, past the end
         cursor = 1 << 64
-    count, rx, kind = 10, None, None
+    count, glob, kind = 10, None, None
     i = 2
     while i < len(args):
         opt = args[i].lower()
@@ -191,18 +211,23 @@ def scan(client: Client, args: list[bytes]) -> Any:
             if count < 1:
                 raise CommandError(errors.SYNTAX)
         elif opt == b"match":
-            rx = glob_to_regex(args[i + 1])
+            glob = compile_glob(args[i + 1])
         elif opt == b"type":
             kind = args[i + 1].lower()
         else:
             raise CommandError(errors.SYNTAX)
         i += 2
-    return _scan(client, cursor, min(count, PAGE), rx, kind)
+    return _scan(client, cursor, min(count, PAGE), glob, kind)
 
 
-async def _scan(client: Client, cursor: int, count: int, rx: re.Pattern[bytes] | None, kind: bytes | None) -> Any:
+async def _scan(client: Client, cursor: int, count: int, glob: Glob | None, kind: bytes | None) -> Any:
     nxt, page = await client.app.keyspace.scan(cursor, count)
-    found = [k for k in page if (rx is None or rx.match(k)) and (kind is None or kind == b"string")]
+    readable = _readable(client)
+    found = [
+        k
+        for k in page
+        if (glob is None or glob.match(k)) and (kind is None or kind == b"string") and (readable is None or readable(k))
+    ]
     return [b"%d" % nxt, found]
 
 

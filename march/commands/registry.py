@@ -11,8 +11,8 @@ or raises ``CommandError``. A handler never touches the transport.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +35,12 @@ class CommandSpec:
     subcommands: tuple[tuple[str, int, str], ...] = ()  # (name, arity, summary)
     primary: bool = False  # served by the primary only: standbys redirect it (MOVED)
     queued: bool = True  # inside MULTI it is queued for EXEC (False: it acts at once)
+    key_access: str = "RW"  # what ACL key patterns must allow: "R", "W", "RW", or "" (metadata: either)
+    sub_categories: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a subcommand's own
+
+    def categories_of(self, sub: str) -> tuple[str, ...]:
+        """A subcommand's ACL categories (its own, else the command's)."""
+        return self.sub_categories.get(sub, self.categories)
 
     @property
     def noauth(self) -> bool:
@@ -86,9 +92,16 @@ def command(
     consecutive: Consecutive | None = None,
     primary: bool | None = None,
     queued: bool = True,
+    key_access: str | None = None,
+    sub_categories: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``primary``: served by the primary only (default: when it has keys);
-    ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...)."""
+    ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...);
+    ``key_access``: what an ACL key pattern must allow on its keys, as Redis' key specs say
+    ("R" reads the value, "W" writes it, "RW" both, "" only looks at whether it exists; default:
+    "R" for a readonly command, "RW" otherwise); ``sub_categories``: subcommands whose ACL
+    categories differ from the command's (CLIENT KILL is @admin, CLIENT ID is not), so that
+    ``+@category``/``-@category`` grant or take them one by one, as in Redis."""
 
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(
@@ -103,6 +116,8 @@ def command(
             subcommands,
             primary=keys[0] != 0 if primary is None else primary,
             queued=queued,
+            key_access=("R" if "readonly" in flags else "RW") if key_access is None else key_access,
+            sub_categories=dict(sub_categories or {}),
         )
         REGISTRY[name] = spec
         TABLE[name.encode()] = spec

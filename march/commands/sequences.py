@@ -32,6 +32,7 @@ from ..generators import layout as layouts
 from ..generators.timestamp import KIND as TIMESTAMP
 from ..generators.timestamp import MAX_LOOKAHEAD_MS, TimestampGenerator
 from .args import key_text, parse_int
+from .dispatch import may_create, may_raise_floor
 from .registry import command
 
 if TYPE_CHECKING:
@@ -81,7 +82,11 @@ def incrby(client: Client, args: list[bytes]) -> Any:
 
 
 async def _take(client: Client, key: bytes, n: int) -> int:
-    gen = await client.app.keyspace.ensure(key)  # active, read from the store, or created
+    keyspace = client.app.keyspace
+    gen = await keyspace.activate(key)  # active, or read from the store
+    if gen is None:
+        may_create(client, key)
+        gen = await keyspace.ensure(key)  # created (auto_create), or made meanwhile by someone else
     return await gen.take_wait(n)
 
 
@@ -89,8 +94,9 @@ async def _take(client: Client, key: bytes, n: int) -> int:
     "seq.create",
     -2,
     ("write", "denyoom"),
-    ("@write", "@slow"),
+    ("@create", "@slow"),
     keys=(1, 1, 1),
+    key_access="W",  # inserts; reads nothing
     summary="SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n] / key TIMESTAMP [PRESET name] [layout options] "
     "[NODE n] [FLOOR id] [LOOKAHEAD ms]: create a sequence.",
     group="sequence",
@@ -119,6 +125,8 @@ def seq_create(client: Client, args: list[bytes]) -> Any:
         raise CommandError(errors.BATCH_RANGE.format(MAX_ID))
     if settings:
         settings = {"min_batch": lo, "max_batch": hi}
+    if start != 1:
+        may_raise_floor(client, args[1])  # a first ID above 1 raises a floor
     return _create(client, args[1], start, settings)
 
 
@@ -167,6 +175,8 @@ def _create_timestamp(client: Client, args: list[bytes]) -> Any:
     keyspace = client.app.keyspace
     layout.check_new(int(keyspace.wall() * 1000))
     settings.update(layout.to_settings())
+    if start:
+        may_raise_floor(client, args[1])  # FLOOR
     return _create(client, args[1], start, settings, TIMESTAMP)
 
 
@@ -242,4 +252,6 @@ def _fields(fields: dict[str, Any]) -> dict[bytes, Any]:
     group="sequence",
 )
 def seq_list(client: Client, args: list[bytes]) -> Any:
-    return client.app.keyspace.keys()
+    user = client.user
+    readable = None if user.all_keys else (lambda k: user.may_access(k, write=False))
+    return client.app.keyspace.keys(readable, budget=client.app.config.max_output_buffer)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..app import REDIS_COMPAT_VERSION, VERSION
 from ..errors import CommandError
+from ..glob import compile_glob
 from ..resp import Verbatim
 from ..store.base import StoreError
-from .args import glob_to_regex
 from .registry import REGISTRY, CommandSpec, check_subcommand, command, lookup
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def _key_specs(spec: CommandSpec) -> list[Any]:
 def _info(spec: CommandSpec) -> list[Any]:
     first, last, step = spec.keys
     subs = [
-        [f"{spec.name}|{name}".encode(), arity, [], 0, 0, 0, list(spec.categories), [], [], []]
+        [f"{spec.name}|{name}".encode(), arity, [], 0, 0, 0, list(spec.categories_of(name)), [], [], []]
         for name, arity, _ in spec.subcommands
     ]
     return [
@@ -113,8 +113,8 @@ def command_(client: Client, args: list[bytes]) -> Any:
         if len(args) == 5 and args[2].lower() == b"filterby":
             how, what = args[3].lower(), args[4]
             if how == b"pattern":
-                rx = glob_to_regex(what)
-                return [n for n in names if rx.match(n)]
+                glob = compile_glob(what, nocase=True)  # Redis: case-insensitive, like command names
+                return [n for n in names if glob.match(n)]
             if how == b"aclcat":
                 cat = "@" + what.decode().lower()
                 return [s.name.encode() for s in REGISTRY.values() if cat in s.categories]
@@ -158,9 +158,9 @@ def config(client: Client, args: list[bytes]) -> Any:
         items["appendonly"] = "no"
         out: dict[bytes, bytes] = {}
         for pattern in args[2:]:
-            rx = glob_to_regex(pattern.lower())
+            glob = compile_glob(pattern, nocase=True)  # Redis matches option names without case
             for name, value in items.items():
-                if rx.match(name.encode()) or rx.match(name.replace("-", "_").encode()):
+                if glob.match(name.encode()) or glob.match(name.replace("-", "_").encode()):
                     out[name.encode()] = value.encode()
         return out
     if sub in (b"set", b"rewrite", b"resetstat"):
@@ -261,7 +261,12 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
             "config_file": app.config.config_file,
         }
     if section == "clients":
-        return {"connected_clients": len(app.clients), "maxclients": app.config.max_clients, "blocked_clients": 0}
+        return {
+            "connected_clients": len(app.clients),
+            "maxclients": app.max_clients,
+            "blocked_clients": 0,
+            "client_output_limit_disconnections": app.stats.output_closed,
+        }
     if section == "stats":
         s = app.stats
         return {
@@ -271,6 +276,10 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
             "total_error_replies": s.errors,
             "protocol_errors": s.protocol_errors,
             "idle_timeouts": s.timeouts_closed,
+            "acl_access_denied_auth": s.denied_auth,
+            "acl_access_denied_cmd": s.denied_command,
+            "acl_access_denied_key": s.denied_key,
+            "acl_access_denied_channel": 0,
         }
     if section == "persistence":
         gens = list(app.keyspace.generators.values())

@@ -7,6 +7,7 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
 - ``<prefix>/leader-handoff``: during a planned FAILOVER, the node chosen to take over.
 - ``<prefix>/nodes/<id>``: each node's registration (JSON: id, address, role), under its lease.
 - ``<prefix>/seq/<key>``: one sequence (its ceiling and settings, see ``march.store.etcd``).
+- ``<prefix>/users/<name>``: one ACL user, as its rules (``march.auth``; passwords only hashed).
 
 ``leader``, ``leader-handoff`` and ``nodes/*`` sort together, so one range read (and one watch)
 ``[leader, nodes_end)`` covers everything the election and the registry look at.
@@ -65,3 +66,10 @@ class KeyPaths:
 
     def seq_name(self, etcd_key: bytes) -> bytes:
         return etcd_key[len(self.seqs) :]
+
+    @property
+    def users(self) -> bytes:
+        return self.prefix + b"/users/"
+
+    def user(self, name: str) -> bytes:
+        return self.users + name.encode("utf-8", "surrogateescape")

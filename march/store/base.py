@@ -16,6 +16,10 @@ suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and t
 - ``list_keys(prefix, after, limit)``: up to ``limit`` names that start with ``prefix`` and sort
   (bytewise) after ``after``, in byte order: listings are read a page at a time, never at once.
 - ``count()``: how many sequences exist.
+- ``load_users()`` / ``save_user(name, rules)``: the ACL users (``march.auth``), as their rules
+  (passwords only hashed). Not guarded by leadership: any node may change a user, the last
+  write wins. ``watch_users()`` yields after every change made elsewhere (etcd); a store that
+  only one server uses has nothing to watch (None).
 
 Calls made in the same event-loop turn may be sent together (one etcd transaction, one SQLite
 transaction): many first requests after a failover cost a few store round trips, not one each.
@@ -35,7 +39,7 @@ write. A store must never be shared by two servers, and never block the event lo
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +135,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def count(self) -> int:
         """How many sequences exist."""
+
+    @abc.abstractmethod
+    async def load_users(self) -> dict[str, str]:
+        """Every stored user: name -> rules."""
+
+    @abc.abstractmethod
+    async def save_user(self, name: str, rules: str | None) -> None:
+        """Store user ``name`` as ``rules`` (None: delete it)."""
+
+    def watch_users(self) -> AsyncIterator[None] | None:
+        """An iterator that yields after each change to the users (None: nothing else writes them)."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """A few facts for INFO persistence."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from ..etcd.api import Etcd, Get, Put, Range, created_at, value_below, value_is
@@ -73,6 +73,7 @@ class EtcdStore(Store):
         # with a greater ceiling (an abandoned write that lands later is harmless).
         self.write_timeout = min(timeout, write_timeout)
         self._meta: dict[bytes, bytes] = {}  # key -> the JSON part of its value, written back unchanged
+        self._users_revision = 0  # the etcd revision of the last load_users
         size = self._size
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(
             self._load_batch, MAX_OPS, MAX_BYTES, lambda k: size(k, b"")
@@ -122,6 +123,26 @@ class EtcdStore(Store):
         end = prefix_end(self.keys.seq(prefix))
         found = await self.etcd.range(Get(start, end, limit=limit, keys_only=True), self.timeout)
         return [self.keys.seq_name(kv.key) for kv in found.kvs]
+
+    async def load_users(self) -> dict[str, str]:
+        found = await self.etcd.range(Get(self.keys.users, prefix_end(self.keys.users)), self.timeout)
+        self._users_revision = found.revision  # a watch started later begins right after this read
+        prefix = len(self.keys.users)
+        return {kv.key[prefix:].decode("utf-8", "surrogateescape"): kv.value.decode() for kv in found.kvs}
+
+    async def save_user(self, name: str, rules: str | None) -> None:
+        key = self.keys.user(name)
+        if rules is None:
+            await self.etcd.delete(key, self.write_timeout)
+        else:
+            await self.etcd.put(key, rules.encode(), 0, self.write_timeout)
+
+    async def watch_users(self) -> AsyncIterator[None]:
+        """Yield after every change to ``<prefix>/users/`` since the last ``load_users`` (none is
+        missed in between), until the watch breaks (StoreError)."""
+        start = self._users_revision + 1 if self._users_revision else 0
+        async for _ in self.etcd.watch(self.keys.users, prefix_end(self.keys.users), start):
+            yield None
 
     async def count(self) -> int:
         found = await self.etcd.range(Get(self.keys.seqs, prefix_end(self.keys.seqs), count_only=True), self.timeout)

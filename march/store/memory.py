@@ -21,6 +21,7 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self.records: dict[bytes, SequenceRecord] = {}
+        self.users: dict[str, str] = {}
         self._sorted: list[bytes] = []
         self.guard: Guard = SINGLE_NODE
         self.delay = 0.0
@@ -73,6 +74,17 @@ class MemoryStore(Store):
     async def count(self) -> int:
         await self._pass_gate()
         return len(self.records)
+
+    async def load_users(self) -> dict[str, str]:
+        await self._pass_gate()
+        return dict(self.users)
+
+    async def save_user(self, name: str, rules: str | None) -> None:
+        await self._pass_gate(read=False)
+        if rules is None:
+            self.users.pop(name, None)
+        else:
+            self.users[name] = rules
 
     async def create(self, record: SequenceRecord, guard: Guard) -> bool:
         await self._before_write(guard)

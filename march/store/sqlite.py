@@ -40,7 +40,11 @@ CREATE TABLE IF NOT EXISTS sequences (
     kind     TEXT NOT NULL,
     ceiling  TEXT NOT NULL,
     settings TEXT NOT NULL
-)
+);
+CREATE TABLE IF NOT EXISTS users (
+    name  TEXT PRIMARY KEY,
+    rules TEXT NOT NULL
+);
 """
 _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
 
@@ -92,7 +96,7 @@ class SqliteStore(Store):
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.execute(_SCHEMA)
+            db.executescript(_SCHEMA)
         except BaseException:
             db.close()
             raise
@@ -159,6 +163,20 @@ class SqliteStore(Store):
 
     async def count(self) -> int:
         return await self._run(lambda: int(self._conn().execute("SELECT COUNT(*) FROM sequences").fetchone()[0]))
+
+    async def load_users(self) -> dict[str, str]:
+        rows = await self._run(lambda: self._conn().execute("SELECT name, rules FROM users").fetchall())
+        return {str(name): str(rules) for name, rules in rows}
+
+    async def save_user(self, name: str, rules: str | None) -> None:
+        await self._run(self._save_user, name, rules)
+
+    def _save_user(self, name: str, rules: str | None) -> None:
+        db = self._conn()
+        if rules is None:
+            db.execute("DELETE FROM users WHERE name = ?", (name,))
+        else:
+            db.execute("INSERT OR REPLACE INTO users (name, rules) VALUES (?, ?)", (name, rules))
 
     # --- writes (one transaction per batch) ------------------------------------------------------
 

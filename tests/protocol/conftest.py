@@ -2,6 +2,8 @@
 
 - ``march`` / ``redis``: one of each for the whole package (default settings; tests use their own
   keys). March must still be alive at the end and exit 0 on SIGTERM.
+- ``march_locked`` / ``redis_locked``: one of each started with ``requirepass`` ``raw.PASSWORD``;
+  ``locked`` runs a test against both.
 - ``march_factory`` (from tests/conftest.py): a march with other flags, stopped after the test.
 
 Nothing here sleeps to synchronise: every wait polls a condition with a deadline.
@@ -13,6 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 from support import MarchServer, RedisServer, serving
+
+from .raw import PASSWORD
 
 
 @pytest.fixture(scope="package")
@@ -37,5 +41,26 @@ def key(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=["march", "redis"])
 def server(request: pytest.FixtureRequest) -> MarchServer | RedisServer:
     """The test runs against march and against a real redis-server, with the same expected bytes."""
+    s: MarchServer | RedisServer = request.getfixturevalue(request.param)
+    return s
+
+
+@pytest.fixture(scope="package")
+def march_locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
+    server = MarchServer.in_dir(tmp_path_factory.mktemp("locked-march"), requirepass=PASSWORD)
+    with serving(server):
+        yield server
+
+
+@pytest.fixture(scope="package")
+def redis_locked(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[RedisServer]:
+    workdir = tmp_path_factory.mktemp("locked-redis")
+    with serving(RedisServer(workdir, binary=redis_binary, extra_args=["--requirepass", PASSWORD])) as server:
+        yield server
+
+
+@pytest.fixture(params=["march_locked", "redis_locked"])
+def locked(request: pytest.FixtureRequest) -> MarchServer | RedisServer:
+    """The test runs against march and redis-server, both with ``requirepass`` ``raw.PASSWORD``."""
     s: MarchServer | RedisServer = request.getfixturevalue(request.param)
     return s

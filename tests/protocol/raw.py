@@ -1,6 +1,7 @@
 """Raw-socket helpers for protocol tests: ``Raw`` asserts exact reply bytes; ``barrier`` makes a
 request split across two server reads without sleeping (see its docstring); ``mb`` is
-``support.resp.encode``, one request as a RESP multibulk of bulk strings.
+``support.resp.encode``, one request as a RESP multibulk of bulk strings. ``PASSWORD`` is the
+password of the ``locked`` servers (tests/protocol/conftest.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import time
 import pytest
 from support.resp import Connection
 from support.resp import encode as mb
+
+PASSWORD = "s3cret pass"  # a space: it must arrive as one argument
 
 
 class Raw(Connection):

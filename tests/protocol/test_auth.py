@@ -5,14 +5,11 @@ redis-server started with the same password.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from support import MarchServer, RedisServer, serving
+from support import MarchServer, RedisServer
 
-from .raw import Raw, mb
+from .raw import PASSWORD, Raw, mb
 
-PASSWORD = "s3cret pass"  # a space: it must arrive as one argument
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
 WRONGPASS = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
 # Redis 7.0 says "the HELLO AUTH <user> <pass> option", 7.2 and march "the HELLO <proto> AUTH ...":
@@ -20,26 +17,6 @@ WRONGPASS = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n
 HELLO_NOAUTH = b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
 
 Server = MarchServer | RedisServer
-
-
-@pytest.fixture(scope="module")
-def march_pass(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarchServer]:
-    server = MarchServer.in_dir(tmp_path_factory.mktemp("auth-march"), requirepass=PASSWORD)
-    with serving(server):
-        yield server
-
-
-@pytest.fixture(scope="module")
-def redis_pass(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[RedisServer]:
-    workdir = tmp_path_factory.mktemp("auth-redis")
-    with serving(RedisServer(workdir, binary=redis_binary, extra_args=["--requirepass", PASSWORD])) as server:
-        yield server
-
-
-@pytest.fixture(params=["march_pass", "redis_pass"])
-def locked(request: pytest.FixtureRequest) -> Server:
-    s: Server = request.getfixturevalue(request.param)
-    return s
 
 
 def test_noauth_before_auth(locked: Server) -> None:
@@ -132,8 +109,8 @@ def test_auth_without_a_password_configured(server: Server) -> None:
         c.call(mb("PING"), b"+PONG\r\n")
 
 
-def test_config_get_masks_the_password(march_pass: MarchServer) -> None:
-    with Raw(march_pass.port) as c:
+def test_config_get_masks_the_password(march_locked: MarchServer) -> None:
+    with Raw(march_locked.port) as c:
         c.call(mb("AUTH", PASSWORD), b"+OK\r\n")
         c.send(mb("CONFIG", "GET", "requirepass"))
         assert PASSWORD.encode() not in c.read_reply()

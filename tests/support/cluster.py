@@ -65,6 +65,10 @@ class ClusterNode(MarchServer):
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def ready_reply_ok(self, reply: object) -> bool:
+        # A node that has not reached etcd yet answers CLUSTERDOWN (it knows no user): it is up.
+        return super().ready_reply_ok(reply) or (isinstance(reply, RespError) and reply.prefix == "CLUSTERDOWN")
+
     def command(self) -> list[str]:
         # Built at each start from the current port: a port retaken at start moves the advertise too.
         cluster = ["--etcd", self.etcd, "--etcd-prefix", self.prefix, "--node-id", self.node_id]

@@ -1,0 +1,472 @@
+"""Users and permissions, in Redis' ACL syntax: users, rules, password hashing, checks, the ACL log.
+
+A ``User`` is built by applying ``ACL SETUSER`` rules in order, exactly as Redis reads them:
+``on``/``off``, ``>pass``/``<pass``, ``#hash``/``!hash``, ``nopass``, ``resetpass``, ``~pattern``,
+``%R~pattern``/``%W~pattern``/``%RW~pattern``, ``allkeys``, ``resetkeys``, ``+cmd``, ``-cmd``,
+``+cmd|sub``, ``-cmd|sub``, ``+@category``, ``-@category``, ``allcommands``, ``nocommands``,
+``&pattern``/``allchannels``/``resetchannels`` (accepted; March has no channels) and ``reset``.
+Passwords are kept only as SHA-256 (hex), as Redis keeps them, and compared in constant time.
+
+**Permissions that fit a sequencer** (each grantable on its own, see the README):
+
+- drawing IDs (``INCR``, ``INCRBY``: ``@write``) and reading watermarks (``GET``...: ``@read``), on
+  the keys the user's patterns allow (a write needs a write pattern, a read a read pattern);
+- creating sequences: ``SEQ.CREATE`` (category ``@create``); an ``INCR`` or ``SET`` that would
+  create an unknown key needs it too (``may_create``);
+- raising floors: ``SET`` (category ``@floor``); ``SEQ.CREATE ... START/FLOOR`` needs it too;
+- administering: ``FAILOVER``, ``SHUTDOWN``, ``CONFIG``, ``ACL``, ``DEBUG`` (``@admin``).
+
+Defaults, as in Redis: the ``default`` user may do everything (``on nopass ~* &* +@all``) until a
+password is set (``requirepass``, or ``ACL SETUSER default ...``); a new user starts with
+nothing (``off``, no keys, no commands) and gets only what its rules grant.
+
+A user's ``describe()`` is its rules in a form that, applied to a fresh user, gives the same
+user: that is what ``ACL LIST`` shows and what the store keeps. This module knows the command
+registry only through the ``CommandSpec`` values it is handed; it never touches the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import errors
+from .errors import CommandError
+from .glob import Glob, compile_glob
+
+if TYPE_CHECKING:
+    from .commands.registry import CommandSpec
+
+DEFAULT = "default"
+DEFAULT_RULES = "on nopass ~* &* +@all"  # the default user before any password: everything, as in Redis
+# The categories ACL CAT lists: Redis' own (clients expect them) and March's two.
+CATEGORIES = (
+    "keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap", "hyperloglog",
+    "geo", "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous", "connection",
+    "transaction", "scripting", "create", "floor",
+)  # fmt: skip
+LOG_SIZE = 128  # ACL LOG entries kept (Redis' acllog-max-len default)
+LOG_GROUP_SECONDS = 60  # a repeat of the same denial within this long counts in the same entry
+
+
+def hash_password(password: bytes) -> str:
+    return hashlib.sha256(password).hexdigest()
+
+
+def _is_hash(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+@dataclass
+class _KeyRule:
+    pattern: bytes
+    read: bool
+    write: bool
+
+    def text(self) -> str:
+        prefix = "~" if self.read and self.write else "%R~" if self.read else "%W~"
+        return prefix + self.pattern.decode("utf-8", "surrogateescape")
+
+
+class User:
+    """One ACL user. Mutated in place by ``apply`` (connected clients see the change at once)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.enabled = False
+        self.nopass = False
+        self.passwords: list[str] = []  # sha256 hex, in the order they were added
+        self.keys: list[_KeyRule] = []
+        self._matchers: list[tuple[Glob, bool, bool]] = []
+        self.all_keys = False  # ~* / allkeys: every key, read and write
+        self.channels = ""  # "&*" or "" (kept for ACL LIST only)
+        self.all_commands = False  # +@all: every command, present and future
+        self.allowed: set[str] = set()  # command names allowed whole
+        self.sub_allowed: set[str] = set()  # "cmd|sub" allowed although cmd is not
+        self.sub_denied: set[str] = set()  # "cmd|sub" denied although cmd is
+        self.command_rules: list[str] = ["-@all"]  # as applied, for describe()
+        self.unrestricted = False  # every command on every key: the server's fast path needs no check
+
+    # --- rules ---------------------------------------------------------------------------------
+
+    def apply(self, rules: Iterable[str], table: dict[str, CommandSpec]) -> None:
+        """Apply ``rules`` in order; on an invalid one nothing changes (CommandError, Redis' text)."""
+        trial = self.copy()
+        for rule in rules:
+            trial._apply_one(rule, table)
+        self.__dict__.update(trial.__dict__)
+
+    def copy(self) -> User:
+        other = User(self.name)
+        other.__dict__.update(
+            {
+                **self.__dict__,
+                "passwords": list(self.passwords),
+                "keys": list(self.keys),
+                "_matchers": list(self._matchers),
+                "allowed": set(self.allowed),
+                "sub_allowed": set(self.sub_allowed),
+                "sub_denied": set(self.sub_denied),
+                "command_rules": list(self.command_rules),
+            }
+        )
+        return other
+
+    def _apply_one(self, rule: str, table: dict[str, CommandSpec]) -> None:
+        low = rule.lower()
+        if low == "on":
+            self.enabled = True
+        elif low == "off":
+            self.enabled = False
+        elif low == "nopass":
+            self.nopass = True
+            self.passwords = []
+        elif low == "resetpass":
+            self.nopass = False
+            self.passwords = []
+        elif rule.startswith(">"):
+            self._add_hash(hash_password(rule[1:].encode("utf-8", "surrogateescape")))
+        elif rule.startswith("<"):
+            digest = hash_password(rule[1:].encode("utf-8", "surrogateescape"))
+            if digest not in self.passwords:
+                raise _modifier(rule, errors.ACL_NO_SUCH_PASSWORD)
+            self.passwords.remove(digest)
+        elif rule.startswith("#"):
+            if not _is_hash(rule[1:]):
+                raise _modifier(rule, errors.ACL_BAD_HASH)
+            self._add_hash(rule[1:])
+        elif rule.startswith("!"):
+            if not _is_hash(rule[1:]):
+                raise _modifier(rule, errors.ACL_BAD_HASH)
+            if rule[1:] not in self.passwords:
+                raise _modifier(rule, errors.ACL_NO_SUCH_PASSWORD)
+            self.passwords.remove(rule[1:])
+        elif low == "allkeys" or rule == "~*":
+            self.keys = [_KeyRule(b"*", True, True)]
+            self._set_keys()
+        elif low == "resetkeys":
+            self.keys = []
+            self._set_keys()
+        elif rule.startswith("~") or rule.startswith("%"):
+            self._add_key_rule(rule)
+        elif low in ("allchannels", "&*"):
+            self.channels = "&*"
+        elif low == "resetchannels" or rule.startswith("&"):
+            self.channels = "" if low == "resetchannels" else self.channels
+        elif low in ("allcommands", "+@all"):
+            self.all_commands = True
+            self.allowed = set(table)
+            self.sub_allowed.clear()
+            self.sub_denied.clear()
+            self.command_rules = ["+@all"]
+        elif low in ("nocommands", "-@all"):
+            self._no_commands()
+        elif rule[:1] in "+-" and len(rule) > 1:
+            self._command_rule(low, table)
+        elif low == "reset":
+            for step in ("resetpass", "resetkeys", "resetchannels", "nocommands", "off"):
+                self._apply_one(step, table)
+        else:
+            raise _modifier(rule, errors.ACL_SYNTAX)
+        self.unrestricted = self.all_commands and not self.sub_denied and self.all_keys
+
+    def _add_hash(self, digest: str) -> None:
+        self.nopass = False
+        if digest not in self.passwords:
+            self.passwords.append(digest)
+
+    def _add_key_rule(self, rule: str) -> None:
+        if rule.startswith("~"):
+            read = write = True
+            pattern = rule[1:]
+        else:
+            flags, sep, pattern = rule[1:].partition("~")
+            if not sep or not flags or any(f not in "RWrw" for f in flags):
+                raise _modifier(rule, errors.ACL_SYNTAX)
+            read, write = "r" in flags.lower(), "w" in flags.lower()
+        if pattern == "*" and read and write:
+            self.keys = [_KeyRule(b"*", True, True)]
+        elif not self.all_keys:
+            self.keys.append(_KeyRule(pattern.encode("utf-8", "surrogateescape"), read, write))
+        self._set_keys()
+
+    def _set_keys(self) -> None:
+        self.all_keys = any(k.pattern == b"*" and k.read and k.write for k in self.keys)
+        self._matchers = [(compile_glob(k.pattern), k.read, k.write) for k in self.keys]
+
+    def _no_commands(self) -> None:
+        self.all_commands = False
+        self.allowed.clear()
+        self.sub_allowed.clear()
+        self.sub_denied.clear()
+        self.command_rules = ["-@all"]
+
+    def _command_rule(self, rule: str, table: dict[str, CommandSpec]) -> None:
+        allow = rule[0] == "+"
+        what = rule[1:]
+        if what.startswith("@"):
+            category = "@" + what[1:]
+            if what[1:] not in CATEGORIES:
+                raise _modifier(rule, errors.ACL_UNKNOWN_COMMAND)
+            for name, each in table.items():
+                if each.sub_categories:  # its subcommands' categories differ: one by one
+                    for sub, _, _ in each.subcommands:
+                        if category in each.categories_of(sub):
+                            self._set_subcommand(name, sub, allow)
+                elif category in each.categories:
+                    self._set_command(name, allow)
+        else:
+            name, _, sub = what.partition("|")
+            spec = table.get(name)
+            if spec is None or (sub and sub not in {s[0] for s in spec.subcommands}):
+                raise _modifier(rule, errors.ACL_UNKNOWN_COMMAND)
+            if sub:
+                self._set_subcommand(name, sub, allow)
+            else:
+                self._set_command(name, allow)
+        if not allow:
+            self.all_commands = False
+        self.command_rules.append(rule)
+
+    def _set_subcommand(self, name: str, sub: str, allow: bool) -> None:
+        full = f"{name}|{sub}"
+        if allow:
+            self.sub_denied.discard(full)
+            if name not in self.allowed:
+                self.sub_allowed.add(full)
+        else:
+            self.sub_allowed.discard(full)
+            if name in self.allowed:
+                self.sub_denied.add(full)
+
+    def _set_command(self, name: str, allow: bool) -> None:
+        self.sub_allowed = {s for s in self.sub_allowed if not s.startswith(name + "|")}
+        self.sub_denied = {s for s in self.sub_denied if not s.startswith(name + "|")}
+        if allow:
+            self.allowed.add(name)
+        else:
+            self.allowed.discard(name)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """The rules that rebuild this user (ACL LIST without ``user <name>``)."""
+        parts = ["on" if self.enabled else "off"]
+        parts += ["nopass"] if self.nopass else [f"#{h}" for h in self.passwords]
+        parts += [k.text() for k in self.keys]
+        parts.append(self.channels or "resetchannels")
+        parts += self.command_rules
+        return " ".join(parts)
+
+    def commands_text(self) -> str:
+        return " ".join(self.command_rules)
+
+    def keys_text(self) -> str:
+        return " ".join(k.text() for k in self.keys)
+
+    def check_password(self, password: bytes) -> bool:
+        """True if ``password`` is one of the user's (any password with ``nopass``); constant time."""
+        if self.nopass:
+            return True
+        digest = hash_password(password)
+        found = False
+        for h in self.passwords:
+            found |= hmac.compare_digest(h, digest)
+        return found
+
+    def may_run(self, name: str, sub: str = "") -> bool:
+        if sub:
+            full = f"{name}|{sub}"
+            if full in self.sub_denied:
+                return False
+            if full in self.sub_allowed:
+                return True
+        return self.all_commands or name in self.allowed
+
+    def may_access(self, key: bytes, write: bool) -> bool:
+        if self.all_keys:
+            return True
+        return any((w if write else r) and glob.match(key) for glob, r, w in self._matchers)
+
+    def denial(self, spec: CommandSpec, args: list[bytes]) -> tuple[str, str] | None:
+        """Why this user may not run ``args`` (reason "command" or "key", and the object), or None."""
+        sub = args[1].decode("utf-8", "replace").lower() if spec.subcommands and len(args) > 1 else ""
+        if not self.may_run(spec.name, sub):
+            return "command", f"{spec.name}|{sub}" if sub else spec.name
+        if not self.all_keys:
+            # As Redis' key specs: INCR reads and writes (RW), GET reads, SEQ.CREATE writes, EXISTS and
+            # TYPE only look (any pattern that matches will do).
+            access = spec.key_access
+            for position in spec.key_positions(len(args)):
+                key = args[position]
+                readable, writable = self.may_access(key, write=False), self.may_access(key, write=True)
+                ok = (
+                    (readable or writable)
+                    if not access
+                    else ("R" not in access or readable) and ("W" not in access or writable)
+                )
+                if not ok:
+                    return "key", key.decode("utf-8", "replace")
+        return None
+
+
+def _modifier(rule: str, why: str) -> CommandError:
+    return CommandError(errors.ACL_MODIFIER.format(rule, why))
+
+
+def split_rules(text: str) -> list[str]:
+    return text.split()
+
+
+# --- the users of a deployment ---------------------------------------------------------------------
+
+
+class Users:
+    """Every user by name; ``default`` always exists."""
+
+    def __init__(self, table: dict[str, CommandSpec], loaded: bool = True) -> None:
+        self.table = table
+        self.users: dict[str, User] = {}
+        self.loaded = loaded  # False until read from the store (a cluster node that started before etcd)
+        self.reset_default()
+
+    def reset_default(self) -> None:
+        user = self.users.get(DEFAULT) or User(DEFAULT)
+        user.apply(["reset", *DEFAULT_RULES.split()], self.table)
+        self.users[DEFAULT] = user
+
+    def get(self, name: str) -> User | None:
+        return self.users.get(name)
+
+    @property
+    def default(self) -> User:
+        return self.users[DEFAULT]
+
+    def preview(self, name: str, rules: Iterable[str]) -> User:
+        """The user ``name`` would be after ``rules`` (ACL SETUSER), not installed; CommandError if invalid."""
+        base = self.users.get(name)
+        user = base.copy() if base is not None else User(name)
+        user.apply(rules, self.table)
+        return user
+
+    def check(self, described: dict[str, str]) -> None:
+        """Raise CommandError if any of ``described`` (name -> rules) is invalid."""
+        for name, rules in described.items():
+            User(name).apply(["reset", *split_rules(rules)], self.table)
+
+    def install(self, name: str, rules: str) -> User:
+        """Make user ``name`` exactly ``rules`` (updated in place: its connections see it at once)."""
+        user = self.users.get(name) or User(name)
+        user.apply(["reset", *split_rules(rules)], self.table)
+        self.users[name] = user
+        return user
+
+    def remove(self, name: str) -> User | None:
+        """Delete user ``name`` (``default`` goes back to its defaults instead); the removed user."""
+        if name == DEFAULT:
+            self.reset_default()
+            return None
+        return self.users.pop(name, None)
+
+    def replace(self, described: dict[str, str]) -> list[User]:
+        """Make the users exactly ``described`` (name -> rules: the store's view); the users removed.
+        A record this version cannot read is skipped (the user keeps what it had)."""
+        self.loaded = True
+        removed = [u for n in list(self.users) if n not in described and (u := self.remove(n)) is not None]
+        if DEFAULT not in described:
+            self.reset_default()
+        for name, rules in described.items():
+            try:
+                self.install(name, rules)
+            except CommandError:
+                continue
+        return removed
+
+    def authenticate(self, name: str, password: bytes) -> User | None:
+        user = self.users.get(name)
+        if user is None or not user.enabled or not user.check_password(password):
+            return None
+        return user
+
+    def __iter__(self) -> Iterator[User]:
+        return iter(sorted(self.users.values(), key=lambda u: u.name))
+
+
+# --- the ACL file --------------------------------------------------------------------------------
+
+
+def parse_acl_file(text: str) -> dict[str, str]:
+    """Redis' ACL file: one ``user <name> <rules...>`` per line (blank lines and # comments skipped)."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] != "user" or len(words) < 2:
+            raise ValueError(f"line {number}: expected 'user <name> <rules...>'")
+        out[words[1]] = " ".join(words[2:])
+    return out
+
+
+def format_acl_file(users: Users) -> str:
+    return "".join(f"user {u.name} {u.describe()}\n" for u in users)
+
+
+# --- the ACL log ---------------------------------------------------------------------------------
+
+
+@dataclass
+class LogEntry:
+    reason: str  # "auth", "command" or "key"
+    context: str  # "toplevel" or "multi"
+    subject: str  # what was denied: the command, the key, or "AUTH"
+    username: str
+    client_info: str
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    count: int = 1
+    entry_id: int = 0
+
+    def fields(self) -> dict[bytes, object]:
+        return {
+            b"count": self.count,
+            b"reason": self.reason.encode(),
+            b"context": self.context.encode(),
+            b"object": self.subject.encode(),
+            b"username": self.username.encode(),
+            b"age-seconds": f"{time.time() - self.created:.3f}".encode(),
+            b"client-info": self.client_info.encode(),
+            b"entry-id": self.entry_id,
+            b"timestamp-created": int(self.created * 1000),
+            b"timestamp-last-updated": int(self.updated * 1000),
+        }
+
+
+class AclLog:
+    """The last ``LOG_SIZE`` denials, newest first; a repeat within a minute bumps its entry's count."""
+
+    def __init__(self) -> None:
+        self.entries: list[LogEntry] = []
+        self._ids = 0
+
+    def add(self, reason: str, context: str, obj: str, username: str, client_info: str) -> None:
+        now = time.time()
+        for entry in self.entries:
+            same = (entry.reason, entry.context, entry.subject, entry.username) == (reason, context, obj, username)
+            if same and now - entry.updated < LOG_GROUP_SECONDS:
+                entry.count += 1
+                entry.updated = now
+                entry.client_info = client_info
+                self.entries.remove(entry)
+                self.entries.insert(0, entry)
+                return
+        self.entries.insert(0, LogEntry(reason, context, obj, username, client_info, entry_id=self._ids))
+        self._ids += 1
+        del self.entries[LOG_SIZE:]
+
+    def reset(self) -> None:
+        self.entries.clear()

@@ -1,0 +1,242 @@
+"""Unit tests of users and permissions (``march.auth``): the rules as Redis reads them, what a user
+may run and touch, the rules that rebuild a user (what the store keeps), the ACL file and log.
+
+The command table is March's real registry. Comparisons with a real redis-server are in
+tests/commands/test_acl.py; end-to-end behaviour in tests/e2e/test_acl.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import march.commands  # noqa: F401  (registers every command)
+from march import errors
+from march.auth import (
+    DEFAULT,
+    LOG_SIZE,
+    AclLog,
+    User,
+    Users,
+    format_acl_file,
+    hash_password,
+    parse_acl_file,
+)
+from march.commands.registry import REGISTRY
+from march.errors import CommandError
+
+
+def user(*rules: str, name: str = "u") -> User:
+    u = User(name)
+    u.apply(rules, REGISTRY)
+    return u
+
+
+def denied(u: User, *args: str) -> tuple[str, str] | None:
+    spec = REGISTRY[args[0].lower()]
+    return u.denial(spec, [a.encode() for a in args])
+
+
+# --- passwords ----------------------------------------------------------------------------------
+
+
+def test_passwords_are_kept_hashed_and_checked() -> None:
+    u = user("on", ">secret", ">other")
+    assert u.passwords == [hash_password(b"secret"), hash_password(b"other")]
+    assert "secret" not in u.describe()
+    assert u.check_password(b"secret") and u.check_password(b"other")
+    assert not u.check_password(b"nope") and not u.check_password(b"")
+    u.apply(["<secret"], REGISTRY)
+    assert not u.check_password(b"secret") and u.check_password(b"other")
+    u.apply([f"!{hash_password(b'other')}", f"#{hash_password(b'third')}"], REGISTRY)
+    assert u.check_password(b"third") and not u.check_password(b"other")
+    u.apply(["nopass"], REGISTRY)
+    assert u.passwords == [] and u.check_password(b"anything")
+    u.apply(["resetpass"], REGISTRY)
+    assert not u.nopass and not u.check_password(b"anything")
+
+
+@pytest.mark.parametrize(
+    ("rule", "why"),
+    [
+        ("#abc", errors.ACL_BAD_HASH),
+        ("#" + "A" * 64, errors.ACL_BAD_HASH),
+        ("<never-set", errors.ACL_NO_SUCH_PASSWORD),
+        ("!" + "0" * 64, errors.ACL_NO_SUCH_PASSWORD),
+        ("bogus", errors.ACL_SYNTAX),
+        ("%X~a", errors.ACL_SYNTAX),
+        ("+nope", errors.ACL_UNKNOWN_COMMAND),
+        ("+@nope", errors.ACL_UNKNOWN_COMMAND),
+        ("+config|nope", errors.ACL_UNKNOWN_COMMAND),
+    ],
+)
+def test_an_invalid_rule_is_redis_error_and_changes_nothing(rule: str, why: str) -> None:
+    u = user("on", ">pw", "~a*", "+get")
+    before = u.describe()
+    with pytest.raises(CommandError) as err:
+        u.apply(["off", "allkeys", rule], REGISTRY)  # valid rules before it are not kept either
+    assert err.value.message == errors.ACL_MODIFIER.format(rule, why)
+    assert u.describe() == before
+
+
+# --- commands and keys --------------------------------------------------------------------------
+
+
+def test_a_new_user_may_do_nothing() -> None:
+    u = User("fresh")
+    assert not u.enabled and not u.unrestricted
+    assert denied(u, "GET", "k") == ("command", "get")
+    assert u.describe() == "off resetchannels -@all"
+
+
+def test_categories_commands_and_subcommands() -> None:
+    u = user("+@read", "+incr", "-mget", "+config|get", "~*")
+    assert denied(u, "GET", "k") is None and denied(u, "INCR", "k") is None
+    assert denied(u, "MGET", "a") == ("command", "mget")
+    assert denied(u, "INCRBY", "k", "2") == ("command", "incrby")
+    assert denied(u, "CONFIG", "GET", "x") is None
+    assert denied(u, "CONFIG", "SET", "x", "y") == ("command", "config|set")
+    u.apply(["+config", "-config|get"], REGISTRY)
+    assert denied(u, "CONFIG", "GET", "x") == ("command", "config|get")
+    assert denied(u, "CONFIG", "REWRITE") is None
+    u.apply(["+@all", "-@admin"], REGISTRY)
+    assert denied(u, "CONFIG", "REWRITE") == ("command", "config|rewrite")
+    assert denied(u, "FAILOVER") == ("command", "failover")
+    assert denied(u, "INCR", "k") is None
+
+
+def test_march_categories_split_drawing_creating_and_raising_floors() -> None:
+    app = user("+@read", "+@write", "~*")
+    assert denied(app, "INCR", "k") is None and denied(app, "GET", "k") is None
+    assert denied(app, "SEQ.CREATE", "k") == ("command", "seq.create")
+    assert denied(app, "SET", "k", "5") == ("command", "set")
+    creator = user("+@create", "~*")
+    assert denied(creator, "SEQ.CREATE", "k") is None
+    migrator = user("+@floor", "~*")
+    assert denied(migrator, "SET", "k", "5") is None
+    admin = user("+@admin", "~*")
+    for cmd in (["FAILOVER"], ["SHUTDOWN"], ["CONFIG", "GET", "x"], ["ACL", "SETUSER", "x"], ["DEBUG", "CLOCK-OFFSET"]):
+        assert denied(admin, *cmd) is None, cmd
+        assert denied(app, *cmd) is not None, cmd
+
+
+def test_key_patterns_read_and_write() -> None:
+    u = user("+@all", "~orders:*", "%R~stats:*", "%W~sink:*")
+    assert denied(u, "INCR", "orders:eu") is None and denied(u, "GET", "orders:eu") is None
+    assert denied(u, "GET", "stats:a") is None
+    assert denied(u, "INCR", "stats:a") == ("key", "stats:a")
+    assert denied(u, "INCR", "sink:a") == ("key", "sink:a")  # INCR reads as well (its key spec is RW)
+    assert denied(u, "SEQ.CREATE", "sink:a") is None  # creating only writes
+    assert denied(u, "GET", "sink:a") == ("key", "sink:a")
+    assert denied(u, "EXISTS", "sink:a") is None and denied(u, "TYPE", "stats:a") is None  # any pattern: metadata
+    assert denied(u, "GET", "invoices") == ("key", "invoices")
+    assert denied(u, "MGET", "orders:1", "invoices") == ("key", "invoices")
+    assert not u.unrestricted
+    u.apply(["allkeys"], REGISTRY)
+    assert u.unrestricted and denied(u, "GET", "anything") is None
+    u.apply(["resetkeys"], REGISTRY)
+    assert denied(u, "GET", "orders:eu") == ("key", "orders:eu")
+
+
+def test_reset_and_the_default_user() -> None:
+    users = Users(REGISTRY)
+    default = users.default
+    assert default.name == DEFAULT and default.enabled and default.nopass and default.unrestricted
+    assert default.describe() == "on nopass ~* &* +@all"
+    default.apply(["reset"], REGISTRY)
+    assert default.describe() == "off resetchannels -@all" and not default.unrestricted
+
+
+# --- what the store keeps ----------------------------------------------------------------------
+
+_RULES = st.lists(
+    st.sampled_from(
+        [
+            "on", "off", ">a", ">b", "nopass", "resetpass", "~orders:*", "%R~r*", "%W~w*", "allkeys", "resetkeys",
+            "+@read", "-@read", "+@write", "+@admin", "-@admin", "+@all", "-@all", "+get", "-get", "+config|get",
+            "-config|get", "+config", "allchannels", "resetchannels", "+@create", "+@floor", "reset",
+        ]
+    ),
+    max_size=12,
+)  # fmt: skip
+_PROBES = [
+    ["GET", "orders:1"], ["INCR", "orders:1"], ["GET", "r1"], ["INCR", "r1"], ["INCR", "w1"], ["GET", "w1"],
+    ["CONFIG", "GET", "x"], ["CONFIG", "SET", "x", "y"], ["FAILOVER"], ["SEQ.CREATE", "orders:2"],
+    ["SET", "orders:1", "9"], ["PING"], ["INCR", "other"],
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules=_RULES)
+def test_describe_rebuilds_the_same_user(rules: list[str]) -> None:
+    original = user(*rules)
+    rebuilt = User("u")
+    rebuilt.apply(["reset", *original.describe().split()], REGISTRY)
+    assert rebuilt.describe() == original.describe()
+    assert (rebuilt.enabled, rebuilt.nopass, rebuilt.passwords) == (
+        original.enabled,
+        original.nopass,
+        original.passwords,
+    )
+    for probe in _PROBES:
+        assert denied(rebuilt, *probe) == denied(original, *probe), (rules, probe)
+
+
+def test_users_replace_updates_in_place_and_reports_who_went() -> None:
+    users = Users(REGISTRY)
+    alice = users.install("alice", "on >pw ~a* +get")
+    users.install("bob", "on nopass ~* +@all")
+    removed = users.replace({"alice": "on >pw ~b* +get", "default": "on >root ~* +@all"})
+    assert [u.name for u in removed] == ["bob"]
+    assert users.get("alice") is alice  # its open connections see the change
+    assert denied(alice, "GET", "b1") is None and denied(alice, "GET", "a1") == ("key", "a1")
+    assert not users.default.nopass and users.default.check_password(b"root")
+    assert users.authenticate("alice", b"pw") is alice
+    assert users.authenticate("alice", b"wrong") is None and users.authenticate("bob", b"x") is None
+    users.install("alice", "off >pw")
+    assert users.authenticate("alice", b"pw") is None  # disabled
+
+
+def test_the_acl_file_round_trips() -> None:
+    users = Users(REGISTRY)
+    users.install("alice", "on >pw ~orders:* +@read +@write")
+    text = format_acl_file(users)
+    assert "pw" not in text.replace(hash_password(b"pw"), "")
+    described = parse_acl_file("# a comment\n\n" + text)
+    assert set(described) == {"alice", "default"}
+    again = Users(REGISTRY)
+    again.replace(described)
+    assert format_acl_file(again) == text
+    with pytest.raises(ValueError, match="line 1"):
+        parse_acl_file("alice on >pw\n")
+
+
+# --- the ACL log --------------------------------------------------------------------------------
+
+
+def test_the_log_groups_repeats_and_keeps_the_newest() -> None:
+    log = AclLog()
+    log.add("auth", "toplevel", "AUTH", "alice", "id=1")
+    log.add("key", "toplevel", "invoices", "bob", "id=2")
+    log.add("auth", "toplevel", "AUTH", "alice", "id=3")
+    assert [(e.reason, e.username, e.count) for e in log.entries] == [("auth", "alice", 2), ("key", "bob", 1)]
+    assert log.entries[0].fields()[b"client-info"] == b"id=3"
+    for i in range(LOG_SIZE + 10):
+        log.add("command", "toplevel", f"cmd{i}", "carol", "")
+    assert len(log.entries) == LOG_SIZE and log.entries[0].subject == f"cmd{LOG_SIZE + 9}"
+    log.reset()
+    assert log.entries == []
+
+
+def test_subcommands_with_their_own_categories() -> None:
+    """As in Redis: listing and killing clients is admin work, ACL WHOAMI is not."""
+    u = user("+@all", "-@admin", "~*")
+    assert denied(u, "CLIENT", "KILL", "ID", "1") == ("command", "client|kill")
+    assert denied(u, "CLIENT", "LIST") == ("command", "client|list")
+    assert denied(u, "CLIENT", "ID") is None
+    assert denied(u, "ACL", "WHOAMI") is None
+    assert denied(u, "ACL", "SETUSER", "x") == ("command", "acl|setuser")
+    admin = user("+@admin", "~*")
+    assert denied(admin, "CLIENT", "KILL", "ID", "1") is None and denied(admin, "ACL", "LIST") is None
+    assert denied(admin, "CLIENT", "ID") == ("command", "client|id")
