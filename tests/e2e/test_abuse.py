@@ -12,6 +12,8 @@
   gets ``ERR max number of clients reached``.
 - Connections to the TLS port that never start their handshake are closed by ``timeout`` and
   cannot take every file descriptor.
+- Unauthenticated clients cannot make the server hold large requests: 100 connections each sending
+  a 2 MB ``AUTH`` grow its peak RSS by far less than 100 MB.
 - Passwords given as flags are not in ``/proc/<pid>/cmdline``, and still reach the server.
 - Hundreds of clients that vanish right after a request leave no "never awaited" warning and no
   traceback in the log.
@@ -418,6 +420,55 @@ def test_passwords_given_as_flags_are_not_in_the_process_list(march_factory: Fac
         assert c.call("AUTH", secret) == "OK"  # ...and it is this one
         assert c.call("CONFIG", "GET", "etcd-password") == [b"etcd-password", b"********"]  # set, masked
         assert c.call("CONFIG", "GET", "etcd-user") == [b"etcd-user", b"root"]
+
+
+def until_closed(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """What the server sent before closing ``sock`` (b"reset" if the close was a reset, as when it
+    closes with unread input); fails if it is still open after ``timeout``."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(1 << 16):
+            data += chunk
+    except TimeoutError:
+        raise AssertionError(f"still open after {timeout} s (received {data[:80]!r})") from None
+    except ConnectionResetError:
+        return data or b"reset"
+    return data
+
+
+# --- large requests before AUTH -------------------------------------------------------------------
+
+
+def test_unauthenticated_clients_cannot_make_the_server_hold_large_requests(march_factory: Factory) -> None:
+    """100 connections each send (or try to) a 2 MB ``AUTH user pass``, all held open at once: each
+    argument is under ``max_bulk_len`` (1 MB), so only Redis' 16384-byte limit before AUTH refuses
+    it, at its bulk header; the server's peak RSS grows by far less than the 200 MB it would
+    otherwise read and keep."""
+    server = march_factory(requirepass="right")
+    size = 1_000_000
+    arg = b"$%d\r\n" % size + b"x" * size + b"\r\n"
+    request = b"*3\r\n$4\r\nAUTH\r\n" + arg + arg
+    peak_before = proc_status_kb(server.pid, "VmHWM")
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(100):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=2)
+            socks.append(sock)
+            with contextlib.suppress(OSError):  # refused at the header: the rest meets a closed socket
+                sock.sendall(request)
+        answers = [until_closed(sock) for sock in socks]
+        grown_mb = (proc_status_kb(server.pid, "VmHWM") - peak_before) / 1024
+    finally:
+        for sock in socks:
+            sock.close()
+    refused = b"-ERR Protocol error: unauthenticated bulk length\r\n"
+    assert all(a in (refused, b"reset") for a in answers), {a[:80] for a in answers}
+    assert grown_mb < 100, f"peak RSS grew by {grown_mb:.0f} MB for 100 unauthenticated 2 MB requests"
+    with RespConn(server.port) as c:
+        assert c.call("PING") == RespError(errors.NOAUTH)
+        assert c.call("AUTH", "right") == "OK"
+        assert c.call("INCR", "after-big-auths") == 1
 
 
 # --- clients that vanish --------------------------------------------------------------------------
