@@ -35,6 +35,10 @@ class Config:
     aclfile: str = ""
     protected_mode: bool = True
     log_level: str = "info"
+    log_format: str = "text"
+    metrics_port: int = 0
+    slowlog_log_slower_than: int = 10000
+    slowlog_max_len: int = 128
     shutdown_timeout: float = 5.0
     max_clients: int = 10000
     max_args: int = 4096
@@ -54,6 +58,9 @@ class Config:
     store_timeout: float = 5.0
     max_incrby: int = 1_000_000
     timestamp_lookahead_ms: int = 3000
+    timestamp_max_lead_ms: int = 1000
+    worker_ttl: int = 30
+    worker_margin: float = 10.0
     enable_debug_command: bool = False
     etcd: str = ""
     etcd_prefix: str = "/march"
@@ -122,7 +129,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("aclfile", "ACL file (Redis' format) that seeds the users when the store has none; ACL LOAD/SAVE use it"),
     Option("protected_mode", "with no password, refuse clients that are not on the loopback interface"),
     Option("log_level", "debug, info, warning or error"),
+    Option("log_format", "text (one readable line per event) or json (one JSON object per line, for log shippers)"),
     Option("shutdown_timeout", "seconds that SHUTDOWN/SIGTERM wait for in-flight requests"),
+    Option("metrics_port", "port of the Prometheus /metrics endpoint on the bind address (0 = off)", "observability"),
+    Option(
+        "slowlog_log_slower_than",
+        "SLOWLOG records commands slower than this many microseconds (0 = every command, -1 = none)",
+        "observability",
+    ),
+    Option("slowlog_max_len", "most entries SLOWLOG keeps (the oldest go first)", "observability"),
     Option("enable_debug_command", "allow DEBUG CLOCK-OFFSET, which moves the clock timestamp IDs read (tests only)"),
     # limits
     Option("max_clients", "connections beyond this get 'ERR max number of clients reached'", "limits"),
@@ -148,6 +163,14 @@ OPTIONS: tuple[Option, ...] = (
         "timestamp sequences persist a time bound this far ahead (a restart starts past it)",
         "sequences",
     ),
+    Option(
+        "timestamp_max_lead_ms",
+        "most milliseconds the time inside a timestamp ID may run ahead of real time (0 = no cap)",
+        "sequences",
+    ),
+    # workers
+    Option("worker_ttl", "seconds a worker id is held by WORKER.ACQUIRE when no TTL is given", "workers"),
+    Option("worker_margin", "seconds an expired worker id rests beyond its TTL before it is handed out again", "workers"),
     # cluster
     Option("etcd", "etcd endpoints host:port,...; empty = single node on the embedded store", "cluster"),
     Option("etcd_prefix", "every key of this cluster lives under this etcd prefix", "cluster"),
@@ -183,6 +206,13 @@ def _validate(c: Config) -> None:
     need(c.max_bulk_len >= 1024, "max_bulk_len must be >= 1024")
     need(c.max_inline_len >= 1024, "max_inline_len must be >= 1024")
     need(c.max_output_buffer >= 1 << 16, "max_output_buffer must be >= 65536")
+    need(c.log_format in ("text", "json"), "log_format must be text or json")
+    need(0 <= c.metrics_port <= 65535, "metrics_port must be between 0 and 65535")
+    need(c.slowlog_log_slower_than >= -1, "slowlog_log_slower_than must be >= -1 (-1: off)")
+    need(c.slowlog_max_len >= 0, "slowlog_max_len must be >= 0")
+    need(0 <= c.timestamp_max_lead_ms <= 86_400_000, "timestamp_max_lead_ms must be between 0 and 86400000")
+    need(1 <= c.worker_ttl <= 86_400, "worker_ttl must be between 1 and 86400 seconds")
+    need(c.worker_margin >= 0, "worker_margin must be >= 0")
     need(c.timeout >= 0, "timeout must be >= 0")
     need(c.max_sequences >= 0, "max_sequences must be >= 0 (0: no limit)")
     need(c.max_multi_commands >= 1, "max_multi_commands must be >= 1")
