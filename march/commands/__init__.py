@@ -1,8 +1,8 @@
 """Commands, one module per family. Importing this package registers every command.
 
 Layout: ``registry`` (the decorator and tables), ``dispatch`` (name -> checks -> handler),
-``connection``, ``transactions``, ``server``, ``keys``, ``sequences``, ``acl``, ``cluster``, ``refused``,
-``debug``.
+``connection``, ``transactions``, ``server``, ``ops`` (SLOWLOG, MONITOR, LATENCY), ``keys``, ``sequences``,
+``workers``, ``acl``, ``cluster``, ``refused``, ``debug``.
 """
 
 from . import (  # noqa: F401  (registration)
@@ -11,10 +11,12 @@ from . import (  # noqa: F401  (registration)
     connection,
     debug,
     keys,
+    ops,
     refused,
     sequences,
     server,
     transactions,
+    workers,
 )
 from .dispatch import call
 
