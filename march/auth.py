@@ -43,11 +43,11 @@ if TYPE_CHECKING:
 
 DEFAULT = "default"
 DEFAULT_RULES = "on nopass ~* &* +@all"  # the default user before any password: everything, as in Redis
-# The categories ACL CAT lists: Redis' own (clients expect them) and March's two.
+# The categories ACL CAT lists: Redis' own (clients expect them) and March's own three.
 CATEGORIES = (
     "keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap", "hyperloglog",
     "geo", "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous", "connection",
-    "transaction", "scripting", "create", "floor",
+    "transaction", "scripting", "create", "floor", "worker",
 )  # fmt: skip
 LOG_SIZE = 128  # ACL LOG entries kept (Redis' acllog-max-len default)
 LOG_GROUP_SECONDS = 60  # a repeat of the same denial within this long counts in the same entry

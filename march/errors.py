@@ -153,6 +153,29 @@ DEBUG_DISABLED = (
     "(it lets any client move the server's clock), and then restart the server."
 )
 
+# --- server-side ID features: timestamp lead cap, SEQ.ALTER, worker ids (WORKER.*) ---------------
+TRYAGAIN_LEAD_CAP = (
+    "TRYAGAIN timestamp sequence '{}' is at its lead cap: its IDs may not run more than {} ms ahead of real "
+    "time (MAXLEAD), please retry"
+)
+LEAD_CAP_TOO_LARGE = (
+    "ERR INCRBY {} can never fit timestamp sequence '{}': its lead cap (MAXLEAD {} ms) allows at most {} IDs "
+    "in one request"
+)
+TS_MAXLEAD = "ERR MAXLEAD must be between 0 (no cap) and 86400000 milliseconds"
+ALTER_NOTHING = "ERR SEQ.ALTER needs at least one of MINBATCH, MAXBATCH, MAXLEAD"
+ALTER_MAXLEAD_PLAIN = "WRONGTYPE MAXLEAD applies to timestamp sequences only; '{}' is a plain sequence"
+ALTER_BATCH_TIMESTAMP = (
+    "WRONGTYPE MINBATCH and MAXBATCH apply to plain sequences only; '{}' is a timestamp sequence (see MAXLEAD)"
+)
+WORKER_NAMESPACE = "ERR worker namespace must be 1 to {} bytes"
+WORKER_TTL = "ERR worker TTL must be between 1 and 86400 seconds"
+WORKER_ID = "ERR worker id must be an integer between 0 and 1023"
+WORKER_UPTO = "ERR UPTO must be a non-negative integer (Unix milliseconds)"
+WORKER_NONE_FREE = "ERR no free worker id in namespace '{}': all 1024 are held (or resting after expiry)"
+WORKER_NOT_HELD = "ERR worker id {} in namespace '{}' is not held with this token: stop issuing IDs with it"
+TRYAGAIN_WORKERS = "TRYAGAIN worker ids of namespace '{}' are changing, please retry"
+
 # --- availability (retryable: the client did not get an ID) -------------------------------------
 TRYAGAIN_STORE = "TRYAGAIN the durable ceiling for '{}' could not be extended in time, please retry"
 TRYAGAIN_STORE_DOWN = "TRYAGAIN the store did not answer, please retry"
@@ -182,8 +205,32 @@ FAILOVER_LOST_LEADERSHIP = "ERR FAILOVER could not hand over: this node no longe
 FAILOVER_TIMEOUT = "ERR FAILOVER timed out waiting for {} to take over; the cluster elects a primary by itself"
 NOT_SERVING = "CLUSTERDOWN this node lost its right to hand out IDs, please retry"
 
-# --- configuration -----------------------------------------------------------------------------
-CONFIG_READONLY = "ERR CONFIG {} is not supported: March's configuration is read-only at run time"
+# --- configuration: CONFIG SET / REWRITE / RESETSTAT -------------------------------------------
+# Redis' own texts where Redis has one, so tools that parse them keep working.
+CONFIG_SET_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}'"
+CONFIG_SET_DUPLICATE = "ERR CONFIG SET failed (possibly related to argument '{}') - duplicate parameter"
+CONFIG_SET_INVALID = "ERR CONFIG SET failed (possibly related to argument '{}') - {}"
+CONFIG_SET_RESTART = (
+    "ERR CONFIG SET failed (possibly related to argument '{}') - can't set immutable config: it needs a restart, "
+    "{} (change it in the config file and restart)"
+)
+CONFIG_NO_FILE = "ERR The server is running without a config file"
+CONFIG_NOT_UTF8 = "the value is not valid UTF-8"
+CONFIG_REWRITE_FAILED = "ERR Rewriting config file: {}"
+# Why an option needs a restart (the text after "it needs a restart, "); config.OPTIONS gives each its reason.
+RESTART_LISTEN = "the listening sockets are opened at start"
+RESTART_TLS = "the TLS context (certificates, client checks) is built when the TLS port opens at start"
+RESTART_STORE = "the store is opened at start"
+RESTART_ACLFILE = "the users are seeded from it at start; ACL LOAD and ACL SAVE keep using the file named at start"
+RESTART_METRICS = "the metrics endpoint is opened at start"
+RESTART_DEBUG = "DEBUG can only be allowed at start, on purpose: it lets any client move the clock IDs read"
+RESTART_CLUSTER = "cluster membership (etcd, prefix, node id, address, lease) is fixed when the node joins"
+RESTART_ETCD = "the etcd connections are opened, with these credentials, at start"
+RESTART_AT_START = "it is read once, at start"
+CONFIG_SET_PERSISTENCE = (
+    "ERR CONFIG SET failed (possibly related to argument '{}') - can't set immutable config: March has no snapshots "
+    "or AOF to tune, every ceiling is durable before an ID under it is handed out"
+)
 
 # Why each refused command is refused; the text follows ``REFUSED``.
 REFUSAL_REASONS: dict[str, str] = {
@@ -214,6 +261,12 @@ REFUSAL_REASONS: dict[str, str] = {
     "setnx": "use SET key N NX",
     "persist": "a sequence never expires",
 }
+
+
+# --- observability: SLOWLOG, MONITOR, LATENCY (Redis' own texts) ---------------------------------
+SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
+SUBCOMMAND_SYNTAX = "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP."
+MONITOR_DENIED = "ERR MONITOR isn't allowed for DENY BLOCKING client"
 
 
 def wrong_arity(name: str) -> CommandError:

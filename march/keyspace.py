@@ -33,6 +33,11 @@ next call (a bounded table), and an unknown cursor (another node's, or a forgott
 many names again. Names are never deleted, so names inserted meanwhile can only make a scan return
 some names twice, never miss one that existed throughout, which is SCAN's contract.
 
+**Settings** (``SEQ.ALTER``, ``alter``) change durably first (guarded, after the key's ceiling
+write in flight has landed), then on the live generator (``apply_settings``). The group's worker
+ids (``workers``, ``march.workers``) live beside the sequences, in the same store, under the same
+serving state, but are not sequences.
+
 Timestamp sequences read the wall clock through ``wall()``: ``time.time()`` moved by
 ``wall_offset`` seconds, which only ``DEBUG CLOCK-OFFSET`` changes (tests of clock jumps).
 """
@@ -57,6 +62,7 @@ from .generators.sequence import MAX_ID, SequenceGenerator
 from .generators.timestamp import TimestampGenerator
 from .serving import Change, Phase, ServingState, Term
 from .store.base import GuardFailed, SequenceRecord, Store
+from .workers import Workers
 
 Generator = SequenceGenerator | TimestampGenerator
 T = TypeVar("T")
@@ -96,6 +102,8 @@ class Keyspace:
             max_wait=config.max_wait,
             store_timeout=config.store_timeout,
         )
+        self._altering = asyncio.Lock()  # SEQ.ALTER, one at a time
+        self.workers = Workers(config, store, state, wall)  # the group's worker ids (WORKER.*), beside its sequences
         state.subscribe(self._on_change)
 
     # --- following the serving state -------------------------------------------------------------
@@ -263,6 +271,28 @@ class Keyspace:
         """A timestamp sequence's lookahead: its own (SEQ.CREATE ... LOOKAHEAD) or the configured default."""
         return int(settings.get("lookahead", self.config.timestamp_lookahead_ms))
 
+    def reconfigure(self, config: Config) -> None:
+        """CONFIG SET: later lookups, creations and activations read ``config``; active generators
+        take the new batch bounds, interval, watermark and waits from their next extension or wait.
+
+        Safe at any moment: these only size and time the *next* store write. A ceiling only ever
+        goes up (the store refuses a lower one), whatever the batch, so nothing handed out or
+        persisted moves. A sequence's own settings (MINBATCH, MAXBATCH, MAXLEAD) are kept; a lower
+        timestamp_max_lead_ms makes requests wait for real time, never hands out a lower ID.
+        """
+        self.config = config
+        self.workers.config = config  # worker_ttl, worker_margin: read at use time
+        self.default_policy = BatchPolicy(
+            min_batch=config.min_batch,
+            max_batch=config.max_batch,
+            interval=config.batch_interval,
+            watermark=config.watermark,
+            max_wait=config.max_wait,
+            store_timeout=config.store_timeout,
+        )
+        for gen in self.generators.values():
+            self.apply_settings(gen)
+
     def _add(self, record: SequenceRecord, term: Term, start: int | None = None) -> Generator:
         """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
         gen: Generator
@@ -270,11 +300,63 @@ class Keyspace:
         if record.kind == timestamp.KIND:
             layout = Layout.from_settings(record.settings)
             gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, term, policy, self.clock,
-                                     self.wall, self.lookahead_ms(record.settings), start)  # fmt: skip
+                                     self.wall, self.lookahead_ms(record.settings), start,
+                                     self.max_lead_ms(record.settings))  # fmt: skip
         else:
             gen = SequenceGenerator(record.key, record.ceiling, self.store, term, policy, self.clock, start)
+        gen.settings = dict(record.settings)
         self.generators[record.key] = gen
         return gen
+
+    # --- SEQ.ALTER -------------------------------------------------------------------------------
+
+    def max_lead_ms(self, settings: Mapping[str, Any]) -> int:
+        """A timestamp sequence's lead cap: its own (MAXLEAD) or the configured default (0: none)."""
+        return int(settings.get("max_lead", self.config.timestamp_max_lead_ms))
+
+    def apply_settings(self, gen: Generator) -> None:
+        """Give a live generator what its settings (``gen.settings``) and the config say now."""
+        gen.set_policy(self.policy_for(gen.settings))
+        if isinstance(gen, TimestampGenerator):
+            gen.set_max_lead(self.max_lead_ms(gen.settings))
+
+    async def alter(self, key: bytes, changes: Mapping[str, int]) -> Generator:
+        """Change one sequence's settings durably (guarded), then apply them to its live generator.
+
+        One ALTER at a time (they are rare), so two never lose each other's changes. The ceiling
+        write in flight, if any, lands first: on etcd it writes the settings it was sent with.
+        """
+        async with self._altering:
+            gen = await self.activate(key)
+            if gen is None:
+                raise CommandError(errors.NO_SUCH_KEY.format(key.decode("utf-8", "replace")))
+            timestamped = isinstance(gen, TimestampGenerator)
+            if "max_lead" in changes and not timestamped:
+                raise CommandError(errors.ALTER_MAXLEAD_PLAIN.format(key.decode("utf-8", "replace")))
+            if timestamped and ("min_batch" in changes or "max_batch" in changes):
+                raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
+            settings = {**gen.settings, **changes}
+            policy = self.policy_for(settings)
+            if not 1 <= policy.min_batch <= policy.max_batch <= MAX_ID:
+                raise CommandError(errors.BATCH_RANGE.format(MAX_ID))
+            term = self._term()
+            deadline = self.clock() + self.config.max_wait
+            while gen.write is not None:  # nothing may put the old settings back after ours
+                await asyncio.wait({gen.write}, timeout=max(0.0, deadline - self.clock()))
+                if self.clock() >= deadline:
+                    raise CommandError(errors.TRYAGAIN_STORE.format(key.decode("utf-8", "replace")))
+            try:
+                # Awaited directly, not as a task: the store takes note of the new settings before
+                # any ceiling write can start (on etcd those put the settings back as they know them).
+                async with asyncio.timeout(self.config.store_timeout):
+                    await self.store.save_settings(key, settings, term.guard)
+            except GuardFailed as exc:
+                term.lost(str(exc))
+                raise NotServing(str(exc)) from None
+            self._check(term)
+            gen.settings = settings
+            self.apply_settings(gen)
+            return gen
 
     def _check(self, term: Term) -> None:
         """The term a read or creation started in is still served (else its result is not used)."""

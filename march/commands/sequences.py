@@ -1,13 +1,18 @@
-"""Sequence commands: INCR, INCRBY, SEQ.CREATE, SEQ.INFO, SEQ.LIST, SEQ.DECODE.
+"""Sequence commands: INCR, INCRBY, SEQ.CREATE, SEQ.ALTER, SEQ.INFO, SEQ.LIST, SEQ.DECODE.
 
 - ``INCR key``: the next ID (a new key starts at 1, as in Redis, when auto_create is on).
 - ``INCRBY key n``: n consecutive IDs (1 <= n <= max_incrby); returns the last. On a timestamp
   sequence: n consecutive (time, sequence) slots, the last one's ID.
 - ``SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n]``: create a sequence explicitly.
 - ``SEQ.CREATE key TIMESTAMP [PRESET name] [TIMEBITS n] [NODEBITS n] [SEQBITS n] [ORDER f,f,f]
-  [EPOCH ms] [UNIT ms] [NODE n] [FLOOR id] [LOOKAHEAD ms]``: create a timestamp sequence. Layout
-  options override the preset's fields (snowflake when no preset is named); a layout that differs
-  from its preset is shown as ``custom``. ``FLOOR id``: every ID is > id (migration).
+  [EPOCH ms] [UNIT ms] [NODE n] [FLOOR id] [LOOKAHEAD ms] [MAXLEAD ms]``: create a timestamp
+  sequence. Layout options override the preset's fields (snowflake when no preset is named); a
+  layout that differs from its preset is shown as ``custom``. ``FLOOR id``: every ID is > id
+  (migration). ``MAXLEAD ms``: the time in its IDs runs at most this far ahead of real time
+  (0: no cap; default ``timestamp_max_lead_ms``; see ``march.generators.timestamp``).
+- ``SEQ.ALTER key [MINBATCH n] [MAXBATCH n] [MAXLEAD ms]``: change one sequence's settings,
+  durably (guarded like a ceiling write), at once on its live generator. MINBATCH/MAXBATCH apply
+  to plain sequences, MAXLEAD to timestamp sequences (the other kind: WRONGTYPE). Primary only.
 - ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits;
   for a timestamp sequence its layout, logical time and its lead on the clock, saved bound, carries).
 - ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
@@ -30,7 +35,7 @@ from ..config import MAX_ID
 from ..errors import CommandError
 from ..generators import layout as layouts
 from ..generators.timestamp import KIND as TIMESTAMP
-from ..generators.timestamp import MAX_LOOKAHEAD_MS, TimestampGenerator
+from ..generators.timestamp import MAX_LEAD_MS, MAX_LOOKAHEAD_MS, TimestampGenerator
 from .args import key_text, parse_int
 from .dispatch import may_create, may_raise_floor
 from .registry import command
@@ -98,7 +103,7 @@ async def _take(client: Client, key: bytes, n: int) -> int:
     keys=(1, 1, 1),
     key_access="W",  # inserts; reads nothing
     summary="SEQ.CREATE key [START n] [MINBATCH n] [MAXBATCH n] / key TIMESTAMP [PRESET name] [layout options] "
-    "[NODE n] [FLOOR id] [LOOKAHEAD ms]: create a sequence.",
+    "[NODE n] [FLOOR id] [LOOKAHEAD ms] [MAXLEAD ms]: create a sequence.",
     group="sequence",
 )
 def seq_create(client: Client, args: list[bytes]) -> Any:
@@ -166,6 +171,8 @@ def _create_timestamp(client: Client, args: list[bytes]) -> Any:
             if not 1 <= lookahead <= MAX_LOOKAHEAD_MS:
                 raise CommandError(errors.TS_LOOKAHEAD)
             settings["lookahead"] = lookahead
+        elif opt == b"maxlead":
+            settings["max_lead"] = _max_lead(value)
         else:
             raise CommandError(errors.SYNTAX)
     base = layouts.preset(preset)
@@ -178,6 +185,45 @@ def _create_timestamp(client: Client, args: list[bytes]) -> Any:
     if start:
         may_raise_floor(client, args[1])  # FLOOR
     return _create(client, args[1], start, settings, TIMESTAMP)
+
+
+def _max_lead(arg: bytes) -> int:
+    value = parse_int(arg, errors.TS_MAXLEAD)
+    if not 0 <= value <= MAX_LEAD_MS:
+        raise CommandError(errors.TS_MAXLEAD)
+    return value
+
+
+@command(
+    "seq.alter",
+    -2,
+    ("write",),
+    ("@write", "@slow"),
+    keys=(1, 1, 1),
+    primary=True,
+    summary="SEQ.ALTER key [MINBATCH n] [MAXBATCH n] [MAXLEAD ms]: change a sequence's settings, durably and at once.",
+    group="sequence",
+)
+def seq_alter(client: Client, args: list[bytes]) -> Any:
+    changes: dict[str, int] = {}
+    for opt, arg in _option_pairs(args, 2):
+        if opt in (b"minbatch", b"maxbatch"):
+            changes["min_batch" if opt == b"minbatch" else "max_batch"] = parse_int(arg)
+        elif opt == b"maxlead":
+            changes["max_lead"] = _max_lead(arg)
+        else:
+            raise CommandError(errors.SYNTAX)
+    if not changes:
+        raise CommandError(errors.ALTER_NOTHING)
+    for name in ("min_batch", "max_batch"):
+        if name in changes and not 1 <= changes[name] <= MAX_ID:
+            raise CommandError(errors.BATCH_RANGE.format(MAX_ID))
+    return _alter(client, args[1], changes)
+
+
+async def _alter(client: Client, key: bytes, changes: dict[str, int]) -> str:
+    await client.app.keyspace.alter(key, changes)
+    return "OK"
 
 
 def _option_pairs(args: list[bytes], first: int) -> Iterator[tuple[bytes, bytes]]:

@@ -8,6 +8,10 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
 - ``<prefix>/nodes/<id>``: each node's registration (JSON: id, address, role), under its lease.
 - ``<prefix>/seq/<key>``: one sequence (its ceiling and settings, see ``march.store.etcd``).
 - ``<prefix>/users/<name>``: one ACL user, as its rules (``march.auth``; passwords only hashed).
+- ``<prefix>/workers/<n>:<namespace>/<id>``: one worker id of a namespace (``march.workers``;
+  JSON, see ``march.store.etcd``). ``n`` is the namespace's length in bytes and ``id`` has four
+  digits, so one namespace's records are exactly one prefix, whatever bytes its name holds
+  (``a`` never reads the records of ``a/b``).
 
 ``leader``, ``leader-handoff`` and ``nodes/*`` sort together, so one range read (and one watch)
 ``[leader, nodes_end)`` covers everything the election and the registry look at.
@@ -73,3 +77,14 @@ class KeyPaths:
 
     def user(self, name: str) -> bytes:
         return self.users + name.encode("utf-8", "surrogateescape")
+
+    @property
+    def workers(self) -> bytes:
+        return self.prefix + b"/workers/"
+
+    def worker_namespace(self, namespace: bytes) -> bytes:
+        """The prefix of every record of ``namespace`` (and of no other namespace)."""
+        return self.workers + b"%d:" % len(namespace) + namespace + b"/"
+
+    def worker(self, namespace: bytes, worker_id: int) -> bytes:
+        return self.worker_namespace(namespace) + b"%04d" % worker_id

@@ -98,6 +98,7 @@ class DurableBound(abc.ABC):
         self, key: bytes, ceiling: int, top: int, store: Store, lease: Lease, policy: BatchPolicy, clock: Clock
     ) -> None:
         self.key = key
+        self.settings: dict[str, Any] = {}  # the record's settings, as stored (the keyspace keeps them)
         self._store = store
         self._lease = lease
         self._valid = lease.valid
@@ -122,6 +123,10 @@ class DurableBound(abc.ABC):
 
     def _set_ceiling(self, ceiling: int) -> None:
         self._ceiling = ceiling
+
+    def set_policy(self, policy: BatchPolicy) -> None:
+        """New batch bounds and waits (SEQ.ALTER, CONFIG SET): they size and time the next store write."""
+        self._policy = policy
 
     @abc.abstractmethod
     def _next_target(self, need: int) -> int:

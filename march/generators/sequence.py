@@ -115,6 +115,11 @@ class SequenceGenerator(DurableBound):
         """W: every ID handed out so far is <= W, every later one is > W (GET)."""
         return self._next - 1
 
+    def set_policy(self, policy: BatchPolicy) -> None:
+        super().set_policy(policy)
+        self._batch = min(max(self._batch, policy.min_batch), policy.max_batch)  # the current batch, in bounds now
+        self._low = max(1, int(self._batch * policy.watermark))
+
     # --- extension -----------------------------------------------------------------------------
 
     async def _wait_for_ceiling(self, needed: int, deadline: float) -> None:

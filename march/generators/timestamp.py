@@ -27,6 +27,22 @@ the *time field* (in layout units since the layout's epoch) that the store has c
   does the same only when those n IDs are consecutive integers (a pipelined run of INCRs, whose
   replies the server writes as consecutive integers), and otherwise returns None.
 - When the time field runs out (``layout.ends_ms``), requests get an error, never a wrapped ID.
+- **Bounded lead** (``max_lead``, ms; server default ``timestamp_max_lead_ms`` = 1000, per key
+  ``SEQ.CREATE ... MAXLEAD`` / ``SEQ.ALTER``; 0 = no cap): the time inside an ID may run at most
+  ``max_lead`` ahead of real time. Without a cap, a key flooded with INCRBY carries into the
+  future without limit (a 3 s burst once put IDs 174 s ahead), and since the durable bound is
+  persisted a lookahead past logical time, a later restart or failover then starts that far in
+  the future and wastes ID space. About a second bounds that, while still letting one key hand
+  out ~4,096,000 IDs/s with 12 sequence bits, plus a second's worth in a burst. Past the cap a
+  request waits (at most ``max_wait``) for real time to catch up, or gets TRYAGAIN naming the
+  cap; an INCRBY larger than the cap could ever allow (``(max_lead / unit + 1) << seq_bits``
+  slots) is an error at once. "Real time" is a clock that cannot go back: the wall clock's
+  high-water mark advanced by the monotonic clock, so a wall clock jumping backwards never makes
+  a request wait. The lead is measured from the later of that and the generator's *base*: the
+  slot it started at (a restart starts at the stored bound, up to a lookahead ahead) or a floor
+  raised by SET, so neither makes every request wait. The fast path pays one comparison
+  (against the wall clock, which is never ahead of the steady one); the steady clock is read
+  only when that comparison fails.
 
 Both clocks are injected: ``clock`` (monotonic seconds, for waits and write latencies) and
 ``wall`` (seconds since 1970, for the time field). Store writes and lease checks are
@@ -35,6 +51,8 @@ Both clocks are injected: ``clock`` (monotonic seconds, for waits and write late
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +64,7 @@ from .layout import Layout, iso
 
 KIND = "timestamp"
 MAX_LOOKAHEAD_MS = 86_400_000  # a day: a bound further ahead only makes restarts jump further
+MAX_LEAD_MS = 86_400_000  # the largest MAXLEAD (a day), as for the lookahead
 MAX_STRETCH = 20  # a burst may push the bound at most 20 lookaheads ahead: a restart jumps no further
 
 
@@ -89,6 +108,7 @@ class TimestampGenerator(DurableBound):
         wall: WallClock,
         lookahead_ms: int,
         first_slot: int | None = None,
+        max_lead_ms: int = 0,
     ) -> None:
         self.layout = layout
         self._wall = wall
@@ -115,6 +135,40 @@ class TimestampGenerator(DurableBound):
         self._floor = -1  # the highest floor raised (SET): a GET reports at least it
         self._issued = 0
         self.carries = 0  # times the sequence field overflowed into the time field ahead of the clock
+        # the lead cap: a steady clock (wall high-water mark + monotonic time since) and the base
+        self._steady_ms = wall() * 1000
+        self._steady_at = clock()
+        self._base = start >> sb  # time units: the lead counts from here while real time is behind it
+        self.max_lead_ms = 0
+        self._lead_units = 0
+        self._lead_span = 0  # slots past the wall clock's unit that the fast path allows unchecked
+        self.set_max_lead(max_lead_ms)
+        self.lead_waits = 0  # requests that waited at the cap
+        self.lead_refusals = 0  # requests refused at the cap (TRYAGAIN)
+
+    def set_max_lead(self, max_lead_ms: int) -> None:
+        """Cap the lead of IDs over real time at ``max_lead_ms`` (0: no cap); applies at once."""
+        self.max_lead_ms = max_lead_ms
+        self._lead_units = max_lead_ms // self._unit
+        self._lead_span = (self._lead_units + 1) << self._sb if max_lead_ms else self._slot_top
+        self._notify()  # waiting requests look again
+
+    def _steady_units(self) -> int:
+        """Real time in layout units, from a clock that never goes back."""
+        at = self._clock()
+        steady = self._steady_ms + (at - self._steady_at) * 1000
+        wall = self._wall() * 1000
+        if wall > steady:
+            steady = wall
+        self._steady_ms, self._steady_at = steady, at
+        return (int(steady) - self._epoch) // self._unit
+
+    def _lead_excess(self, end: int) -> int:
+        """Units by which slot ``end`` passes the lead cap now (<= 0: within it)."""
+        if not self.max_lead_ms:
+            return 0
+        base = max(self._steady_units(), self._base)
+        return (end >> self._sb) - base - self._lead_units
 
     def _set_ceiling(self, ceiling: int) -> None:
         self._ceiling = ceiling
@@ -140,6 +194,8 @@ class TimestampGenerator(DurableBound):
         first = now if now > last else last + 1
         end = first + n - 1
         if end < self._limit and self._valid():
+            if end >= now + self._lead_span and self._lead_excess(end) > 0:
+                return None
             if run and (self._seq_shift or (end >> self._sb) != (first >> self._sb)):
                 return None
             return self._hand_out(first, end, now)
@@ -163,6 +219,9 @@ class TimestampGenerator(DurableBound):
         """Like ``take``, waiting (bounded) for the bound to be extended; raises on failure."""
         deadline = self._clock() + self._policy.max_wait
         waited = False
+        if self.max_lead_ms and n > (self._lead_units + 1) << self._sb:
+            most = (self._lead_units + 1) << self._sb
+            raise CommandError(errors.LEAD_CAP_TOO_LARGE.format(n, self._name, self.max_lead_ms, most))
         while True:
             self._check_serving()
             now = self._now_slot()
@@ -170,6 +229,10 @@ class TimestampGenerator(DurableBound):
             end = first + n - 1
             if end >= self._slot_top:
                 raise CommandError(errors.TS_EXHAUSTED.format(self._name, iso(self.layout.ends_ms)))
+            excess = self._lead_excess(end) if end >= now + self._lead_span else 0
+            if excess > 0:
+                await self._await_lead(excess, deadline)
+                continue
             if end < self._limit:
                 return self._hand_out(first, end, now)
             if not waited:
@@ -178,6 +241,21 @@ class TimestampGenerator(DurableBound):
             if self._write is None:
                 self._extend(end >> self._sb)
             await self._await_change(deadline)
+
+    async def _await_lead(self, excess: int, deadline: float) -> None:
+        """Wait until real time has caught up by ``excess`` units (or anything changed); TRYAGAIN
+        when that cannot happen before the deadline."""
+        needed = excess * self._unit / 1000
+        remaining = deadline - self._clock()
+        if needed > remaining:
+            self.lead_refusals += 1
+            raise CommandError(errors.TRYAGAIN_LEAD_CAP.format(self._name, self.max_lead_ms))
+        self.lead_waits += 1
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(changed), max(needed, 0.001))
 
     async def raise_floor(self, floor: int) -> None:
         """Make every later ID > ``floor``, durably, before returning (SET key N, migration).
@@ -203,6 +281,7 @@ class TimestampGenerator(DurableBound):
             await self._await_change(deadline)
         if slot - 1 > self._last:
             self._last = slot - 1
+        self._base = max(self._base, slot >> self._sb)  # a floor in the future is not a lead to wait out
         self._floor = max(self._floor, floor)
 
     @property
@@ -267,6 +346,9 @@ class TimestampGenerator(DurableBound):
             "bound_ahead_ms": (ceiling - logical) * layout.unit if self._valid() else 0,
             "lookahead_ms": self.lookahead_ms,
             "lookahead_now_ms": self._ahead * layout.unit,
+            "max_lead_ms": self.max_lead_ms,
+            "lead_cap_waits": self.lead_waits,
+            "lead_cap_refusals": self.lead_refusals,
             "extending_to": self._target if self._write is not None else 0,
             "carries": self.carries,
             "issued": self.issued,

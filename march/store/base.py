@@ -16,6 +16,15 @@ suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and t
 - ``list_keys(prefix, after, limit)``: up to ``limit`` names that start with ``prefix`` and sort
   (bytewise) after ``after``, in byte order: listings are read a page at a time, never at once.
 - ``count()``: how many sequences exist.
+- ``save_settings(key, settings, guard)``: replace one sequence's settings (SEQ.ALTER), guarded
+  like a ceiling write; the ceiling is left as it is. No such key is ``GuardFailed``.
+- Worker ids (``march.workers``), a record family beside the sequences (never listed or counted
+  with them): ``load_workers(namespace)`` reads every ``WorkerRecord`` of one namespace (a
+  linearizable read, by id; or one id's); ``save_worker(record, expected, guard)`` is a compare-and-set:
+  it writes ``record`` only if the guard holds and the stored record of that (namespace, id) is
+  exactly ``expected`` (None: there is none), and says whether it wrote. Nothing else writes a
+  worker record, so two concurrent ACQUIREs (or a new primary racing a deposed one) can never
+  both take one id.
 - ``load_users()`` / ``save_user(name, rules)``: the ACL users (``march.auth``), as their rules
   (passwords only hashed). Not guarded by leadership: any node may change a user, the last
   write wins. ``watch_users()`` yields after every change made elsewhere (etcd); a store that
@@ -90,6 +99,23 @@ class SequenceRecord:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One worker id of one namespace, as the store keeps it (``march.workers``).
+
+    ``token`` names the holding (b"": released, free at once); ``expires_ms`` is the server's
+    wall clock (Unix ms) at which the holding ends; ``floor_ms`` the highest time any holder
+    declared it might have used (never decreases); ``ttl`` the seconds each renewal grants.
+    """
+
+    namespace: bytes
+    id: int
+    token: bytes
+    expires_ms: int
+    floor_ms: int
+    ttl: int
+
+
 class Store(abc.ABC):
     """Durable state of one March deployment."""
 
@@ -135,6 +161,20 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def count(self) -> int:
         """How many sequences exist."""
+
+    @abc.abstractmethod
+    async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:
+        """Replace the settings of sequence ``key`` iff the guard holds (GuardFailed: it does not,
+        or no such key); its kind and ceiling are kept."""
+
+    @abc.abstractmethod
+    async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
+        """Every worker record of ``namespace`` by id, or only that of ``worker_id`` (a linearizable read)."""
+
+    @abc.abstractmethod
+    async def save_worker(self, record: WorkerRecord, expected: WorkerRecord | None, guard: Guard) -> bool:
+        """Store ``record`` iff the guard holds and the stored record of its (namespace, id) equals
+        ``expected`` (None: absent). False: it did not (nothing written); GuardFailed: the guard failed."""
 
     @abc.abstractmethod
     async def load_users(self) -> dict[str, str]:

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ..etcd.api import Etcd, Get, Put, Range, created_at, value_below, value_is
 from ..etcd.keys import KeyPaths, prefix_end
-from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull
+from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull, WorkerRecord
 from .batch import Batcher
 
 _DIGITS = 20  # 2**63 has 19 digits: every ceiling fits, and the compare stays numeric
@@ -48,6 +48,23 @@ def decode_record(key: bytes, value: bytes) -> SequenceRecord:
     digits, _, meta = value.partition(b" ")
     data = json.loads(meta) if meta else {}
     return SequenceRecord(key, data.get("kind", "sequence"), int(digits), data.get("settings", {}))
+
+
+def encode_worker(record: WorkerRecord) -> bytes:
+    """A worker record's value: JSON with sorted keys, so equal records are equal bytes (the CAS compares values)."""
+    data = {
+        "token": record.token.decode("latin-1"),
+        "expires_ms": record.expires_ms,
+        "floor_ms": record.floor_ms,
+        "ttl": record.ttl,
+    }
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_worker(namespace: bytes, worker_id: int, value: bytes) -> WorkerRecord:
+    data = json.loads(value)
+    token = str(data["token"]).encode("latin-1")
+    return WorkerRecord(namespace, worker_id, token, int(data["expires_ms"]), int(data["floor_ms"]), int(data["ttl"]))
 
 
 def _ceiling_of(value: bytes) -> int:
@@ -271,6 +288,68 @@ class EtcdStore(Store):
                     for i in batch:
                         if results[i] is None:
                             results[i] = exc
+
+    async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:
+        """Rewrite the record's JSON under the guard, compared with the value just read (a ceiling
+        write landing in between changes it: read again). The JSON that later ceiling writes put
+        back is the new one from here on."""
+        seq = self.keys.seq(key)
+        known = self._meta.get(key)
+        if known is not None:  # before the first await: a ceiling write started from now on carries the new settings
+            kind = json.loads(known).get("kind", "sequence")
+            self._meta[key] = json.dumps({"kind": kind, "settings": dict(settings)}, sort_keys=True).encode()
+        for _ in range(10):
+            found = await self.etcd.get(seq, self.timeout)
+            if found is None:
+                raise GuardFailed(f"sequence {key!r} is not in the store")
+            current = decode_record(key, found.value)
+            meta = json.dumps({"kind": current.kind, "settings": dict(settings)}, sort_keys=True).encode()
+            self._meta[key] = meta
+            reply = await self.etcd.txn(
+                [*self._guard(guard), value_is(seq, found.value)],
+                [Put(seq, encode_ceiling(current.ceiling) + b" " + meta)],
+                [Get(self.keys.leader)],
+                self.write_timeout,
+            )
+            if reply.succeeded:
+                self.note(None)
+                return
+            if not _holds(reply.ranges[0], guard):
+                raise GuardFailed(f"settings of {key!r}: this node no longer holds the leader key")
+        raise StoreError(f"settings of {key!r}: the record kept changing")
+
+    async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
+        start = self.keys.worker_namespace(namespace)
+        if worker_id is not None:
+            one = await self.etcd.get(self.keys.worker(namespace, worker_id), self.timeout)
+            return [] if one is None else [decode_worker(namespace, worker_id, one.value)]
+        found = await self.etcd.range(Get(start, prefix_end(start)), self.timeout)
+        out = []
+        for kv in found.kvs:
+            suffix = kv.key[len(start) :]
+            if len(suffix) == 4 and suffix.isdigit():
+                out.append(decode_worker(namespace, int(suffix), kv.value))
+        return sorted(out, key=lambda r: r.id)
+
+    async def save_worker(self, record: WorkerRecord, expected: WorkerRecord | None, guard: Guard) -> bool:
+        key = self.keys.worker(record.namespace, record.id)
+        same = created_at(key, 0) if expected is None else value_is(key, encode_worker(expected))
+        try:
+            reply = await self.etcd.txn(
+                [*self._guard(guard), same],
+                [Put(key, encode_worker(record))],
+                [Get(self.keys.leader)],
+                self.write_timeout,
+            )
+        except StoreError as exc:
+            self.note(exc)
+            raise
+        self.note(None)
+        if reply.succeeded:
+            return True
+        if not _holds(reply.ranges[0], guard):
+            raise GuardFailed(f"worker {record.id} of {record.namespace!r}: this node no longer holds the leader key")
+        return False
 
     def facts(self) -> dict[str, Any]:
         return {"etcd_endpoint": self.etcd.endpoint, "etcd_prefix": self.keys.prefix.decode()}

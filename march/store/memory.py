@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
-from .base import SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, StoreError
+from .base import SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, StoreError, WorkerRecord
 
 
 class MemoryStore(Store):
@@ -22,6 +24,7 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self.records: dict[bytes, SequenceRecord] = {}
         self.users: dict[str, str] = {}
+        self.workers: dict[tuple[bytes, int], WorkerRecord] = {}
         self._sorted: list[bytes] = []
         self.guard: Guard = SINGLE_NODE
         self.delay = 0.0
@@ -105,6 +108,27 @@ class MemoryStore(Store):
         self.records[key] = dataclasses.replace(current, ceiling=ceiling)
         self.writes.append((key, ceiling))
         return ceiling
+
+    async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:
+        await self._before_write(guard)
+        current = self.records.get(key)
+        if current is None:
+            raise GuardFailed(f"sequence {key!r} is not in the store")
+        self.records[key] = dataclasses.replace(current, settings=dict(settings))
+
+    async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
+        self.reads += 1
+        await self._pass_gate()
+        found = (r for (ns, i), r in self.workers.items() if ns == namespace and worker_id in (None, i))
+        return sorted(found, key=lambda r: r.id)
+
+    async def save_worker(self, record: WorkerRecord, expected: WorkerRecord | None, guard: Guard) -> bool:
+        await self._before_write(guard)
+        at = (record.namespace, record.id)
+        if self.workers.get(at) != expected:
+            return False
+        self.workers[at] = record
+        return True
 
     async def _before_write(self, guard: Guard) -> None:
         self.attempts += 1

@@ -23,13 +23,13 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..etcd.keys import prefix_end
-from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull, StoreLocked
+from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull, StoreLocked, WorkerRecord
 from .batch import Batcher
 
 T = TypeVar("T")
@@ -44,6 +44,15 @@ CREATE TABLE IF NOT EXISTS sequences (
 CREATE TABLE IF NOT EXISTS users (
     name  TEXT PRIMARY KEY,
     rules TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workers (
+    namespace  BLOB NOT NULL,
+    id         INTEGER NOT NULL,
+    token      BLOB NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    floor_ms   INTEGER NOT NULL,
+    ttl        INTEGER NOT NULL,
+    PRIMARY KEY (namespace, id)
 );
 """
 _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
@@ -218,6 +227,29 @@ class SqliteStore(Store):
     async def _save_batch(self, items: list[tuple[bytes, int]]) -> Sequence[int | BaseException]:
         return await self._write(_raise_ceiling, items)
 
+    async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:
+        text = json.dumps(dict(settings), sort_keys=True)
+        (result,) = await self._write(_replace_settings, [(key, text)])
+        if isinstance(result, BaseException):
+            raise result
+
+    # --- worker ids (rare: one transaction each, not batched) -----------------------------------
+
+    async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
+        return await self._run(self._select_workers, namespace, worker_id)
+
+    def _select_workers(self, namespace: bytes, worker_id: int | None) -> list[WorkerRecord]:
+        sql = "SELECT id, token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ?"
+        args: tuple[Any, ...] = (namespace,)
+        if worker_id is not None:
+            sql, args = sql + " AND id = ?", (namespace, worker_id)
+        rows = self._conn().execute(sql + " ORDER BY id", args)
+        return [WorkerRecord(namespace, int(i), bytes(t), int(e), int(f), int(ttl)) for i, t, e, f, ttl in rows]
+
+    async def save_worker(self, record: WorkerRecord, expected: WorkerRecord | None, guard: Guard) -> bool:
+        (result,) = await self._write(_swap_worker, [(record, expected)])
+        return bool(result)
+
     def facts(self) -> dict[str, Any]:
         return {"store_path": str(self.path)}
 
@@ -240,6 +272,31 @@ def _raise_ceiling(db: sqlite3.Connection, item: tuple[bytes, int]) -> int:
         return stored  # an earlier write of this server that landed after its caller gave up
     db.execute("UPDATE sequences SET ceiling = ? WHERE key = ?", (str(ceiling), key))
     return ceiling
+
+
+def _replace_settings(db: sqlite3.Connection, item: tuple[bytes, str]) -> None:
+    key, settings = item
+    if db.execute("UPDATE sequences SET settings = ? WHERE key = ?", (settings, key)).rowcount != 1:
+        raise GuardFailed(f"sequence {key!r} is not in the store")
+
+
+def _swap_worker(db: sqlite3.Connection, item: tuple[WorkerRecord, WorkerRecord | None]) -> bool:
+    """Compare-and-set one worker record inside the write transaction."""
+    record, expected = item
+    row = db.execute(
+        "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?",
+        (record.namespace, record.id),
+    ).fetchone()
+    stored = None
+    if row is not None:
+        stored = WorkerRecord(record.namespace, record.id, bytes(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    if stored != expected:
+        return False
+    db.execute(
+        "INSERT OR REPLACE INTO workers (namespace, id, token, expires_ms, floor_ms, ttl) VALUES (?, ?, ?, ?, ?, ?)",
+        (record.namespace, record.id, record.token, record.expires_ms, record.floor_ms, record.ttl),
+    )
+    return True
 
 
 def _record(row: tuple[bytes, str, str, str]) -> SequenceRecord:

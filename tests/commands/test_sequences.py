@@ -1,6 +1,6 @@
 """March-only semantics of the sequence commands, with redis-py against a real march process:
-INCR/INCRBY, GET as a watermark, MGET, SET as a floor, SEQ.CREATE / SEQ.INFO / SEQ.LIST, and
-``auto_create`` off / ``max_incrby`` on a second server.
+INCR/INCRBY, GET as a watermark, MGET, SET as a floor, SEQ.CREATE / SEQ.INFO / SEQ.LIST, SEQ.ALTER
+(durable, applied at once, validated), and ``auto_create`` off / ``max_incrby`` on a second server.
 """
 
 from __future__ import annotations
@@ -323,3 +323,67 @@ def test_max_incrby_configured(sc: redis.Redis, key: str) -> None:
         "increment exceeds the maximum of 1000 IDs per request (max_incrby)",
     )
     assert sc.execute_command("INCR", key) == 1001
+
+
+# --- SEQ.ALTER -----------------------------------------------------------------------------------
+
+
+def test_seq_alter_batch_bounds_apply_at_once_and_last(march_proc: MarchServer, mc: redis.Redis, key: str) -> None:
+    mc.execute_command("SEQ.CREATE", key, "MINBATCH", "10", "MAXBATCH", "20")
+    first = mc.execute_command("INCR", key)
+    assert mc.execute_command("SEQ.ALTER", key, "MINBATCH", "500", "MAXBATCH", "1000") == b"OK"
+    info = mc.execute_command("SEQ.INFO", key)
+    assert (info[b"min_batch"], info[b"max_batch"]) == (500, 1000)
+    assert 500 <= info[b"batch"] <= 1000  # the live generator's current batch, moved into the bounds
+    assert mc.execute_command("SEQ.ALTER", key, "maxbatch", "600") == b"OK"  # one bound alone; the other kept
+    info = mc.execute_command("SEQ.INFO", key)
+    assert (info[b"min_batch"], info[b"max_batch"]) == (500, 600)
+    assert mc.execute_command("INCR", key) == first + 1  # IDs carry on, nothing skipped by the change itself
+    march_proc.restart()  # durable: the package's server, restarted in place (same port and data)
+    with client(march_proc.port) as c:
+        info = c.execute_command("SEQ.INFO", key)
+        assert (info[b"min_batch"], info[b"max_batch"]) == (500, 600)
+        assert c.execute_command("INCR", key) > first + 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("MINBATCH", "0"), "MINBATCH and MAXBATCH must satisfy 1 <= MINBATCH <= MAXBATCH"),
+        (("MINBATCH", "30", "MAXBATCH", "20"), "MINBATCH and MAXBATCH must satisfy 1 <= MINBATCH <= MAXBATCH"),
+        (("MINBATCH", "5000000"), "MINBATCH and MAXBATCH must satisfy 1 <= MINBATCH <= MAXBATCH"),  # > MAXBATCH 20
+        (("MINBATCH", "x"), "value is not an integer or out of range"),
+        (("MINBATCH",), "syntax error"),
+        (("LOOKAHEAD", "5"), "syntax error"),
+        ((), "SEQ.ALTER needs at least one of MINBATCH, MAXBATCH, MAXLEAD"),
+    ],
+)
+def test_seq_alter_refused(mc: redis.Redis, key: str, args: tuple[str, ...], message: str) -> None:
+    mc.execute_command("SEQ.CREATE", key, "MINBATCH", "10", "MAXBATCH", "20")
+    with pytest.raises(redis.ResponseError, match=message):
+        mc.execute_command("SEQ.ALTER", key, *args)
+    info = mc.execute_command("SEQ.INFO", key)
+    assert (info[b"min_batch"], info[b"max_batch"]) == (10, 20)  # nothing changed
+
+
+def test_seq_alter_kinds_and_missing_keys(mc: redis.Redis, key: str) -> None:
+    with pytest.raises(redis.ResponseError, match="no such sequence"):
+        mc.execute_command("SEQ.ALTER", key, "MINBATCH", "5")
+    mc.execute_command("INCR", key)
+    with pytest.raises(redis.ResponseError, match="MAXLEAD applies to timestamp sequences only") as plain:
+        mc.execute_command("SEQ.ALTER", key, "MAXLEAD", "10")
+    assert str(plain.value).startswith("WRONGTYPE ")
+    ts = key + ":ts"
+    mc.execute_command("SEQ.CREATE", ts, "TIMESTAMP", "MAXLEAD", "250")
+    assert mc.execute_command("SEQ.INFO", ts)[b"max_lead_ms"] == 250
+    with pytest.raises(redis.ResponseError, match="MINBATCH and MAXBATCH apply to plain sequences only"):
+        mc.execute_command("SEQ.ALTER", ts, "MINBATCH", "5")
+    for bad in ("-1", "86400001", "x"):
+        with pytest.raises(redis.ResponseError, match="MAXLEAD must be between 0"):
+            mc.execute_command("SEQ.ALTER", ts, "MAXLEAD", bad)
+        with pytest.raises(redis.ResponseError, match="MAXLEAD must be between 0"):
+            mc.execute_command("SEQ.CREATE", ts + bad, "TIMESTAMP", "MAXLEAD", bad)
+    assert mc.execute_command("SEQ.ALTER", ts, "MAXLEAD", "0") == b"OK"
+    assert mc.execute_command("SEQ.INFO", ts)[b"max_lead_ms"] == 0
+    mc.execute_command("SEQ.CREATE", key + ":default-ts", "TIMESTAMP")
+    assert mc.execute_command("SEQ.INFO", key + ":default-ts")[b"max_lead_ms"] == 1000  # timestamp_max_lead_ms

@@ -53,7 +53,8 @@ def as_dict(reply: object) -> dict[bytes, object]:
         (["PRESET", "sonyflake", "NODE", "65535"], "sonyflake", "time:39,seq:8,node:16"),
         (["PRESET", "js53"], "js53", "time:41,node:0,seq:12"),
         (
-            ["TIMEBITS", "40", "NODEBITS", "0", "SEQBITS", "8", "UNIT", "1000", "EPOCH", "0"],
+            # 256 IDs per 1 s unit: INCRBY 10000 needs 40 s of lead, past the default cap (MAXLEAD 0: none)
+            ["TIMEBITS", "40", "NODEBITS", "0", "SEQBITS", "8", "UNIT", "1000", "EPOCH", "0", "MAXLEAD", "0"],
             "custom",
             "time:40,node:0,seq:8",
         ),

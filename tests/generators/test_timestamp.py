@@ -54,6 +54,7 @@ class World:
     gens: list[TimestampGenerator] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)  # the last slot of every hand-out, in order
     layout: Layout = SMALL
+    max_lead_ms: int = 0  # the lead cap of every generator made (0: none, as before the cap existed)
 
     async def fresh(
         self, layout: Layout = SMALL, floor: int | None = None, lookahead_ms: int = LOOKAHEAD_MS
@@ -76,8 +77,9 @@ class World:
 
     def _gen(self, ceiling: int, first: int | None, lookahead_ms: int) -> TimestampGenerator:
         gen = TimestampGenerator(
-            KEY, ceiling, self.layout, self.store, self.lease, POLICY, self.clock, self.wall, lookahead_ms, first
-        )
+            KEY, ceiling, self.layout, self.store, self.lease, POLICY, self.clock, self.wall, lookahead_ms, first,
+            self.max_lead_ms,
+        )  # fmt: skip
         self.gens.append(gen)
         return gen
 
@@ -449,3 +451,109 @@ async def test_property_unique_increasing_and_durable_whatever_the_clock_does(sc
     finally:
         for g in world.gens:
             await g.drain()
+
+
+# --- the lead cap (MAXLEAD) -----------------------------------------------------------------------
+
+
+async def test_the_lead_never_exceeds_the_cap(world: World) -> None:
+    """Cap 5 ms, 16 slots per ms, the clock stalled: 6 units' worth (the current one and 5 ahead) go
+    on the fast path, then it refuses; every ID's time is within the cap of the clock."""
+    world.max_lead_ms = 5
+    gen = await world.fresh()
+    ids = []
+    while (value := gen.take(1)) is not None:
+        ids.append(world.got(value))
+    assert len(ids) == 6 * 16
+    assert all(world.time_of(i) - world.now_units() <= 5 for i in ids)
+    assert gen.info()["lead_ms"] == 5 and gen.info()["max_lead_ms"] == 5
+    assert gen.take_run(1) is None  # pipelined runs too
+    world.wall.advance(0.002)
+    world.clock.advance(0.002)
+    more = [world.fast(gen) for _ in range(32)]  # two more units as real time moves two
+    assert all(world.time_of(i) - world.now_units() <= 5 for i in more)
+    assert gen.take(1) is None
+
+
+async def test_past_the_cap_a_request_waits_for_real_time_then_proceeds(world: World) -> None:
+    world.max_lead_ms = 5
+    gen = await world.fresh()
+    while gen.take(1) is not None:
+        pass
+    waiting = asyncio.ensure_future(gen.take_wait(3))
+    await until(lambda: gen.lead_waits > 0, "the request to wait at the cap")
+    assert not waiting.done()
+    world.wall.advance(0.001)  # real time catches up by one unit
+    world.clock.advance(0.001)
+    gen.wake()
+    value = await finish(waiting)
+    assert world.time_of(value) == world.now_units() + 5
+    assert gen.waits == 0  # it never waited for the store
+
+
+async def test_a_cap_that_cannot_be_met_in_time_is_tryagain_and_a_huge_incrby_an_error(world: World) -> None:
+    world.max_lead_ms = 500
+    gen = await world.fresh(dataclasses.replace(SMALL, unit=100))  # 100 ms units: one unit is past max_wait
+    while gen.take(1) is not None:
+        pass
+    with pytest.raises(CommandError) as caught:
+        await finish(gen.take_wait(1))
+    assert caught.value.message == errors.TRYAGAIN_LEAD_CAP.format("ts", 500)
+    assert gen.lead_refusals == 1
+    with pytest.raises(CommandError) as too_large:
+        await finish(gen.take_wait(6 * 16 + 1))  # more slots than the cap can ever hold
+    assert too_large.value.message == errors.LEAD_CAP_TOO_LARGE.format(97, "ts", 500, 96)
+
+
+async def test_a_wall_clock_jumping_back_never_makes_a_request_wait(world: World) -> None:
+    world.max_lead_ms = 5
+    gen = await world.fresh()
+    world.wall.advance(1.0)
+    world.clock.advance(1.0)
+    before = [world.fast(gen) for _ in range(20)]
+    world.wall.advance(-10.0)  # the wall clock is now 10 s behind logical time: the cap must not see a lead
+    after = [world.fast(gen) for _ in range(60)]  # all on the fast path, within the steady clock's cap
+    assert min(after) > max(before)
+    assert gen.lead_waits == 0 and gen.waits == 0
+    steady_units = 100_000 + 1000
+    assert all(world.time_of(i) <= steady_units + 5 for i in after)
+    world.clock.advance(0.003)  # the steady clock moves on with monotonic time
+    assert world.fast(gen)
+
+
+async def test_a_restart_ahead_of_real_time_does_not_wait_out_its_lookahead(world: World) -> None:
+    """A restarted generator starts at the stored bound, a lookahead (3 s) ahead: the cap counts from
+    there, so it serves at once, and waits only once it runs the cap past that point."""
+    world.max_lead_ms = 5
+    await world.fresh()
+    gen = await world.restart()
+    first = await world.take(gen)
+    assert world.time_of(first) == 100_000 + LOOKAHEAD_MS
+    ids = [first]
+    while (value := gen.take(1)) is not None:
+        ids.append(world.got(value))
+    assert world.time_of(ids[-1]) == 100_000 + LOOKAHEAD_MS + 5
+    assert gen.lead_waits == 0
+
+
+async def test_a_floor_in_the_future_does_not_make_requests_wait(world: World) -> None:
+    world.max_lead_ms = 5
+    gen = await world.fresh()
+    floor = SMALL.encode(world.now_units() + 2000, 7, 0)  # 2 s ahead (another node's ID)
+    await finish(gen.raise_floor(floor))
+    assert world.time_of(await world.take(gen)) >= world.now_units() + 2000
+    assert gen.lead_waits == 0
+
+
+async def test_changing_the_cap_applies_at_once(world: World) -> None:
+    world.max_lead_ms = 5
+    gen = await world.fresh()
+    while gen.take(1) is not None:
+        pass
+    waiting = asyncio.ensure_future(gen.take_wait(1))
+    await until(lambda: gen.lead_waits > 0, "the request to wait at the cap")
+    gen.set_max_lead(0)  # SEQ.ALTER key MAXLEAD 0: no cap, the waiting request goes at once
+    world.got(await finish(waiting))
+    assert gen.take(100) is not None
+    gen.set_max_lead(5)
+    assert gen.take(1) is None  # and back: far ahead now, so it waits for real time again

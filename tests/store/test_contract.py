@@ -21,6 +21,14 @@ What it pins down, identically on every backend:
 - Settings survive ceiling writes made by a new store object on the same data.
 - ``list_keys`` is in byte order and honours ``prefix``, ``after`` and ``limit``; 2,500 keys page
   through completely; ``count`` counts.
+- ``save_settings`` replaces the settings and keeps kind and ceiling (also across ceiling writes
+  made before and after, by this or a new store object); a missing key or a guard that does not
+  hold is ``GuardFailed``.
+- Worker records: ``save_worker`` is a compare-and-set (absent -> only with ``expected=None``;
+  present -> only with the exact stored record), so of two concurrent ACQUIREs of one id exactly
+  one wins; records round-trip by (namespace, id), one namespace never sees another's (even one
+  whose name extends it, with ``/`` or NUL), they survive a new store object, are never listed or
+  counted as sequences, and a guard that does not hold is ``GuardFailed``.
 - Calls made together are batched yet each gets its own answer: 1,000 concurrent creates and
   saves all land (on etcd in a few transactions, not one each), two saves of one key in one loop
   turn both get a correct answer, and one failing item does not fail its neighbours.
@@ -42,7 +50,7 @@ from march.etcd.api import Put, created_at
 from march.etcd.client import GrpcEtcd
 from march.etcd.fake import FakeEtcd, FakeEtcdClient
 from march.etcd.keys import KeyPaths
-from march.store.base import NO_GUARD, SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store
+from march.store.base import NO_GUARD, SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, WorkerRecord
 from march.store.etcd import EtcdStore
 from march.store.memory import MemoryStore
 from march.store.sqlite import SqliteStore
@@ -526,3 +534,114 @@ async def test_two_saves_of_one_key_in_one_loop_turn_both_get_a_correct_answer(s
             answer = got[(key, asked)]
             assert asked <= answer <= expected, (key, asked, answer)
         assert got[(key, max(x, y))] == expected  # the higher one landed (or was already there)
+
+
+# --- settings (SEQ.ALTER) ----------------------------------------------------------------------
+
+
+async def test_save_settings_replaces_settings_and_keeps_the_rest(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"k", 100, "timestamp", node_bits=10, lookahead=3000), guard)
+    assert await store.save_ceiling(b"k", 200, guard) == 200
+    await store.save_settings(b"k", {"node_bits": 10, "lookahead": 3000, "max_lead": 50}, guard)
+    assert await store.load(b"k") == rec(b"k", 200, "timestamp", node_bits=10, lookahead=3000, max_lead=50)
+    assert await store.save_ceiling(b"k", 300, guard) == 300  # a later ceiling write keeps the new settings
+    assert await store.load(b"k") == rec(b"k", 300, "timestamp", node_bits=10, lookahead=3000, max_lead=50)
+    fresh = await subject.reopen()  # a new store object (a new primary) writes ceilings with them too
+    assert await fresh.save_ceiling(b"k", 400, guard) == 400
+    await fresh.save_settings(b"k", {"node_bits": 10, "max_lead": 0}, guard)
+    assert await fresh.save_ceiling(b"k", 500, guard) == 500
+    assert await fresh.load(b"k") == rec(b"k", 500, "timestamp", node_bits=10, max_lead=0)
+    with pytest.raises(GuardFailed):
+        await fresh.save_settings(b"ghost", {"min_batch": 1}, guard)
+    assert await fresh.load(b"ghost") is None
+
+
+async def test_save_settings_races_ceiling_writes(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"k", 10, min_batch=1), guard)
+    calls = [store.save_ceiling(b"k", 10 + i, guard) for i in range(1, 6)]
+    calls.insert(2, store.save_settings(b"k", {"min_batch": 7, "max_batch": 9}, guard))
+    await asyncio.gather(*calls)
+    assert await store.load(b"k") == rec(b"k", 15, min_batch=7, max_batch=9)
+
+
+async def test_save_settings_needs_the_guard(subject: Subject) -> None:
+    subject.needs_guard()
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"k", 10, min_batch=1), guard)
+    for wrong in subject.wrong_guards():
+        with pytest.raises(GuardFailed):
+            await store.save_settings(b"k", {"min_batch": 2}, wrong)
+    assert await store.load(b"k") == rec(b"k", 10, min_batch=1)
+
+
+# --- worker ids --------------------------------------------------------------------------------
+
+
+def worker(ns: bytes, i: int, token: bytes = b"t", expires: int = 1000, floor: int = 0, ttl: int = 30) -> WorkerRecord:
+    return WorkerRecord(ns, i, token, expires, floor, ttl)
+
+
+async def test_save_worker_is_a_compare_and_set(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    assert await store.load_workers(b"ns") == []
+    first = worker(b"ns", 0, b"a" * 32, 5_000, 0, 30)
+    assert await store.save_worker(first, None, guard) is True
+    assert await store.save_worker(worker(b"ns", 0, b"b"), None, guard) is False  # exists: no second holder
+    assert await store.load_workers(b"ns") == [first]
+    stale = worker(b"ns", 0, b"a" * 32, 4_000, 0, 30)
+    renewed = worker(b"ns", 0, b"a" * 32, 9_000, 77, 30)
+    assert await store.save_worker(renewed, stale, guard) is False  # compared with what is stored, exactly
+    assert await store.save_worker(renewed, first, guard) is True
+    assert await store.save_worker(worker(b"ns", 0, b"c"), first, guard) is False  # first is gone
+    released = worker(b"ns", 0, b"", 9_500, 80, 30)
+    assert await store.save_worker(released, renewed, guard) is True
+    assert await store.load_workers(b"ns") == [released]
+    assert await store.load_workers(b"ns", 0) == [released]
+    assert await store.load_workers(b"ns", 1) == []
+
+
+async def test_concurrent_acquires_of_one_id_one_wins(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    contenders = [worker(b"ns", 3, b"%02d" % i) for i in range(5)]
+    results = await asyncio.gather(*(store.save_worker(c, None, guard) for c in contenders))
+    assert sorted(results) == [False] * 4 + [True]
+    (stored,) = await store.load_workers(b"ns")
+    assert stored == contenders[results.index(True)]
+    taken = [worker(b"ns", 3, b"x%d" % i, 2_000) for i in range(5)]
+    results = await asyncio.gather(*(store.save_worker(t, stored, guard) for t in taken))
+    assert sorted(results) == [False] * 4 + [True]
+
+
+async def test_worker_namespaces_are_separate_and_not_sequences(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    names = [b"a", b"a/b", b"a/0001", b"a\x00", b"ab", b"\xff", b"a/b/0002"]
+    for n, ns in enumerate(names):
+        for i in (0, 2, 1023):
+            assert await store.save_worker(worker(ns, i, b"tok%d" % n, 10 + i, n), None, guard)
+    fresh = await subject.reopen()
+    for n, ns in enumerate(names):
+        assert await fresh.load_workers(ns) == [worker(ns, i, b"tok%d" % n, 10 + i, n) for i in (0, 2, 1023)]
+        assert await fresh.load_workers(ns, 2) == [worker(ns, 2, b"tok%d" % n, 12, n)]
+    assert await fresh.count() == 0
+    assert await fresh.list_keys() == []
+    assert await fresh.load(b"a") is None
+
+
+async def test_save_worker_needs_the_guard(subject: Subject) -> None:
+    subject.needs_guard()
+    store, guard = subject.store, subject.guard
+    held = worker(b"ns", 0)
+    assert await store.save_worker(held, None, guard)
+    for wrong in subject.wrong_guards():
+        with pytest.raises(GuardFailed):
+            await store.save_worker(worker(b"ns", 1), None, wrong)
+        with pytest.raises(GuardFailed):
+            await store.save_worker(worker(b"ns", 0, b"thief"), held, wrong)
+    assert await store.load_workers(b"ns") == [held]
+    await subject.end_term()
+    new = await subject.new_term()
+    with pytest.raises(GuardFailed):  # a deposed primary can never take an id again
+        await store.save_worker(worker(b"ns", 0, b"thief"), held, guard)
+    assert await store.save_worker(worker(b"ns", 0, b"heir"), held, new)
