@@ -14,11 +14,15 @@ import asyncio
 import itertools
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from . import log as march_log
 from .auth import AclLog
-from .config import Config
+from .config import OPTIONS, Config
+from .diagnostics import LatencyMonitor, Monitors, SlowLog
+from .metrics import NodeMetrics
 from .serving import Change, Phase
 
 if TYPE_CHECKING:
@@ -57,6 +61,44 @@ class Stats:
         self.denied_command = 0  # NOPERM for a command
         self.denied_key = 0  # NOPERM for a key
 
+    def reset(self) -> None:
+        """CONFIG RESETSTAT: every counter back to its starting value."""
+        fresh = Stats()
+        for name in Stats.__slots__:
+            setattr(self, name, getattr(fresh, name))
+
+
+class OpsRate:
+    """INFO's ``instantaneous_ops_per_sec``, as Redis computes it: the mean of the last 16 samples of
+    commands per second, one every 100 ms. Sampling starts at the first ``rate()`` (the first INFO),
+    so a server nobody watches has no timer."""
+
+    SAMPLES = 16
+    PERIOD = 0.1
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+        self._samples: deque[float] = deque(maxlen=self.SAMPLES)
+        self._last: tuple[float, int] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _tick(self) -> None:
+        now, n = time.monotonic(), self._count()
+        if self._last is not None and now > self._last[0]:
+            # max(0, ...): CONFIG RESETSTAT sets the count back to 0
+            self._samples.append(max(0, n - self._last[1]) / (now - self._last[0]))
+        self._last = (now, n)
+        self._timer = asyncio.get_running_loop().call_later(self.PERIOD, self._tick)
+
+    def rate(self) -> int:
+        if self._timer is None:
+            self._tick()
+        return round(sum(self._samples) / len(self._samples)) if self._samples else 0
+
+    def reset(self) -> None:
+        self._samples.clear()
+        self._last = None if self._timer is None else (time.monotonic(), self._count())
+
 
 class App:
     def __init__(self, config: Config, node: Node, hot: Mapping[bytes, Hot]) -> None:
@@ -69,6 +111,10 @@ class App:
         self.acl_log = AclLog()
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
+        self.ops_rate = OpsRate(lambda: self.stats.commands)
+        self.config_changed: set[str] = set()  # options changed by CONFIG SET, for CONFIG REWRITE
+        # INFO commandstats/errorstats at the last CONFIG RESETSTAT (command -> calls, usec, failed, errors)
+        self.info_baseline: dict[str, tuple[int, int, int, dict[str, int]]] = {}
         self.started = time.time()
         self.started_mono = time.monotonic()
         self.run_id = os.urandom(20).hex()
@@ -78,6 +124,11 @@ class App:
         self._ids = itertools.count(1)
         self.shutdown_requested: asyncio.Event | None = None
         self.closers: dict[int, Callable[[], None]] = {}
+        # observability: what the server counts and records, read by /metrics, SLOWLOG, LATENCY, MONITOR
+        self.metrics = NodeMetrics()
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.monitors = Monitors()
         self._hot = hot
         state = node.group.state
         self.hot: Mapping[bytes, Hot] = hot if state.serving else {}
@@ -108,3 +159,46 @@ class App:
     def request_shutdown(self) -> None:
         if self.shutdown_requested is not None:
             self.shutdown_requested.set()
+
+    def reconfigure(self, new: Config) -> None:
+        """CONFIG SET: serve with ``new`` from now on (already validated, every change at once).
+
+        Most values are read from ``app.config`` at use time; this pushes them to what holds its own
+        copy. Only options declared ``live`` in ``config.OPTIONS`` differ between ``new`` and the old
+        config (the command refuses the rest), so the node's and the keyspace's other settings stay
+        as they were started. Limits of the parser apply to connections opened after the change.
+        """
+        old, self.config = self.config, new
+        changed = {o.name for o in OPTIONS if getattr(old, o.name) != getattr(new, o.name)}
+        self.config_changed |= changed
+        self.node.config = new  # the node re-applies requirepass whenever it reloads the users
+        self.keyspace.reconfigure(new)
+        if "max_clients" in changed:
+            from .server import _clients_the_fd_limit_allows as fd_limited  # (server imports app)
+
+            self.max_clients = fd_limited(new.max_clients)
+        if "requirepass" in changed:
+            self._set_default_password(new.requirepass)
+        if changed & {"log_level", "log_format", "requirepass"}:  # (a new password is redacted from logs)
+            _apply_logging(self, new)
+        if changed & {"slowlog_log_slower_than", "slowlog_max_len"}:
+            _apply_slowlog(self, new)
+
+    def _set_default_password(self, password: str) -> None:
+        """As Redis' ``CONFIG SET requirepass``: the default user's only password, or none ("")."""
+        from .commands.registry import REGISTRY  # (the commands import app)
+
+        self.users.default.apply(["resetpass", ">" + password] if password else ["resetpass", "nopass"], REGISTRY)
+        self._users_changed([])  # with no password now, connections waiting to authenticate get in
+
+
+def _apply_logging(app: App, new: Config) -> None:
+    """The one place a live log_level / log_format reaches logging (``march.log.apply``: level,
+    format, and the passwords to redact)."""
+    march_log.apply(new)
+
+
+def _apply_slowlog(app: App, new: Config) -> None:
+    """The one place a live slowlog_log_slower_than / slowlog_max_len reaches SLOWLOG: the server
+    reads both from ``app.config`` per request; a shorter length drops the oldest entries now."""
+    app.slowlog.resize(new.slowlog_max_len)

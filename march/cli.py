@@ -21,6 +21,7 @@ import sys
 import uvloop
 
 from . import config as config_mod
+from . import log as march_log
 from .app import VERSION
 from .server import ListenError, serve
 from .store.base import StoreError
@@ -95,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     except config_mod.ConfigError as exc:
         print(f"march: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=getattr(logging, config.log_level.upper()),
-        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    host = config.bind if config.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    march_log.configure(
+        config.log_level,
+        config.log_format,
+        node_id=config.node_id or config.advertise or f"{host}:{config.port}",
+        secrets=march_log.secrets_of(config),
     )
     try:
         uvloop.run(_serve(config))

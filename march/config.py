@@ -11,12 +11,17 @@ command line, ``MARCH_DATA_DIR`` in the environment, ``data-dir`` in ``CONFIG GE
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from . import errors
 
 MAX_ID = (1 << 63) - 1  # IDs are signed 64-bit integers, as Redis INCR replies are
 MAX_KEY_LEN = 64 << 10  # no sequence name may approach what one etcd request carries (1.5 MiB)
@@ -107,9 +112,18 @@ class Config:
 
 @dataclass(frozen=True)
 class Option:
+    """One setting. ``live``: ``CONFIG SET`` may change it in a running server (see ``App.reconfigure``
+    for where each live value is pushed); otherwise ``restart`` says why it takes a restart.
+
+    An option is not live unless declared so: a new option must be checked (who caches it? can a
+    new value ever lower what is persisted?) before it may change at run time.
+    """
+
     name: str
     help: str
     section: str = "server"
+    live: bool = False
+    restart: str = errors.RESTART_AT_START
 
     @property
     def default(self) -> Any:
@@ -122,72 +136,141 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     # server
-    Option("bind", "address to listen on (0.0.0.0 for every interface)"),
-    Option("port", "TCP port for RESP clients (0 picks a free port, printed at start)"),
-    Option("data_dir", "directory of the embedded store (march.sqlite3) and its lock"),
-    Option("requirepass", "password of the default user; empty = no AUTH needed (loopback only)"),
-    Option("aclfile", "ACL file (Redis' format) that seeds the users when the store has none; ACL LOAD/SAVE use it"),
-    Option("protected_mode", "with no password, refuse clients that are not on the loopback interface"),
-    Option("log_level", "debug, info, warning or error"),
-    Option("log_format", "text (one readable line per event) or json (one JSON object per line, for log shippers)"),
+    Option("bind", "address to listen on (0.0.0.0 for every interface)", restart=errors.RESTART_LISTEN),
+    Option("port", "TCP port for RESP clients (0 picks a free port, printed at start)", restart=errors.RESTART_LISTEN),
+    Option("data_dir", "directory of the embedded store (march.sqlite3) and its lock", restart=errors.RESTART_STORE),
+    Option("requirepass", "password of the default user; empty = no AUTH needed (loopback only)", live=True),
+    Option(
+        "aclfile",
+        "ACL file (Redis' format) that seeds the users when the store has none; ACL LOAD/SAVE use it",
+        restart=errors.RESTART_ACLFILE,
+    ),
+    Option("protected_mode", "with no password, refuse clients that are not on the loopback interface", live=True),
+    Option("log_level", "debug, info, warning or error", live=True),
+    Option(
+        "log_format",
+        "text (one readable line per event) or json (one JSON object per line, for log shippers)",
+        live=True,
+    ),
     Option("shutdown_timeout", "seconds that SHUTDOWN/SIGTERM wait for in-flight requests"),
-    Option("metrics_port", "port of the Prometheus /metrics endpoint on the bind address (0 = off)", "observability"),
+    Option(
+        "metrics_port",
+        "port of the Prometheus /metrics endpoint on the bind address (0 = off)",
+        "observability",
+        restart=errors.RESTART_METRICS,
+    ),
     Option(
         "slowlog_log_slower_than",
         "SLOWLOG records commands slower than this many microseconds (0 = every command, -1 = none)",
         "observability",
+        live=True,
     ),
-    Option("slowlog_max_len", "most entries SLOWLOG keeps (the oldest go first)", "observability"),
-    Option("enable_debug_command", "allow DEBUG CLOCK-OFFSET, which moves the clock timestamp IDs read (tests only)"),
+    Option("slowlog_max_len", "most entries SLOWLOG keeps (the oldest go first)", "observability", live=True),
+    Option(
+        "enable_debug_command",
+        "allow DEBUG CLOCK-OFFSET, which moves the clock timestamp IDs read (tests only)",
+        restart=errors.RESTART_DEBUG,
+    ),
     # limits
-    Option("max_clients", "connections beyond this get 'ERR max number of clients reached'", "limits"),
-    Option("max_args", "most arguments in one request (protocol error beyond)", "limits"),
-    Option("max_bulk_len", "largest argument in bytes (protocol error beyond)", "limits"),
-    Option("max_inline_len", "longest inline command line in bytes", "limits"),
-    Option("max_output_buffer", "bytes of unread replies before a client is disconnected", "limits"),
-    Option("max_key_len", "longest sequence name in bytes (creating a longer one is an error)", "limits"),
-    Option("timeout", "close a client with no complete request for this many seconds (0 = never)", "limits"),
-    Option("max_sequences", "most sequences that may exist; creating one more is an error (0 = no limit)", "limits"),
-    Option("max_multi_commands", "most commands queued in one MULTI; one more aborts the transaction", "limits"),
+    Option("max_clients", "connections beyond this get 'ERR max number of clients reached'", "limits", live=True),
+    Option("max_args", "most arguments in one request (protocol error beyond)", "limits", live=True),
+    Option("max_bulk_len", "largest argument in bytes (protocol error beyond)", "limits", live=True),
+    Option("max_inline_len", "longest inline command line in bytes", "limits", live=True),
+    Option("max_output_buffer", "bytes of unread replies before a client is disconnected", "limits", live=True),
+    Option("max_key_len", "longest sequence name in bytes (creating a longer one is an error)", "limits", live=True),
+    Option("timeout", "close a client with no complete request for this many seconds (0 = never)", "limits", live=True),
+    Option(
+        "max_sequences",
+        "most sequences that may exist; creating one more is an error (0 = no limit)",
+        "limits",
+        live=True,
+    ),
+    Option(
+        "max_multi_commands", "most commands queued in one MULTI; one more aborts the transaction", "limits", live=True
+    ),
     # sequences
-    Option("auto_create", "INCR on an unknown key creates a sequence (off: SEQ.CREATE first)", "sequences"),
-    Option("min_batch", "smallest range of IDs persisted at a time", "sequences"),
-    Option("max_batch", "largest range of IDs persisted at a time", "sequences"),
-    Option("batch_interval", "target seconds one batch lasts; the batch adapts to it", "sequences"),
-    Option("watermark", "extend when less than this fraction of the batch is left", "sequences"),
-    Option("max_wait", "seconds a request waits for a store write before TRYAGAIN", "sequences"),
-    Option("store_timeout", "seconds before one store write is given up (and retried)", "sequences"),
-    Option("max_incrby", "largest n in INCRBY key n", "sequences"),
+    Option("auto_create", "INCR on an unknown key creates a sequence (off: SEQ.CREATE first)", "sequences", live=True),
+    Option("min_batch", "smallest range of IDs persisted at a time", "sequences", live=True),
+    Option("max_batch", "largest range of IDs persisted at a time", "sequences", live=True),
+    Option("batch_interval", "target seconds one batch lasts; the batch adapts to it", "sequences", live=True),
+    Option("watermark", "extend when less than this fraction of the batch is left", "sequences", live=True),
+    Option("max_wait", "seconds a request waits for a store write before TRYAGAIN", "sequences", live=True),
+    Option("store_timeout", "seconds before one store write is given up (and retried)", "sequences", live=True),
+    Option("max_incrby", "largest n in INCRBY key n", "sequences", live=True),
     Option(
         "timestamp_lookahead_ms",
         "timestamp sequences persist a time bound this far ahead (a restart starts past it)",
         "sequences",
+        live=True,
     ),
     Option(
         "timestamp_max_lead_ms",
         "most milliseconds the time inside a timestamp ID may run ahead of real time (0 = no cap)",
         "sequences",
+        live=True,
     ),
     # workers
-    Option("worker_ttl", "seconds a worker id is held by WORKER.ACQUIRE when no TTL is given", "workers"),
-    Option("worker_margin", "seconds an expired worker id rests beyond its TTL before it is handed out again", "workers"),
+    Option("worker_ttl", "seconds a worker id is held by WORKER.ACQUIRE when no TTL is given", "workers", live=True),
+    Option(
+        "worker_margin",
+        "seconds an expired worker id rests beyond its TTL before it is handed out again",
+        "workers",
+        live=True,
+    ),
     # cluster
-    Option("etcd", "etcd endpoints host:port,...; empty = single node on the embedded store", "cluster"),
-    Option("etcd_prefix", "every key of this cluster lives under this etcd prefix", "cluster"),
-    Option("node_id", "this node's id in the cluster (default: advertised host:port)", "cluster"),
-    Option("advertise", "host:port that clients are sent to (MOVED, CLUSTER SLOTS); default bind:port", "cluster"),
-    Option("lease_ttl", "seconds of the leadership lease; a dead primary is replaced after about this", "cluster"),
-    Option("etcd_user", "etcd user name (with etcd_password)", "cluster"),
-    Option("etcd_password", "etcd password", "cluster"),
-    Option("etcd_ca_cert_file", "CA certificate for TLS to etcd (enables TLS)", "cluster"),
-    Option("etcd_cert_file", "client certificate for TLS to etcd", "cluster"),
-    Option("etcd_key_file", "client key for TLS to etcd", "cluster"),
+    Option(
+        "etcd",
+        "etcd endpoints host:port,...; empty = single node on the embedded store",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option(
+        "etcd_prefix",
+        "every key of this cluster lives under this etcd prefix",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option(
+        "node_id",
+        "this node's id in the cluster (default: advertised host:port)",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option(
+        "advertise",
+        "host:port that clients are sent to (MOVED, CLUSTER SLOTS); default bind:port",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option(
+        "lease_ttl",
+        "seconds of the leadership lease; a dead primary is replaced after about this",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option("etcd_user", "etcd user name (with etcd_password)", "cluster", restart=errors.RESTART_ETCD),
+    Option("etcd_password", "etcd password", "cluster", restart=errors.RESTART_ETCD),
+    Option("etcd_ca_cert_file", "CA certificate for TLS to etcd (enables TLS)", "cluster", restart=errors.RESTART_ETCD),
+    Option("etcd_cert_file", "client certificate for TLS to etcd", "cluster", restart=errors.RESTART_ETCD),
+    Option("etcd_key_file", "client key for TLS to etcd", "cluster", restart=errors.RESTART_ETCD),
     # TLS for clients (Redis' option names)
-    Option("tls_port", "TCP port for TLS clients, beside the plain port (0 = no TLS)", "tls"),
-    Option("tls_cert_file", "the server's certificate (PEM) for the TLS port", "tls"),
-    Option("tls_key_file", "the server certificate's private key (PEM)", "tls"),
-    Option("tls_ca_cert_file", "CA certificate(s) that client certificates are checked against", "tls"),
-    Option("tls_auth_clients", "yes: clients need a certificate signed by the CA; optional; no", "tls"),
+    Option(
+        "tls_port", "TCP port for TLS clients, beside the plain port (0 = no TLS)", "tls", restart=errors.RESTART_LISTEN
+    ),
+    Option("tls_cert_file", "the server's certificate (PEM) for the TLS port", "tls", restart=errors.RESTART_TLS),
+    Option("tls_key_file", "the server certificate's private key (PEM)", "tls", restart=errors.RESTART_TLS),
+    Option(
+        "tls_ca_cert_file",
+        "CA certificate(s) that client certificates are checked against",
+        "tls",
+        restart=errors.RESTART_TLS,
+    ),
+    Option(
+        "tls_auth_clients",
+        "yes: clients need a certificate signed by the CA; optional; no",
+        "tls",
+        restart=errors.RESTART_TLS,
+    ),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}
@@ -312,11 +395,132 @@ def with_changes(config: Config, **changes: Any) -> Config:
 
 
 def reference_table() -> str:
-    """The README's configuration reference, generated from ``OPTIONS``."""
-    lines = ["| option (TOML / env / flag) | default | meaning |", "|---|---|---|"]
+    """The README's configuration reference, generated from ``OPTIONS`` (live: CONFIG SET changes it)."""
+    lines = ["| option (TOML / env / flag) | default | live | meaning |", "|---|---|---|---|"]
     for o in OPTIONS:
         default = o.default
         shown = ("yes" if default else "no") if isinstance(default, bool) else (default if default != "" else '""')
         flag = "--" + o.name.replace("_", "-")
-        lines.append(f"| `{o.name}` / `MARCH_{o.name.upper()}` / `{flag}` | `{shown}` | {o.help} |")
+        live = "yes" if o.live else "restart"
+        lines.append(f"| `{o.name}` / `MARCH_{o.name.upper()}` / `{flag}` | `{shown}` | {live} | {o.help} |")
     return "\n".join(lines)
+
+
+# --- CONFIG SET and CONFIG REWRITE ------------------------------------------------------------------
+
+_ALIASES = {"maxclients": "max_clients"}  # Redis' names that CONFIG GET shows too
+
+
+def find_option(name: str) -> Option | None:
+    """The option a CONFIG SET name means: ``max-batch`` or ``max_batch`` in any case, or Redis' ``maxclients``."""
+    key = name.lower().replace("-", "_")
+    return _BY_NAME.get(_ALIASES.get(key, key))
+
+
+_SECTION_LINE = re.compile(r"\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?")
+_KEY_LINE = re.compile(r"(\s*)([A-Za-z0-9_-]+)(\s*=\s*)(.*)")
+
+
+def toml_value(value: Any) -> str:
+    """``value`` (an option's bool, int, float or str) as a TOML literal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)  # 2.0, 1e-05, inf: all TOML
+    # JSON's string escapes are TOML's; TOML also wants DEL escaped.
+    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _inline_comment(rest: str) -> str:
+    """The comment after a key's value (with the blanks before it), or ''."""
+    for i, ch in enumerate(rest):
+        if ch != "#":
+            continue
+        try:
+            tomllib.loads("v = " + rest[:i])  # a '#' inside a string is not a comment
+        except tomllib.TOMLDecodeError:
+            continue
+        return rest[len(rest[:i].rstrip()) :]
+    return ""
+
+
+def rewrite_file(path: str, values: Mapping[str, Any]) -> None:
+    """Write ``values`` (option name -> value) into the TOML file at ``path``, keeping the rest as it is.
+
+    A key already in the file gets its new value in place (its comments, inline ones too, stay); a
+    missing one goes at the end of its option's section if the file has it, else into that section
+    under a ``# CONFIG REWRITE`` comment at the end. The result is parsed back and checked, then
+    written beside the file, flushed to disk and renamed over it: a crash leaves the old file or the
+    new one, never half of one. Raises ``ConfigError`` or ``OSError``; the file is then unchanged.
+    """
+    target = Path(path).resolve()  # a symlinked config stays a symlink: write where it points
+    lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
+    found: set[str] = set()
+    section = ""
+    section_end: dict[str, int] = {}  # section -> index just after its last key line
+    for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        ending = line[len(body) :]
+        m = _SECTION_LINE.fullmatch(body)
+        if m:
+            section = m.group(1)
+            section_end.setdefault(section, i + 1)
+            continue
+        m = _KEY_LINE.fullmatch(body)
+        if m is None:
+            continue
+        section_end[section] = i + 1
+        name = m.group(2).replace("-", "_")
+        if name in values:  # every occurrence: the loader reads a key in any section
+            found.add(name)
+            value = toml_value(values[name])
+            lines[i] = m.group(1) + m.group(2) + m.group(3) + value + _inline_comment(m.group(4)) + ending
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    missing: dict[str, list[str]] = {}
+    for name, value in values.items():
+        if name not in found:
+            missing.setdefault(_BY_NAME[name].section, []).append(f"{name} = {toml_value(value)}\n")
+    appended: list[str] = []
+    for sect, new_lines in sorted(missing.items(), key=lambda item: -section_end.get(item[0], -1)):
+        if sect in section_end:  # from the last section up, so earlier indexes stay right
+            lines[section_end[sect] : section_end[sect]] = new_lines
+        else:
+            appended += ["\n", "# CONFIG REWRITE: set at run time\n", f"[{sect}]\n", *new_lines]
+    text = "".join(lines + appended)
+    _check_rewritten(text, values)
+    _replace_atomically(target, text)
+
+
+def _check_rewritten(text: str, values: Mapping[str, Any]) -> None:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"the rewritten file would not parse: {exc}") from None
+    flat: dict[str, Any] = {}
+    for section_or_key, value in data.items():
+        for key, raw in value.items() if isinstance(value, dict) else [(section_or_key, value)]:
+            flat[key.replace("-", "_")] = raw
+    for name, want in values.items():
+        if name not in flat or parse_value(_BY_NAME[name], flat[name], "rewrite") != want:
+            raise ConfigError(f"could not place {name} in the file")
+
+
+def _replace_atomically(target: Path, text: str) -> None:
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".rewrite")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, target.stat().st_mode & 0o7777)  # keep the file's permissions (it may hold passwords)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a crash
+    finally:
+        os.close(dir_fd)

@@ -13,6 +13,12 @@ pauses until they drain. A run of identical pipelined requests to a command regi
 ``consecutive=`` (INCR) is answered from one call that hands out the whole run's IDs at once.
 Protected mode: with no password, only loopback clients are served.
 
+Observability (``march.metrics``, ``march.diagnostics``): each read's requests are counted and
+timed by command (``account``: two clock readings per read, nothing allocated per request), slow
+ones go to SLOWLOG, waits to LATENCY; MONITOR connections get every request (one truth test per
+request while there are none); ``--metrics-port`` serves them to Prometheus. Client limits hit are
+logged, rate-limited.
+
 Shutdown (``serve(config, stop)``): stop accepting, let each connection finish the requests it has
 read, wait at most ``shutdown_timeout``, then close what is left; wait for store writes in flight,
 close the store. This module never knows a command: it calls ``commands.call``.
@@ -32,21 +38,27 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, cast
 
 from . import errors
+from . import log as march_log
 from .app import VERSION, App
 from .client import Client
 from .commands import call
 from .commands.dispatch import as_error, rerun
-from .commands.registry import HOT, Hot
+from .commands.ops import MONITOR_STARTED
+from .commands.registry import HOT, Hot, lookup
 from .commands.server import NO_REPLY
 from .config import Config
+from .diagnostics import COMMAND_WAIT, StoreWatch
 from .generators.base import NotServing
+from .metrics import MetricsServer, error_kind, node_id, registry_for
 from .node import Node
 from .resp import ProtocolError, RequestParser, encode, encode_error
+from .store import batch
 
 log = logging.getLogger("march")
 
 _HIGH_WATER = 256 << 10  # pause reading from a client whose unsent replies pass this many bytes
 _monotonic = time.monotonic
+_perf_ns = time.perf_counter_ns
 _NO_HOT: dict[bytes, Hot] = {}  # the fast-path table of a connection that is not plain (AUTH, MULTI)
 _BIG_REPLY = 4096  # replies at least this long count toward max_output_buffer as a read's replies are made
 _FD_RESERVE = 32  # file descriptors kept for the store, etcd, logs (Redis keeps 32 too)
@@ -78,6 +90,8 @@ class Connection(asyncio.Protocol):
         self.protocol_error = ""  # set when the parser refused input: answer it after what came before
         self.task: asyncio.Task[None] | None = None
         self.pending: Coroutine[Any, Any, Any] | None = None  # the handler coroutine ``task`` runs
+        self.commands = app.metrics.commands  # per-command counters (``account``)
+        self.monitors = app.monitors.feeds  # the MONITOR connections (the same dict for the server's life)
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -91,11 +105,15 @@ class Connection(asyncio.Protocol):
         addr = _addr(peer)
         if len(app.clients) >= app.max_clients:
             app.stats.rejected += 1
+            _limit_hit(
+                "refusing a client from %s: max_clients (%d) reached", addr, app.max_clients, limit="max_clients"
+            )
             transport.write(encode_error(errors.MAX_CLIENTS))
             transport.close()
             return
         if app.config.protected_mode and app.users.default.nopass and not _is_loopback(peer):
             app.stats.rejected += 1
+            _limit_hit("refusing a client from %s: protected mode (no password set)", addr, limit="protected_mode")
             transport.write(encode_error(errors.PROTECTED_MODE))
             transport.close()
             return
@@ -114,6 +132,7 @@ class Connection(asyncio.Protocol):
         if self.client is not None:
             self.app.clients.pop(self.client.id, None)
             self.app.closers.pop(self.client.id, None)
+            self.app.monitors.remove(self.client.id)
         self.conns.discard(self)
         if self.task is not None and not self.task.done():
             self.task.cancel()
@@ -155,10 +174,36 @@ class Connection(asyncio.Protocol):
         requests, self.backlog = self.backlog, []
         self.run(requests, 0)
 
-    def error_reply(self, exc: Exception) -> bytes:
-        """The reply for a request whose handler raised (a bug costs one reply, never the server)."""
+    def error_reply(self, exc: Exception, args: list[bytes]) -> bytes:
+        """The reply for a request whose handler raised (a bug costs one reply, never the server),
+        counted by command and error kind."""
         self.app.stats.errors += 1
-        return encode_error(as_error(self.client, exc).message)
+        message = as_error(self.client, exc).message
+        self.app.metrics.commands.of(args[0]).error(error_kind(message))
+        return encode_error(message)
+
+    def slow(self, args: list[bytes], ns: int) -> None:
+        """A request at least ``slowlog_log_slower_than`` long: into SLOWLOG (redacted, truncated).
+        As in Redis, only commands that exist (an unknown name is no command)."""
+        if lookup(args[0]) is None:
+            return
+        client = self.client
+        self.app.slowlog.add(args, ns // 1000, client.addr, client.name, self.app.config.slowlog_max_len)
+
+    def feed_monitors(self, args: list[bytes]) -> None:
+        """Show a request to the MONITOR connections, as Redis does: not admin commands, nor
+        what an unauthenticated client may not run; passwords redacted."""
+        spec = lookup(args[0])
+        if spec is None or "admin" in spec.flags or (not self.client.authenticated and not spec.noauth):
+            return
+        self.app.monitors.feed(args, self.client.addr)
+
+    def monitor_line(self, line: bytes) -> None:
+        """One line for this connection in MONITOR mode (bounded by max_output_buffer like any reply)."""
+        if not self.closing:
+            self.transport.write(line)
+            if self.write_paused:
+                self.check_output_buffer()
 
     def run(self, requests: list[list[bytes]], start: int) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
@@ -176,9 +221,14 @@ class Connection(asyncio.Protocol):
         big = 0  # bytes of large replies in ``out`` (checked against max_output_buffer as they are made)
         n = len(requests)
         i = start
+        monitors = self.monitors  # empty unless someone runs MONITOR: one truth test per request
+        began = _perf_ns()  # the read's requests answered at once share its time (``account``)
+        run = 0  # the last run of identical requests answered at once
         while i < n:
             args = requests[i]
             i += 1
+            if monitors:
+                self.feed_monitors(args)
             entry = hot.get(args[0])
             try:
                 if entry is not None and len(args) == entry.arity:
@@ -192,6 +242,7 @@ class Connection(asyncio.Protocol):
                         last = entry.consecutive(client, args, j - i + 1)
                         if last is not None:
                             out.extend([b":%d\r\n" % v for v in range(last - (j - i), last + 1)])
+                            run = j - i + 1
                             i = j
                             continue
                     result = entry.handler(client, args)
@@ -204,7 +255,7 @@ class Connection(asyncio.Protocol):
                     )
                     self.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
             except Exception as exc:
-                out.append(self.error_reply(exc))
+                out.append(self.error_reply(exc, args))
                 continue
             if result.__class__ is int:
                 out.append(b":%d\r\n" % result)
@@ -212,9 +263,14 @@ class Connection(asyncio.Protocol):
                 if out:
                     self.transport.write(b"".join(out))
                 app.stats.commands += i - start
-                self.wait(result, requests, i)
+                now = _perf_ns()
+                self.account(requests, start, i - 1, now - began)  # this one is timed when it is done
+                self.wait(result, requests, i, now)
                 return
             elif result is not NO_REPLY:
+                if result is MONITOR_STARTED:
+                    app.monitors.add(client.id, self.monitor_line)
+                    result = "OK"
                 reply = encode(result, client.proto)
                 out.append(reply)
                 if len(reply) > _BIG_REPLY:  # only such replies can add up to max_output_buffer
@@ -225,6 +281,21 @@ class Connection(asyncio.Protocol):
             if client.close_after:
                 break
         app.stats.commands += i - start
+        ns = _perf_ns() - began
+        answered = i - start
+        if answered == 1 or answered == run > 0:
+            # One request, or one run of identical ones (a pipeline of INCRs on one key): the common
+            # cases, counted here; ``account`` does the same for any mix.
+            name = requests[start][0]
+            stats = self.commands.spellings.get(name) or self.commands.of(name)
+            share = ns // answered
+            stats.hist[share.bit_length()] += answered
+            stats.total_ns += ns
+            if share >= app.config.slowlog_log_slower_than * 1000 >= 0:
+                for args in requests[start:i]:
+                    self.slow(args, share)
+        else:
+            self.account(requests, start, i, ns)
         if self.protocol_error and not self.backlog and not client.close_after:
             out.append(encode_error(errors.PROTOCOL_ERROR.format(self.protocol_error)))
             client.close_after = True
@@ -237,26 +308,90 @@ class Connection(asyncio.Protocol):
         elif self.backlog and not self.busy:
             self.run_backlog()
 
-    def wait(self, pending: Any, requests: list[list[bytes]], resume_at: int) -> None:
-        """A handler must wait: pause this connection until ``pending`` is done, keeping order."""
+    def account(self, requests: list[list[bytes]], start: int, end: int, ns: int) -> None:
+        """Count ``requests[start:end]``, answered at once in ``ns``, by command (march.metrics).
+
+        One clock reading per read, not per request: each request is taken to have lasted an equal
+        share of the read (for a pipeline, that share is what a request costs; a read of one request,
+        the common case, is timed exactly). A request that waits is timed alone when it is done
+        (``finish``). Requests in a row with the same command are counted at once. SLOWLOG takes the
+        requests whose share reaches ``slowlog_log_slower_than`` (read at use time: CONFIG SET).
+        """
+        count = end - start
+        commands = self.commands
+        if count == 1:
+            name = requests[start][0]
+            stats = commands.spellings.get(name) or commands.of(name)
+            stats.hist[ns.bit_length()] += 1
+            stats.total_ns += ns
+            if ns >= self.app.config.slowlog_log_slower_than * 1000 >= 0:
+                self.slow(requests[start], ns)
+            return
+        if count <= 0:
+            return
+        share = ns // count
+        slot = share.bit_length()
+        spellings = commands.spellings
+        batch = requests if start == 0 and end == len(requests) else requests[start:end]
+        name = batch[0][0]
+        for args in batch:  # one command? (a pipeline usually is: then this only compares)
+            if args[0] != name:
+                break
+        else:
+            stats = spellings.get(name) or commands.of(name)
+            stats.hist[slot] += count
+            stats.total_ns += ns
+            self.slow_batch(batch, share)
+            return
+        same = 0
+        for args in batch:
+            if args[0] == name:
+                same += 1
+                continue
+            stats = spellings.get(name) or commands.of(name)
+            stats.hist[slot] += same
+            stats.total_ns += share * same
+            name = args[0]
+            same = 1
+        stats = spellings.get(name) or commands.of(name)
+        stats.hist[slot] += same
+        stats.total_ns += share * same
+        self.slow_batch(batch, share)
+
+    def slow_batch(self, batch: list[list[bytes]], share: int) -> None:
+        if share >= self.app.config.slowlog_log_slower_than * 1000 >= 0:
+            for args in batch:
+                self.slow(args, share)
+
+    def wait(self, pending: Any, requests: list[list[bytes]], resume_at: int, began: int) -> None:
+        """A handler must wait: pause this connection until ``pending`` is done, keeping order.
+        ``began``: when the request started (``perf_counter_ns``), for its duration."""
         self.busy = True
         self.transport.pause_reading()
         self.pending = pending
-        self.task = asyncio.get_running_loop().create_task(self.finish(pending, requests, resume_at))
+        self.task = asyncio.get_running_loop().create_task(self.finish(pending, requests, resume_at, began))
 
-    async def finish(self, pending: Any, requests: list[list[bytes]], resume_at: int) -> None:
+    async def finish(self, pending: Any, requests: list[list[bytes]], resume_at: int, began: int) -> None:
         """Await one handler's coroutine, write its reply, then run the rest of the read."""
         client = self.client
+        args = requests[resume_at - 1]
         try:
             try:
                 value = await pending
             except NotServing:
                 # This node stopped serving while the request waited (it got no ID): run it again
                 # once the change is over, here if this node serves by then, else a MOVED reply.
-                value = await rerun(client, requests[resume_at - 1])
+                value = await rerun(client, args)
             reply = encode(value, client.proto) if value is not NO_REPLY else b""
         except Exception as exc:
-            reply = self.error_reply(exc)
+            reply = self.error_reply(exc, args)
+        took = _perf_ns() - began
+        stats = self.app.metrics.commands.of(args[0])
+        stats.observe(took)
+        stats.waits += 1
+        if 0 <= self.app.config.slowlog_log_slower_than * 1000 <= took:
+            self.slow(args, took)
+        self.app.latency.add(COMMAND_WAIT, took // 1_000_000)
         if self.closing:
             return
         if reply:
@@ -278,7 +413,9 @@ class Connection(asyncio.Protocol):
 
     def drop(self, why: str) -> None:
         """Close this connection at once, its unsent replies dropped (a client over its output limit)."""
-        log.warning("closing client %s: %s", self.client.addr if self.client is not None else "?", why)
+        _limit_hit(
+            "closing client %s: %s", self.client.addr if self.client is not None else "?", why, limit="output_buffer"
+        )
         self.app.stats.output_closed += 1
         self.closing = True
         self.deaf = True
@@ -290,6 +427,11 @@ class Connection(asyncio.Protocol):
         self.deaf = True
         if self.transport is not None:
             self.transport.close()
+
+
+def _limit_hit(message: str, *args: Any, limit: str) -> None:
+    """A client limit was hit: one line (rate-limited by march.log, so a flood costs a few lines)."""
+    march_log.event(log, logging.WARNING, "client_limit", message, *args, limit=limit)
 
 
 def _addr(sockaddr: Any) -> str:
@@ -323,6 +465,9 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
     app.shutdown_requested = asyncio.Event()
     conns: set[Connection] = set()
     servers: list[asyncio.Server] = []
+    store_watch = StoreWatch(app.metrics, app.latency).chunk  # store transactions: metrics, LATENCY, logs
+    batch.listeners.append(store_watch)
+    metrics: MetricsServer | None = None
     try:
         server = await _listen(loop, lambda: Connection(app, conns), config.bind, config.port)
         servers.append(server)
@@ -340,9 +485,17 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
             app.tls_port = tls.sockets[0].getsockname()[1]
             log.info("TLS on %s:%d (client certificates: %s)", config.bind, app.tls_port, config.tls_auth_clients)
         node.join(app.port, app.tls_port)
+        march_log.set_node(node_id(app))
+        if config.metrics_port:
+            metrics = MetricsServer(registry_for(app))
+            try:
+                port = await metrics.start(config.bind, config.metrics_port)
+            except OSError as exc:
+                raise ListenError(f"metrics: cannot listen on {config.bind}:{config.metrics_port}: {exc}") from exc
+            log.info("Prometheus metrics on http://%s:%d/metrics", config.bind, port)
         if ready is not None and not ready.done():
             ready.set_result(app.port)
-        idle = loop.create_task(_close_idle(app, conns)) if config.timeout > 0 else None
+        idle = loop.create_task(_close_idle(app, conns))  # always: CONFIG SET timeout may turn it on
         stopper = asyncio.ensure_future(stop)
         requested = loop.create_task(app.shutdown_requested.wait())
         await asyncio.wait({stopper, requested}, return_when=asyncio.FIRST_COMPLETED)
@@ -355,7 +508,10 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
             s.close()
         await _close_connections(conns, config.shutdown_timeout)
     finally:
+        if metrics is not None:
+            await metrics.stop()
         await node.stop()  # steps down (a primary gives the leader key back at once), drains, closes
+        batch.listeners.remove(store_watch)
     log.info("March stopped")
 
 
@@ -444,9 +600,20 @@ async def _close_connections(conns: set[Connection], timeout: float) -> None:
 
 async def _close_idle(app: App, conns: set[Connection]) -> None:
     while True:
-        await asyncio.sleep(min(1.0, app.config.timeout / 2))
+        timeout = app.config.timeout  # read each round: CONFIG SET may change it (0: never close)
+        await asyncio.sleep(min(1.0, timeout / 2) if timeout > 0 else 1.0)
+        if app.config.timeout <= 0:
+            continue
         limit = time.monotonic() - app.config.timeout
         for c in list(conns):
             if c.client is not None and c.client.last_active < limit and not c.busy:
                 app.stats.timeouts_closed += 1
+                march_log.event(
+                    log,
+                    logging.INFO,
+                    "client_limit",
+                    "closing idle client %s (timeout)",
+                    c.client.addr,
+                    limit="timeout",
+                )
                 c.close()

@@ -257,7 +257,10 @@ class ServingState:
         self.phase = phase
         self.last_change = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {change}"
         level = logging.INFO if phase is not Phase.STANDBY or cause is Cause.SHUTDOWN else logging.WARNING
-        log.log(level, "%s%s", f"[{self.name}] " if self.name else "", change)
+        fields = {"phase": phase.value, "previous": change.previous.value, "cause": cause.name.lower()}
+        log.log(
+            level, "%s%s", f"[{self.name}] " if self.name else "", change, extra={"event": "role", "fields": fields}
+        )
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
         for listener in list(self._listeners):

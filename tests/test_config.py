@@ -236,3 +236,114 @@ def test_the_example_config_lists_every_option_with_its_default() -> None:
     assert sorted(flat) == sorted(o.name for o in OPTIONS)
     for o in OPTIONS:
         assert flat[o.name] == o.default, o.name
+
+
+# --- live options, CONFIG SET names, CONFIG REWRITE's file rewriting ------------------------------------
+
+REPO_TOML = Path(__file__).resolve().parent.parent / "config" / "march.toml"
+
+
+def test_every_option_is_live_or_says_why_not() -> None:
+    for o in OPTIONS:
+        assert o.live or o.restart, o.name
+    live = {o.name for o in OPTIONS if o.live}
+    # What decides where clients connect, where state lives and who may move the clock: restart only.
+    for name in ("bind", "port", "data_dir", "etcd", "node_id", "lease_ttl", "tls_port", "enable_debug_command"):
+        assert name not in live, name
+    for name in ("min_batch", "max_batch", "max_wait", "max_clients", "timeout", "log_level", "requirepass"):
+        assert name in live, name
+
+
+def test_reference_table_has_a_live_column() -> None:
+    lines = config_mod.reference_table().splitlines()
+    assert lines[0] == "| option (TOML / env / flag) | default | live | meaning |"
+    rows = {line.split("`")[1]: line for line in lines[2:]}
+    assert "| yes |" in rows["max_batch"] and "| restart |" in rows["bind"]
+
+
+@pytest.mark.parametrize("name", ["max-batch", "max_batch", "MAX-BATCH", "Max_Batch"])
+def test_find_option_spellings(name: str) -> None:
+    option = config_mod.find_option(name)
+    assert option is not None and option.name == "max_batch"
+
+
+def test_find_option_redis_alias_and_unknown() -> None:
+    option = config_mod.find_option("maxclients")
+    assert option is not None and option.name == "max_clients"
+    assert config_mod.find_option("config_file") is None  # not an option: where the config was read from
+    assert config_mod.find_option("nosuch") is None
+
+
+def test_toml_values_read_back() -> None:
+    import tomllib
+
+    for value in (True, False, 0, 5000, 2.5, 1e-05, float("inf"), "", 'a "quoted" \\ path\n\x7f\tü'):
+        assert tomllib.loads("v = " + config_mod.toml_value(value))["v"] == value, value
+
+
+def test_rewrite_keeps_comments_and_layout(tmp_path: Path) -> None:
+    file = tmp_path / "march.toml"
+    original = REPO_TOML.read_text()
+    file.write_text(original)
+    config_mod.rewrite_file(str(file), {"max_batch": 5000, "log_level": "debug", "auto_create": False})
+    text = file.read_text()
+    assert load(str(file), {}, {}).max_batch == 5000
+    assert load(str(file), {}, {}).log_level == "debug" and not load(str(file), {}, {}).auto_create
+    # Every line but the three rewritten ones is unchanged, in place.
+    before, after = original.splitlines(), text.splitlines()
+    assert len(before) == len(after)
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert changed == [
+        ('log_level = "info"', 'log_level = "debug"'),
+        ("auto_create = true", "auto_create = false"),
+        ("max_batch = 1000000", "max_batch = 5000"),
+    ]
+
+
+def test_rewrite_keeps_inline_comments_and_dashed_keys(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, '[limits]\nmax-clients = 10  # our fd limit\nbind = "a#b"  # hash in a string\n')
+    config_mod.rewrite_file(file, {"max_clients": 99, "bind": "c#d"})
+    assert Path(file).read_text() == '[limits]\nmax-clients = 99  # our fd limit\nbind = "c#d"  # hash in a string\n'
+
+
+def test_rewrite_adds_missing_options_to_their_section(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, "# mine\n[sequences]\nmin_batch = 10\n\n[limits]\nmax_args = 100\n")
+    config_mod.rewrite_file(file, {"max_batch": 70, "timeout": 2.5, "worker_ttl": 9})
+    text = Path(file).read_text()
+    assert text.startswith(
+        "# mine\n[sequences]\nmin_batch = 10\nmax_batch = 70\n\n[limits]\nmax_args = 100\ntimeout = 2.5\n"
+    )
+    assert text.endswith("# CONFIG REWRITE: set at run time\n[workers]\nworker_ttl = 9\n")
+    c = load(file, {}, {})
+    assert (c.min_batch, c.max_batch, c.max_args, c.timeout, c.worker_ttl) == (10, 70, 100, 2.5, 9)
+
+
+def test_rewrite_keeps_permissions_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, 'requirepass = "old"\n')
+    os.chmod(file, 0o600)
+    config_mod.rewrite_file(file, {"requirepass": "new"})
+    assert load(file, {}, {}).requirepass == "new"
+    assert os.stat(file).st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["march.toml"]
+
+
+def test_rewrite_follows_a_symlink(tmp_path: Path) -> None:
+    real = Path(write_toml(tmp_path, "max_incrby = 5\n", "real.toml"))
+    link = tmp_path / "march.toml"
+    link.symlink_to(real)
+    config_mod.rewrite_file(str(link), {"max_incrby": 6})
+    assert link.is_symlink() and load(str(real), {}, {}).max_incrby == 6
+
+
+def test_rewrite_that_would_break_the_file_changes_nothing(tmp_path: Path) -> None:
+    file = write_toml(tmp_path, 'bind = """\nmax_incrby = 5\n"""\n')  # a multi-line string with a key-like line
+    before = Path(file).read_text()
+    with pytest.raises(ConfigError):
+        config_mod.rewrite_file(file, {"max_incrby": 7})
+    assert Path(file).read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["march.toml"]
+
+
+def test_replace_validates_the_whole_config() -> None:
+    with pytest.raises(ConfigError, match="min_batch"):
+        dataclasses.replace(Config(), min_batch=10, max_batch=5)

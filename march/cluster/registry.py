@@ -93,6 +93,8 @@ class Registry:
         self.topology = Topology()
         self._registered: tuple[int, str] | None = None  # (lease, role) last written
         self._listeners: list[Callable[[], None]] = []
+        self.leader_changes = 0  # times the leader key named another node (metrics)
+        self._last_leader: str | None = None
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -149,6 +151,11 @@ class Registry:
         topology = Topology(leader, leader_revision, leader_lease, handoff, nodes, found.revision)
         if topology.revision >= self.topology.revision:
             self.topology = topology
+            if leader is not None and leader != self._last_leader:
+                if self._last_leader is not None:
+                    self.leader_changes += 1
+                    log.info("the primary is now %s (was %s)", leader, self._last_leader)
+                self._last_leader = leader
         return topology
 
     async def watch(self) -> None:

@@ -1,3 +1,237 @@
-"""Operations commands: SLOWLOG, MONITOR, LATENCY (filled in by the observability work)."""
+"""Operations commands: SLOWLOG, MONITOR, LATENCY, in Redis' shapes and ACL categories.
+
+Every node answers about itself (none of these is served by the primary only): a standby's
+SLOWLOG holds the requests it answered (MOVED replies included), the primary's its INCRs.
+
+- ``SLOWLOG GET [count] | LEN | RESET | HELP``: requests that took at least
+  ``slowlog_log_slower_than`` µs (-1: none, 0: all), the newest ``slowlog_max_len``; each entry is
+  id, unix time, µs, arguments (at most 32, each at most 128 bytes, passwords redacted), client
+  address, client name. A request that waited for the store (a first INCR, a TRYAGAIN) shows
+  with its whole wait.
+- ``MONITOR``: the connection is sent every request other clients make, as Redis does
+  (``+<unix time> [0 <addr>] "INCR" "orders"``), passwords redacted, admin commands not shown.
+  It stays a monitor until it closes. Nothing costs anything while nobody monitors.
+- ``LATENCY LATEST | HISTORY event | RESET [event...] | DOCTOR | HISTOGRAM [command...] | HELP``:
+  events ``store-write`` and ``store-read`` (every store transaction) and ``command-wait``
+  (every request that had to wait), in milliseconds, the worst of each second, the last 160;
+  HISTOGRAM gives each command's request latencies in power-of-two µs buckets, as Redis.
+
+What the handlers never do: touch a transport (MONITOR returns ``MONITOR_STARTED`` and the
+server attaches its connection) or show a password.
+"""
 
 from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
+from ..errors import CommandError
+from ..resp import Verbatim
+from .args import parse_int
+from .registry import check_subcommand, command
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+# ACL categories as Redis 7 has them: MONITOR and every subcommand but HELP are @admin @slow
+# @dangerous; the SLOWLOG and LATENCY containers themselves and their HELP are only @slow.
+_ADMIN = ("@admin", "@slow", "@dangerous")
+_FLAGS = ("admin", "noscript", "loading", "stale")
+
+
+class _MonitorStarted:
+    """MONITOR's result: the server replies +OK and sends this connection every later request."""
+
+
+MONITOR_STARTED = _MonitorStarted()
+
+
+def _help(name: str, lines: list[str]) -> list[str]:
+    return [
+        f"{name} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        *lines,
+        "HELP",
+        "    Prints this help.",
+    ]
+
+
+def _syntax(args: list[bytes], name: str) -> CommandError:
+    return CommandError(errors.SUBCOMMAND_SYNTAX.format(args[1].decode("utf-8", "replace"), name))
+
+
+# --- SLOWLOG --------------------------------------------------------------------------------------
+
+_SLOWLOG_HELP = [
+    "GET [<count>]",
+    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    "    Entries are made of:",
+    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    "    client name",
+    "LEN",
+    "    Return the length of the slowlog.",
+    "RESET",
+    "    Reset the slowlog.",
+]
+
+
+@command(
+    "slowlog",
+    -2,
+    ("admin", "loading", "stale"),
+    ("@slow",),
+    summary="SLOWLOG GET [count] | LEN | RESET | HELP: this node's slowest requests (slowlog_log_slower_than).",
+    group="server",
+    subcommands=(
+        ("get", -2, "The newest entries (default 10, -1: all)."),
+        ("len", 2, "How many entries."),
+        ("reset", 2, "Forget every entry."),
+        ("help", 2, "Show the subcommands."),
+    ),
+    sub_categories={"get": _ADMIN, "len": _ADMIN, "reset": _ADMIN},
+)
+def slowlog(client: Client, args: list[bytes]) -> Any:
+    sub = check_subcommand("slowlog", args)
+    log = client.app.slowlog
+    if sub == b"get" and len(args) <= 3:
+        count = 10
+        if len(args) == 3:
+            try:
+                count = parse_int(args[2])
+            except CommandError:
+                raise CommandError(errors.SLOWLOG_COUNT) from None
+            if count < -1:
+                raise CommandError(errors.SLOWLOG_COUNT)
+        return [[e.id, e.time, e.duration_us, list(e.args), e.addr.encode(), e.name.encode()] for e in log.get(count)]
+    if sub == b"len" and len(args) == 2:
+        return len(log.entries)
+    if sub == b"reset" and len(args) == 2:
+        log.reset()
+        return "OK"
+    if sub == b"help" and len(args) == 2:
+        return _help("SLOWLOG", _SLOWLOG_HELP)
+    raise _syntax(args, "SLOWLOG")
+
+
+# --- MONITOR --------------------------------------------------------------------------------------
+
+
+@command(
+    "monitor",
+    1,
+    _FLAGS,
+    _ADMIN,
+    queued=False,
+    summary="Stream every request this node receives from other clients (passwords redacted).",
+    group="server",
+)
+def monitor(client: Client, args: list[bytes]) -> Any:
+    if client.multi is not None:  # Redis refuses it at EXEC; here at once (a monitor inside EXEC is nonsense)
+        raise CommandError(errors.MONITOR_DENIED)
+    return MONITOR_STARTED
+
+
+# --- LATENCY --------------------------------------------------------------------------------------
+
+_LATENCY_HELP = [
+    "DOCTOR",
+    "    Return a human readable latency analysis report.",
+    "HISTORY <event>",
+    "    Return time-latency samples for the <event> class.",
+    "LATEST",
+    "    Return the latest latency samples for all events.",
+    "RESET [<event> ...]",
+    "    Reset latency data of one or more <event> classes.",
+    "    (default: reset all data for all event classes)",
+    "HISTOGRAM [COMMAND ...]",
+    "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+    "    If no commands are specified then all histograms are replied.",
+    f"Events: {STORE_WRITE}, {STORE_READ} (one per store transaction), {COMMAND_WAIT} (a request that waited).",
+]
+
+_ADVICE = {
+    STORE_WRITE: "Store writes make the INCRs that need a new range wait; above a second, check the disk "
+    "(single node) or etcd's health, disk and network latency (cluster).",
+    STORE_READ: "Reads happen on a key's first request in a term (after a start or a failover).",
+    COMMAND_WAIT: "Requests waited for the store or a promotion; a few after a start or a failover are "
+    "expected (each key persists a range before its first ID). Many: raise min_batch, or see store-write.",
+}
+
+
+@command(
+    "latency",
+    -2,
+    _FLAGS,
+    ("@slow",),
+    summary="LATENCY LATEST | HISTORY event | RESET [event...] | DOCTOR | HISTOGRAM [command...] | HELP: "
+    "store and wait latency events of this node.",
+    group="server",
+    subcommands=(
+        ("latest", 2, "The latest sample of every event."),
+        ("history", 3, "An event's samples: the worst of each second."),
+        ("reset", -2, "Forget events (all by default)."),
+        ("doctor", 2, "A short report."),
+        ("histogram", -2, "Request latency histograms by command."),
+        ("help", 2, "Show the subcommands."),
+    ),
+    sub_categories={name: _ADMIN for name in ("latest", "history", "reset", "doctor", "histogram")},
+)
+def latency(client: Client, args: list[bytes]) -> Any:
+    sub = check_subcommand("latency", args)
+    monitor = client.app.latency
+    if sub == b"latest" and len(args) == 2:
+        return [[name.encode(), at, ms, worst] for name, at, ms, worst in monitor.latest()]
+    if sub == b"history" and len(args) == 3:
+        return [[at, ms] for at, ms in monitor.history(args[2].decode("utf-8", "replace"))]
+    if sub == b"reset":
+        names = [a.decode("utf-8", "replace") for a in args[2:]]
+        return monitor.reset(names or None)
+    if sub == b"doctor" and len(args) == 2:
+        return Verbatim(_doctor(client))
+    if sub == b"histogram":
+        return _histograms(client, args[2:])
+    if sub == b"help" and len(args) == 2:
+        return _help("LATENCY", _LATENCY_HELP)
+    raise _syntax(args, "LATENCY")
+
+
+def _doctor(client: Client) -> str:
+    events = client.app.latency.events
+    if not events:
+        return (
+            "No latency event recorded since the start (or the last LATENCY RESET). March records "
+            f"{STORE_WRITE} and {STORE_READ} for every store transaction and {COMMAND_WAIT} for every "
+            "request that had to wait.\n"
+        )
+    lines = ["Latency events of this node (milliseconds; the worst sample of each second, the last 160):", ""]
+    for name, e in sorted(events.items()):
+        if not e.samples:
+            continue
+        ms = [m for _, m in e.samples]
+        at, last = e.samples[-1]
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+        lines.append(
+            f"{name}: {len(ms)} samples, latest {last} ms at {when} UTC, average {sum(ms) / len(ms):.1f} ms, "
+            f"worst {e.max_ms} ms since the start."
+        )
+        lines.append(f"  {_ADVICE.get(name, '')}")
+    return "\n".join(lines) + "\n"
+
+
+def _histograms(client: Client, names: list[bytes]) -> dict[bytes, Any]:
+    table = client.app.metrics.commands
+    wanted = None if not names else {n.decode("utf-8", "replace").lower() for n in names}
+    out: dict[bytes, Any] = {}
+    for stats in table.all():
+        calls = stats.calls
+        if not calls or stats is table.unknown or (wanted is not None and stats.name not in wanted):
+            continue
+        buckets: dict[int, int] = {}
+        running = 0
+        for k, count in enumerate(stats.hist):
+            running += count
+            if count:  # slot k: under 2**k ns, shown as 2**(k-10) µs (a µs taken as 1024 ns, as Redis' powers of two)
+                buckets[1 << max(0, k - 10)] = running
+        out[stats.name.encode()] = {b"calls": calls, b"histogram_usec": buckets}
+    return out

@@ -1,21 +1,30 @@
-"""Server commands: COMMAND, CONFIG GET, INFO, TIME, SHUTDOWN.
+"""Server commands: COMMAND, CONFIG, INFO, TIME, SHUTDOWN.
 
 ``COMMAND`` is generated from the registry in Redis 7's shape (name, arity, flags, first key, last
 key, step, ACL categories, tips, key specs, subcommands): cluster clients read key positions from
-it. ``CONFIG`` is a read-only view of the Config (``CONFIG SET`` is refused: restart to change).
+it.
+
+``CONFIG SET`` changes only the options ``config.OPTIONS`` declares live, all or none, on this node
+only (a cluster's nodes are each set, or share a config file); it never changes what is persisted
+(no option can lower a stored ceiling). ``CONFIG REWRITE`` writes what it changed into the config
+file. ``INFO`` has the fields ``redis-cli --stat`` and monitoring tools read, with true values
+(never made-up figures): what March does not have (expiry, eviction, replication offsets) is 0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import platform
+import resource
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..app import REDIS_COMPAT_VERSION, VERSION
+from ..config import ConfigError, find_option, parse_value, rewrite_file
 from ..errors import CommandError
 from ..glob import compile_glob
 from ..resp import Verbatim
@@ -23,6 +32,7 @@ from ..store.base import StoreError
 from .registry import REGISTRY, CommandSpec, check_subcommand, command, lookup
 
 if TYPE_CHECKING:
+    from ..app import App
     from ..client import Client
 
 _ADMIN = ("@admin", "@slow", "@dangerous")
@@ -141,31 +151,118 @@ def command_(client: Client, args: list[bytes]) -> Any:
     -2,
     ("admin", "noscript", "loading", "stale"),
     _ADMIN,
-    summary="CONFIG GET pattern...: the running configuration (read-only).",
+    summary="CONFIG GET pattern... / SET name value... / REWRITE / RESETSTAT: the running configuration.",
     group="server",
-    subcommands=(("get", -3, "Options matching glob patterns."),),
+    subcommands=(
+        ("get", -3, "Options matching glob patterns."),
+        ("set", -4, "Change live options, all or none (this node only)."),
+        ("rewrite", 2, "Write the options changed by CONFIG SET into the config file."),
+        ("resetstat", 2, "Reset the statistics counters of INFO."),
+    ),
 )
 def config(client: Client, args: list[bytes]) -> Any:
-    sub = args[1].lower()
-    if sub not in (b"set", b"rewrite", b"resetstat"):
-        sub = check_subcommand("config", args)
+    sub = check_subcommand("config", args)
     if sub == b"get":
-        if len(args) < 3:
-            raise errors.wrong_arity("config|get")
-        items = client.app.config.public_items()
-        items["maxclients"] = items["max-clients"]
-        items["save"] = ""  # tools such as redis-benchmark ask; persistence is always on, per write
-        items["appendonly"] = "no"
-        out: dict[bytes, bytes] = {}
-        for pattern in args[2:]:
-            glob = compile_glob(pattern, nocase=True)  # Redis matches option names without case
-            for name, value in items.items():
-                if glob.match(name.encode()) or glob.match(name.replace("-", "_").encode()):
-                    out[name.encode()] = value.encode()
-        return out
-    if sub in (b"set", b"rewrite", b"resetstat"):
-        raise CommandError(errors.CONFIG_READONLY.format(sub.decode().upper()))
-    raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "CONFIG"))
+        return _config_get(client, args)
+    if sub == b"set":
+        return _config_set(client, args)
+    if sub == b"rewrite":
+        return _config_rewrite(client)
+    if sub == b"resetstat":
+        reset_stats(client.app)
+        return "OK"
+    return [  # HELP
+        b"CONFIG GET <pattern> [<pattern> ...]",
+        b"CONFIG SET <name> <value> [<name> <value> ...]",
+        b"CONFIG REWRITE",
+        b"CONFIG RESETSTAT",
+    ]
+
+
+def _config_get(client: Client, args: list[bytes]) -> dict[bytes, bytes]:
+    items = client.app.config.public_items()
+    items["maxclients"] = items["max-clients"]
+    items["save"] = ""  # tools such as redis-benchmark ask; persistence is always on, per write
+    items["appendonly"] = "no"
+    out: dict[bytes, bytes] = {}
+    for pattern in args[2:]:
+        glob = compile_glob(pattern, nocase=True)  # Redis matches option names without case
+        for name, value in items.items():
+            if glob.match(name.encode()) or glob.match(name.replace("-", "_").encode()):
+                out[name.encode()] = value.encode()
+    return out
+
+
+# Redis' persistence options, as CONFIG GET reports them: setting that value (test harnesses set
+# ``save ""``) is accepted and changes nothing; any other value is refused.
+_PERSISTENCE = {b"save": b"", b"appendonly": b"no"}
+
+
+def _config_set(client: Client, args: list[bytes]) -> str:
+    """All or nothing, as in Redis 7: every name known, live and given once, every value parsed,
+    the whole new Config validated (``Config.__post_init__``) before anything is applied."""
+    if len(args) % 2:
+        raise CommandError(errors.SYNTAX)  # Redis 7.0's reply to a name without its value
+    pairs = list(zip(args[2::2], args[3::2], strict=True))
+    for raw, _ in pairs:  # an unknown name is reported first, wherever it is (Redis' order)
+        if raw.lower() not in _PERSISTENCE and find_option(raw.decode("utf-8", "replace")) is None:
+            raise CommandError(errors.CONFIG_SET_UNKNOWN.format(raw.decode("utf-8", "replace")))
+    changes: dict[str, Any] = {}
+    given: dict[str, str] = {}  # option name -> the name as the client wrote it (for errors)
+    for raw, raw_value in pairs:
+        name = raw.decode("utf-8", "replace")
+        if raw.lower() in _PERSISTENCE:
+            if raw_value.lower() != _PERSISTENCE[raw.lower()]:
+                raise CommandError(errors.CONFIG_SET_PERSISTENCE.format(name))
+            continue
+        option = find_option(name)
+        assert option is not None
+        if option.name in changes:
+            raise CommandError(errors.CONFIG_SET_DUPLICATE.format(name))
+        if not option.live:
+            raise CommandError(errors.CONFIG_SET_RESTART.format(name, option.restart))
+        try:
+            text = raw_value.decode("utf-8")  # CONFIG REWRITE writes it into a UTF-8 file
+            changes[option.name] = parse_value(option, text, "value")
+        except UnicodeDecodeError:
+            raise CommandError(errors.CONFIG_SET_INVALID.format(name, errors.CONFIG_NOT_UTF8)) from None
+        except ConfigError as exc:
+            raise CommandError(errors.CONFIG_SET_INVALID.format(name, exc)) from None
+        given[option.name] = name
+    if not changes:
+        return "OK"
+    try:
+        new = dataclasses.replace(client.app.config, **changes)
+    except ConfigError as exc:  # e.g. min_batch above max_batch: blame the option the message names
+        blamed = next((g for n, g in given.items() if n in str(exc)), next(iter(given.values())))
+        raise CommandError(errors.CONFIG_SET_INVALID.format(blamed, exc)) from None
+    client.app.reconfigure(new)
+    return "OK"
+
+
+_rewriting = asyncio.Lock()  # one CONFIG REWRITE at a time: the last one started is the file's
+
+
+def _config_rewrite(client: Client) -> Any:
+    app = client.app
+    if not app.config.config_file:
+        raise CommandError(errors.CONFIG_NO_FILE)
+    return _rewrite(client)
+
+
+async def _rewrite(client: Client) -> str:
+    """Only what CONFIG SET changed is written (not the flags or MARCH_* variables the server was
+    started with): a restart from the file then has the live changes, and nothing else moved."""
+    async with _rewriting:
+        app = client.app
+        values = {name: getattr(app.config, name) for name in sorted(app.config_changed)}
+        try:
+            await asyncio.to_thread(rewrite_file, app.config.config_file, values)
+        except OSError as exc:  # Redis' wording: "Rewriting config file: Permission denied"
+            raise CommandError(errors.CONFIG_REWRITE_FAILED.format(exc.strerror or exc)) from None
+        except ConfigError as exc:
+            raise CommandError(errors.CONFIG_REWRITE_FAILED.format(exc)) from None
+    return "OK"
 
 
 @command(
@@ -203,7 +300,22 @@ class _NoReply:
 _NO_REPLY = _NoReply()
 NO_REPLY = _NO_REPLY
 
-_SECTIONS = ("server", "clients", "stats", "persistence", "replication", "keyspace", "sequences", "cluster")
+# Redis' order, then March's own. INFO, INFO default: all but commandstats (as in Redis).
+_SECTIONS = (
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "commandstats",
+    "errorstats",
+    "keyspace",
+    "sequences",
+    "cluster",
+)
+_DEFAULT = tuple(s for s in _SECTIONS if s != "commandstats")
 
 
 @command(
@@ -211,13 +323,16 @@ _SECTIONS = ("server", "clients", "stats", "persistence", "replication", "keyspa
     -1,
     ("loading", "stale"),
     ("@slow", "@dangerous"),
-    summary="INFO [section...]: server, clients, stats, persistence, replication, keyspace, sequences.",
+    summary="INFO [section...]: server, clients, memory, persistence, stats, replication, cpu, keyspace, "
+    "sequences, cluster.",
     group="server",
 )
 def info(client: Client, args: list[bytes]) -> Any:
     wanted = [a.decode("utf-8", "replace").lower() for a in args[1:]]
-    if not wanted or any(w in ("all", "everything", "default") for w in wanted):
+    if any(w in ("all", "everything") for w in wanted):
         wanted = list(_SECTIONS)
+    elif not wanted or "default" in wanted:
+        wanted += _DEFAULT
     sections = [s for s in _SECTIONS if s in wanted]
     if "keyspace" in sections or "sequences" in sections:
         return _info_counting(client, sections)  # these read the number of sequences from the store
@@ -259,6 +374,7 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
             "uptime_in_days": int(up // 86400),
             "executable": sys.argv[0],
             "config_file": app.config.config_file,
+            "multiplexing_api": "uvloop",
         }
     if section == "clients":
         return {
@@ -267,11 +383,35 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
             "blocked_clients": 0,
             "client_output_limit_disconnections": app.stats.output_closed,
         }
+    if section == "memory":
+        return _memory()
+    if section == "cpu":
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {
+            "used_cpu_sys": f"{own.ru_stime:.6f}",
+            "used_cpu_user": f"{own.ru_utime:.6f}",
+            "used_cpu_sys_children": f"{children.ru_stime:.6f}",
+            "used_cpu_user_children": f"{children.ru_utime:.6f}",
+        }
+    if section == "commandstats":
+        return {
+            f"cmdstat_{name}": f"calls={calls},usec={usec},usec_per_call={usec / calls:.2f},"
+            f"rejected_calls=0,failed_calls={failed}"
+            for name, (calls, usec, failed, _) in _command_counts(app).items()
+            if calls
+        }
+    if section == "errorstats":
+        kinds: dict[str, int] = {}
+        for _, _, _, errs in _command_counts(app).values():
+            for kind, n in errs.items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        return {f"errorstat_{kind}": f"count={n}" for kind, n in sorted(kinds.items()) if n}
     if section == "stats":
         s = app.stats
         return {
             "total_connections_received": s.connections,
             "total_commands_processed": s.commands,
+            "instantaneous_ops_per_sec": app.ops_rate.rate(),
             "rejected_connections": s.rejected,
             "total_error_replies": s.errors,
             "protocol_errors": s.protocol_errors,
@@ -280,15 +420,19 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
             "acl_access_denied_cmd": s.denied_command,
             "acl_access_denied_key": s.denied_key,
             "acl_access_denied_channel": 0,
+            "expired_keys": 0,  # sequences never expire
+            "evicted_keys": 0,  # nor are they evicted
         }
     if section == "persistence":
         gens = list(app.keyspace.generators.values())
-        out: dict[str, Any] = {"loading": 0}
+        out: dict[str, Any] = {"loading": 0, "async_loading": 0}
         out.update(app.store.describe())
         out["store_writes"] = sum(g.writes for g in gens)
         out["store_write_failures"] = sum(g.write_failures for g in gens)
+        out["rdb_changes_since_last_save"] = 0  # every write is durable before its reply
+        out["rdb_bgsave_in_progress"] = 0  # redis-cli --stat reads these two
         out["aof_enabled"] = 0
-        out["rdb_changes_since_last_save"] = 0
+        out["aof_rewrite_in_progress"] = 0
         return out
     if section == "replication":
         return _replication(client)
@@ -324,6 +468,68 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
             "last_change": state.last_change,
         }
     return {}
+
+
+CommandCounts = dict[str, tuple[int, int, int, dict[str, int]]]  # name -> calls, usec, failed, errors by kind
+
+
+def _command_counts(app: App) -> CommandCounts:
+    """Per command, from the counters /metrics exports (never reset: Prometheus wants them monotonic),
+    less what they were at the last CONFIG RESETSTAT."""
+    base: CommandCounts = app.info_baseline
+    out: CommandCounts = {}
+    for stats in app.metrics.commands.all():
+        calls, usec, errs = stats.calls, stats.total_ns // 1000, dict(stats.errors)
+        if stats.name in base:
+            b_calls, b_usec, _, b_errs = base[stats.name]
+            calls, usec = calls - b_calls, usec - b_usec
+            errs = {k: n - b_errs.get(k, 0) for k, n in errs.items()}
+        out[stats.name] = (calls, usec, sum(errs.values()), errs)
+    return out
+
+
+def reset_stats(app: App) -> None:
+    """CONFIG RESETSTAT: INFO's counters from zero (stats, commandstats, errorstats)."""
+    app.stats.reset()
+    app.ops_rate.reset()
+    app.info_baseline = {}
+    app.info_baseline = _command_counts(app)
+
+
+def _memory() -> dict[str, Any]:
+    """The process's memory, as Redis names it. ``used_memory`` is the resident set (Python has no
+    cheap count of its own allocations): what the machine gives this process, the figure to watch."""
+    rss = _rss_bytes()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    peak = max(peak, rss)
+    return {
+        "used_memory": rss,
+        "used_memory_human": _human(rss),
+        "used_memory_rss": rss,
+        "used_memory_rss_human": _human(rss),
+        "used_memory_peak": peak,
+        "used_memory_peak_human": _human(peak),
+        "maxmemory": 0,
+        "maxmemory_human": "0B",
+        "maxmemory_policy": "noeviction",
+        "mem_allocator": "libc",
+    }
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:  # Linux: pages, the second field resident
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def _human(n: int) -> str:
+    """Redis' bytesToHuman: 100B, 4.00K, 2.50M, 1.00G."""
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"
 
 
 def _replication(client: Client) -> dict[str, Any]:

@@ -8,18 +8,33 @@ still gets its own result or exception.
 
 A caller that stops waiting (a timeout) does not stop the batch: what was sent may still land,
 which the store contract allows (ceilings only move up; a late write is harmless).
+
+Every chunk sent is reported to ``listeners`` (metrics, the latency monitor, the log of slow or
+failing writes): its operation, its size, how long it took and the store failure, if any. A
+listener must be quick and must not raise; it never changes what callers get.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
+
+from .base import GuardFailed
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 Run = Callable[[list[T]], Awaitable[Sequence[R | BaseException]]]
+# (operation, items, seconds, store failure or None), once per chunk sent; see the module docstring
+ChunkListener = Callable[[str, int, float, BaseException | None], None]
+listeners: list[ChunkListener] = []
+
+
+def _operation(run: Callable[..., object]) -> str:
+    """``_save_batch`` -> ``save``: what a chunk does, for metrics and logs."""
+    return getattr(run, "__name__", "batch").strip("_").removesuffix("_batch") or "batch"
 
 
 class Batcher(Generic[T, R]):
@@ -33,6 +48,7 @@ class Batcher(Generic[T, R]):
         self, run: Run[T, R], max_items: int, max_bytes: int = 1 << 62, size: Callable[[T], int] = lambda _: 0
     ) -> None:
         self._run = run
+        self.operation = _operation(run)
         self._max_items = max_items
         self._max_bytes = max_bytes
         self._size = size
@@ -67,6 +83,7 @@ class Batcher(Generic[T, R]):
 
     async def _send(self, chunk: list[tuple[T, asyncio.Future[R]]]) -> None:
         results: Sequence[R | BaseException]
+        started = time.perf_counter()
         try:
             results = await self._run([item for item, _ in chunk])
         except asyncio.CancelledError:
@@ -75,6 +92,8 @@ class Batcher(Generic[T, R]):
             raise
         except Exception as exc:
             results = [exc] * len(chunk)
+        if listeners:
+            self._report(len(chunk), time.perf_counter() - started, results)
         for (_, fut), result in zip(chunk, results, strict=True):
             if fut.done():  # its caller stopped waiting
                 continue
@@ -82,6 +101,12 @@ class Batcher(Generic[T, R]):
                 fut.set_exception(result)
             else:
                 fut.set_result(result)
+
+    def _report(self, items: int, seconds: float, results: Sequence[R | BaseException]) -> None:
+        # A refused guard is about leadership, not the store's health: not a failure here.
+        failure = next((r for r in results if isinstance(r, BaseException) and not isinstance(r, GuardFailed)), None)
+        for listener in list(listeners):
+            listener(self.operation, items, seconds, failure)
 
     async def drain(self) -> None:
         """Wait until every chunk sent so far has its answer."""

@@ -12,7 +12,7 @@ from support import MarchServer, RespConn
 
 from march.errors import REFUSAL_REASONS
 
-from .helpers import outcome, raw
+from .helpers import outcome, raw, same
 
 REFUSED = [
     ("DECR", "{k}"),
@@ -162,15 +162,50 @@ def test_config_get_names(mc: redis.Redis) -> None:
         assert option in everything, option
 
 
-@pytest.mark.parametrize("sub", ["SET", "REWRITE", "RESETSTAT"])
-def test_config_changes_refused(mc: redis.Redis, sub: str) -> None:
-    args = ("CONFIG", sub, "timeout", "5") if sub == "SET" else ("CONFIG", sub)
-    assert outcome(mc, *args) == (
-        "error",
-        "ResponseError",
-        f"CONFIG {sub} is not supported: March's configuration is read-only at run time",
+# The shared servers: only CONFIG SET calls that fail (and change nothing) here; live changes are in
+# tests/e2e/test_config_live.py, each on its own server.
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("CONFIG", "SET", "no-such-option", "1"),
+        ("CONFIG", "SET", "maxclients", "10000", "no-such-option", "1"),
+        ("CONFIG", "SET", "maxclients", "10000", "maxclients", "10000"),
+        ("CONFIG", "SET", "maxclients"),
+        ("CONFIG", "SET", "maxclients", "10000", "timeout"),
+        ("CONFIG", "REWRITE"),
+        ("CONFIG", "REWRITE", "now"),
+        ("CONFIG", "RESETSTAT", "now"),
+        ("CONFIG", "NOSUCH"),
+    ],
+    ids=lambda a: " ".join(a[1:3]) + f" ({len(a)})",
+)
+def test_config_errors_as_redis(mc: redis.Redis, rc: redis.Redis, args: tuple[str, ...]) -> None:
+    assert same(mc, rc, *args)[0] == "error"
+    assert mc.config_get("maxclients") == {"maxclients": "10000"}
+
+
+@pytest.mark.parametrize("option", ["bind", "port", "data-dir", "etcd", "node-id", "tls-port", "enable-debug-command"])
+def test_config_set_needs_restart(mc: redis.Redis, option: str) -> None:
+    before = mc.config_get(option)
+    got = outcome(mc, "CONFIG", "SET", option, "1")
+    assert got[0] == "error"
+    # Redis' text first (tools match it), then why.
+    assert got[2].startswith(
+        f"CONFIG SET failed (possibly related to argument '{option}') - can't set immutable config"
     )
-    assert mc.config_get("timeout") == {"timeout": "0.0"}
+    assert "needs a restart" in got[2]
+    assert mc.config_get(option) == before
+
+
+def test_config_set_persistence_as_redis_reports_it(mc: redis.Redis) -> None:
+    assert mc.execute_command("CONFIG", "SET", "save", "", "appendonly", "no") == b"OK"  # what harnesses set
+    got = outcome(mc, "CONFIG", "SET", "appendonly", "yes")
+    assert got[0] == "error" and "immutable" in got[2]
+
+
+def test_config_help(mc: redis.Redis) -> None:
+    lines = mc.execute_command("CONFIG", "HELP")
+    assert any(line.startswith(b"CONFIG SET") for line in lines)
 
 
 # --- INFO and CLIENT -------------------------------------------------------------------------------------
@@ -192,6 +227,19 @@ def test_info_fields(mc: redis.Redis, key: str) -> None:
     assert info["role"] == "master"
     assert info["sequences"] == mc.dbsize() and info["ids_issued"] >= 1
     assert info["auto_create"] == "yes"
+
+
+def test_info_fields_ops_tools_read(mc: redis.Redis) -> None:
+    """What redis-cli --stat, redis_exporter and dashboards read, with real values."""
+    info = mc.info("everything")
+    assert info["used_memory"] > 1 << 20 and info["used_memory_human"][-1] in "KMG"
+    assert info["used_memory_peak"] >= info["used_memory_rss"] > 0
+    assert info["maxmemory"] == 0 and info["maxmemory_policy"] == "noeviction"
+    assert info["used_cpu_user"] > 0 and info["used_cpu_sys"] >= 0
+    assert info["instantaneous_ops_per_sec"] >= 0 and info["blocked_clients"] == 0
+    for name in ("loading", "rdb_bgsave_in_progress", "aof_rewrite_in_progress", "expired_keys", "evicted_keys"):
+        assert info[name] == 0, name
+    assert info["total_connections_received"] >= 1
 
 
 def test_info_one_section(mc: redis.Redis) -> None:

@@ -1,0 +1,292 @@
+"""What SLOWLOG, LATENCY and MONITOR show, kept per node: the slow log, latency events, the monitors.
+
+The server records into these (a slow request, a request that waited, a store write) and feeds
+the monitors; ``commands/ops.py`` answers the commands from them. Every node keeps its own: they
+describe this process, not the cluster.
+
+What this module must never do: keep or show a secret. ``redacted(args)`` replaces the arguments
+that carry passwords (AUTH, HELLO ... AUTH, ACL SETUSER password rules, CONFIG SET of a password
+option, MIGRATE ... AUTH) with ``(redacted)``, as Redis does, before an entry is kept or a
+monitor line is written.
+
+Costs: nothing here runs on the INCR fast path unless a request is slower than
+``slowlog_log_slower_than`` or someone runs MONITOR (the server checks one attribute).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .log import event
+
+if TYPE_CHECKING:
+    from .metrics import NodeMetrics
+
+log = logging.getLogger("march.store")
+
+REDACTED = b"(redacted)"
+MAX_ARGS = 32  # Redis' SLOWLOG_ENTRY_MAX_ARGC: more become "... (N more arguments)"
+MAX_STRING = 128  # Redis' SLOWLOG_ENTRY_MAX_STRING: longer ones become "<128 bytes>... (N more bytes)"
+HISTORY = 160  # Redis' LATENCY_TS_LEN: samples kept per latency event (one per second at most)
+
+# ACL rules that carry a password or its hash (Redis' ACL syntax)
+_PASSWORD_RULE = (b">", b"<", b"#", b"!")
+
+
+def redacted(args: list[bytes]) -> list[bytes]:
+    """``args`` with every password replaced by ``(redacted)`` (a copy; ``args`` is not changed)."""
+    name = args[0].lower()
+    if name == b"auth":
+        return [args[0], *(REDACTED for _ in args[1:])]
+    if name == b"hello":
+        out = list(args)
+        for i in range(2, len(args)):
+            if args[i].lower() == b"auth":
+                for j in (i + 1, i + 2):
+                    if j < len(out):
+                        out[j] = REDACTED
+        return out
+    if name == b"acl" and len(args) > 3 and args[1].lower() == b"setuser":
+        return [*args[:3], *(REDACTED if a[:1] in _PASSWORD_RULE else a for a in args[3:])]
+    if name == b"config" and len(args) > 3 and args[1].lower() == b"set":
+        out = list(args)
+        for i in range(2, len(args) - 1, 2):
+            option = args[i].lower()
+            if b"pass" in option or b"auth" in option:
+                out[i + 1] = REDACTED
+        return out
+    if name == b"migrate":
+        out = list(args)
+        for i, a in enumerate(args):
+            low = a.lower()
+            if low == b"auth" and i + 1 < len(out):
+                out[i + 1] = REDACTED
+            elif low == b"auth2":
+                for j in (i + 1, i + 2):
+                    if j < len(out):
+                        out[j] = REDACTED
+        return out
+    return args
+
+
+def _trimmed(args: list[bytes]) -> list[bytes]:
+    """Redis' SLOWLOG truncation: at most 32 arguments, each at most 128 bytes (then a note)."""
+    n = len(args)
+    shown = args if n <= MAX_ARGS else args[: MAX_ARGS - 1]
+    out = [
+        a if len(a) <= MAX_STRING else a[:MAX_STRING] + b"... (%d more bytes)" % (len(a) - MAX_STRING) for a in shown
+    ]
+    if n > MAX_ARGS:
+        out.append(b"... (%d more arguments)" % (n - MAX_ARGS + 1))
+    return out
+
+
+# --- SLOWLOG ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SlowEntry:
+    id: int
+    time: int  # unix seconds
+    duration_us: int
+    args: list[bytes]  # redacted and truncated
+    addr: str
+    name: str
+
+
+class SlowLog:
+    """The newest ``slowlog_max_len`` requests that took at least ``slowlog_log_slower_than`` µs."""
+
+    def __init__(self) -> None:
+        self.entries: deque[SlowEntry] = deque()
+        self._next_id = 0
+
+    def add(self, args: list[bytes], duration_us: int, addr: str, name: str, max_len: int) -> None:
+        """Keep one entry (``max_len``: the current ``slowlog_max_len``, read by the caller at use time)."""
+        entry = SlowEntry(self._next_id, int(time.time()), duration_us, _trimmed(redacted(args)), addr, name)
+        self._next_id += 1
+        entries = self.entries
+        entries.appendleft(entry)
+        while len(entries) > max_len:
+            entries.pop()
+
+    def get(self, count: int) -> list[SlowEntry]:
+        """The newest ``count`` entries, newest first (-1: all)."""
+        entries = list(self.entries)
+        return entries if count < 0 else entries[:count]
+
+    def resize(self, max_len: int) -> None:
+        """Drop the oldest entries past ``max_len`` now (they would go at the next entry anyway)."""
+        while len(self.entries) > max_len:
+            self.entries.pop()
+
+    def reset(self) -> None:
+        self.entries.clear()
+
+
+# --- LATENCY ------------------------------------------------------------------------------------
+
+STORE_WRITE = "store-write"  # one store transaction that writes ceilings or creates sequences
+STORE_READ = "store-read"  # one store transaction that reads sequences
+COMMAND_WAIT = "command-wait"  # a request that had to wait (for a store write, a read, a promotion)
+
+
+@dataclass(slots=True)
+class _Event:
+    samples: deque[tuple[int, int]]  # (unix seconds, milliseconds), one per second at most: the worst
+    max_ms: int = 0
+
+
+class LatencyMonitor:
+    """Latency events in Redis' shape: per event, the worst sample of each second, the last 160."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.events: dict[str, _Event] = {}
+        self._clock = clock
+
+    def add(self, event: str, ms: int) -> None:
+        now = int(self._clock())
+        found = self.events.get(event)
+        if found is None:
+            found = self.events[event] = _Event(deque(maxlen=HISTORY))
+        samples = found.samples
+        if samples and samples[-1][0] == now:
+            if ms > samples[-1][1]:
+                samples[-1] = (now, ms)
+        else:
+            samples.append((now, ms))
+        found.max_ms = max(found.max_ms, ms)
+
+    def latest(self) -> list[tuple[str, int, int, int]]:
+        """(event, time of the latest sample, its latency, the all-time max), as LATENCY LATEST."""
+        return [(name, e.samples[-1][0], e.samples[-1][1], e.max_ms) for name, e in self.events.items() if e.samples]
+
+    def history(self, event: str) -> list[tuple[int, int]]:
+        found = self.events.get(event)
+        return list(found.samples) if found is not None else []
+
+    def reset(self, names: list[str] | None = None) -> int:
+        """Forget the named events (all when None); how many were forgotten."""
+        if names is None:
+            count = len(self.events)
+            self.events.clear()
+            return count
+        return sum(1 for n in set(names) if self.events.pop(n, None) is not None)
+
+
+# --- MONITOR ------------------------------------------------------------------------------------
+
+_ESCAPES = {ord("\\"): b"\\\\", ord('"'): b'\\"', 10: b"\\n", 13: b"\\r", 9: b"\\t", 7: b"\\a", 8: b"\\b"}
+
+
+def quoted(arg: bytes) -> bytes:
+    """Redis' ``sdscatrepr``: a double-quoted string, escapes for quotes, backslashes and control bytes."""
+    if arg.isascii() and arg.isalnum():
+        return b'"' + arg + b'"'
+    out = bytearray(b'"')
+    for c in arg:
+        esc = _ESCAPES.get(c)
+        if esc is not None:
+            out += esc
+        elif 32 <= c < 127:
+            out.append(c)
+        else:
+            out += b"\\x%02x" % c
+    out += b'"'
+    return bytes(out)
+
+
+class Monitors:
+    """The connections in MONITOR mode: client id -> how to send them a line.
+
+    ``feeds`` is empty while nobody monitors: the server checks it once per request.
+    """
+
+    def __init__(self) -> None:
+        self.feeds: dict[int, Callable[[bytes], None]] = {}
+
+    def add(self, client_id: int, send: Callable[[bytes], None]) -> None:
+        self.feeds[client_id] = send
+
+    def remove(self, client_id: int) -> None:
+        self.feeds.pop(client_id, None)
+
+    def feed(self, args: list[bytes], addr: str) -> None:
+        """Send every monitor the request ``args`` of a client at ``addr``, in Redis' format."""
+        now = time.time()
+        line = b"+%d.%06d [0 %s] %s\r\n" % (
+            int(now),
+            int(now % 1 * 1_000_000),
+            addr.encode(),
+            b" ".join(map(quoted, redacted(args))),
+        )
+        for send in list(self.feeds.values()):
+            send(line)
+
+
+# --- the store's health, as the log and LATENCY tell it -------------------------------------------
+
+SLOW_STORE = 1.0  # seconds: a store transaction this slow is worth a line (requests wait max_wait, 2 s)
+
+
+class StoreWatch:
+    """Hears of every store transaction (``march.store.batch.listeners``): counts it for metrics,
+    records a LATENCY event, and logs what an operator must know: the first failure of a streak,
+    the recovery (with how many failed and for how long), and transactions over ``SLOW_STORE``."""
+
+    def __init__(
+        self, metrics: NodeMetrics, latency: LatencyMonitor, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.metrics = metrics
+        self.latency = latency
+        self.clock = clock
+        self.failures = 0  # in the current streak
+        self.failing_since = 0.0
+
+    def chunk(self, operation: str, items: int, seconds: float, failure: BaseException | None) -> None:
+        self.metrics.store_chunk(operation, items, seconds, failure)
+        self.latency.add(STORE_READ if operation == "load" else STORE_WRITE, int(seconds * 1000))
+        if failure is not None:
+            if not self.failures:
+                self.failing_since = self.clock()
+                event(
+                    log,
+                    logging.WARNING,
+                    "store_failing",
+                    "store %s failed: %s",
+                    operation,
+                    failure or repr(failure),
+                    operation=operation,
+                    records=items,
+                )
+            self.failures += 1
+            return
+        if self.failures:
+            event(
+                log,
+                logging.WARNING,
+                "store_recovered",
+                "store transactions succeed again after %d failures in %.1fs",
+                self.failures,
+                self.clock() - self.failing_since,
+                failures=self.failures,
+            )
+            self.failures = 0
+        if seconds > SLOW_STORE:
+            event(
+                log,
+                logging.WARNING,
+                "store_slow",
+                "slow store %s: %.2fs for %d records",
+                operation,
+                seconds,
+                items,
+                operation=operation,
+                seconds=round(seconds, 3),
+                records=items,
+            )

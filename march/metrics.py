@@ -1,0 +1,477 @@
+"""Prometheus metrics: plain counters the server bumps, turned into metric families only when scraped.
+
+**Cost on the hot path.** The INCR fast path must not get slower: the server reads the clock
+twice per read of the socket (not per request), and counts the requests answered in that read by
+command (``Connection.account``): a dict lookup by the name as sent and one slot of a preallocated
+list, ``duration.bit_length()``, bumped (a power-of-two histogram in nanoseconds, as Redis' LATENCY
+HISTOGRAM; cheaper than a bisect). A read of one request, the common case, is timed exactly; the
+requests of a pipelined read each get an equal share of its time; a request that waits (a store
+write, a promotion) is timed alone when it is done. Counts, errors and waits are plain ints;
+nothing here allocates per request. Everything Prometheus-shaped (families, labels, cumulative
+buckets) is built by ``MarchCollector.collect`` at scrape time, from those counters and from the
+state that already exists (serving state, keyspace, store, ``App.stats``).
+
+**Serving.** ``MetricsServer`` answers ``GET /metrics`` on ``bind:metrics_port`` from the event
+loop (prometheus-client's exposition, a registry of our own, never the global one), so a scrape
+reads the node's state without locks; a scrape costs a few milliseconds of the loop.
+
+**Label cardinality.** Commands are labelled by their registered name (unknown names share
+``unknown``), errors by their Redis kind (``err``, ``tryagain``, ``moved``...). Per-sequence
+series would be one per key (tens of thousands): only the ``TOP_SEQUENCES`` sequences that
+handed out the most IDs in the current term get one (``march_sequence_ids_issued``); the node's
+total is ``march_ids_issued_total``.
+
+What this module must never do: change what a client gets, block the loop for long, or expose a
+secret (no label or value comes from a password or a command's arguments).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("march.metrics")
+
+# Request latency: slot k of ``CommandStats.hist`` counts durations of k bits (2**(k-1) <= ns <
+# 2**k). Exposed from 2**12 ns (4.1 µs: a fast-path INCR takes a few) to 2**34 ns (17 s: past
+# max_wait, 2 s by default, and store_timeout); the slots below are folded into the first bucket.
+LATENCY_SLOTS = 64  # an int from perf_counter_ns differences has fewer bits
+LATENCY_FIRST_BIT = 12
+LATENCY_LAST_BIT = 34
+# Store transaction buckets (seconds): a local SQLite commit is ~1 ms, an etcd one a few ms.
+STORE_BOUNDS_S: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+RECORD_BOUNDS: tuple[int, ...] = (1, 2, 5, 10, 25, 50, 100)  # records per store transaction (etcd: at most 100)
+BATCH_BOUNDS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)  # IDs a sequence persists at once
+TOP_SEQUENCES = 10  # per-sequence series: only the busiest, to keep the label cardinality bounded
+_MAX_ERROR_KINDS = 32  # error kinds come from errors.py's prefixes; past this they count as "other"
+_REQUEST_LIMIT = 8192  # bytes of an HTTP request head the metrics endpoint reads
+_REQUEST_TIMEOUT = 5.0  # seconds a scraper has to send its request
+
+
+class CommandStats:
+    """One command's counters. ``hist[k]``: requests whose duration in ns has k bits (the server
+    bumps it inline). Calls = ``sum(hist)``."""
+
+    __slots__ = ("errors", "hist", "name", "total_ns", "waits")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.hist = [0] * LATENCY_SLOTS
+        self.total_ns = 0
+        self.errors: dict[str, int] = {}  # error kind ("ERR", "TRYAGAIN", ...) -> replies
+        self.waits = 0  # requests that had to wait (a store write or read, a promotion)
+
+    def observe(self, ns: int, count: int = 1) -> None:
+        """``count`` requests that took ``ns`` each (the server inlines this on its fast path)."""
+        self.hist[ns.bit_length()] += count
+        self.total_ns += ns * count
+
+    def error(self, kind: str) -> None:
+        errors = self.errors
+        if kind not in errors and len(errors) >= _MAX_ERROR_KINDS:
+            kind = "OTHER"
+        errors[kind] = errors.get(kind, 0) + 1
+
+    @property
+    def calls(self) -> int:
+        return sum(self.hist)
+
+
+class CommandTable:
+    """``CommandStats`` per registered command, found by the name as sent (``spellings``, read on
+    the fast path: the lower- and upper-case spellings the registry knows); other spellings are
+    looked up case-insensitively each time, so no client can grow this table."""
+
+    def __init__(self) -> None:
+        self.spellings: dict[bytes, CommandStats] = {}
+        self.by_name: dict[str, CommandStats] = {}
+        self.unknown = CommandStats("unknown")
+
+    def of(self, spelled: bytes) -> CommandStats:
+        found = self.spellings.get(spelled)
+        if found is not None:
+            return found
+        from .commands.registry import TABLE, lookup  # (the commands import the app, which imports this)
+
+        spec = lookup(spelled)
+        if spec is None:
+            return self.unknown
+        stats = self.by_name.get(spec.name)
+        if stats is None:
+            stats = self.by_name[spec.name] = CommandStats(spec.name)
+        if spelled in TABLE:
+            self.spellings[spelled] = stats
+        return stats
+
+    def all(self) -> list[CommandStats]:
+        return [*self.by_name.values(), self.unknown]
+
+
+class StoreStats:
+    """Store transactions by operation (``save``, ``create``, ``load``...), from the batcher's reports."""
+
+    __slots__ = ("calls", "failures", "hist", "records", "records_hist", "total_s")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.failures = 0
+        self.hist = [0] * (len(STORE_BOUNDS_S) + 1)
+        self.total_s = 0.0
+        self.records = 0
+        self.records_hist = [0] * (len(RECORD_BOUNDS) + 1)
+
+    def observe(self, items: int, seconds: float, failed: bool) -> None:
+        self.calls += 1
+        self.failures += failed
+        self.hist[bisect_left(STORE_BOUNDS_S, seconds)] += 1
+        self.total_s += seconds
+        self.records += items
+        self.records_hist[bisect_left(RECORD_BOUNDS, items)] += 1
+
+
+class NodeMetrics:
+    """Everything the server counts for metrics, beside ``App.stats`` (which INFO shows too)."""
+
+    def __init__(self) -> None:
+        self.commands = CommandTable()
+        self.store: dict[str, StoreStats] = {}
+
+    def store_chunk(self, operation: str, items: int, seconds: float, failure: BaseException | None) -> None:
+        stats = self.store.get(operation)
+        if stats is None:
+            stats = self.store[operation] = StoreStats()
+        stats.observe(items, seconds, failure is not None)
+
+
+def error_kind(message: str) -> str:
+    """The Redis error kind of a reply text: its first word (``ERR``, ``TRYAGAIN``, ``MOVED``...)."""
+    return message.split(" ", 1)[0] or "ERR"
+
+
+# --- scrape time ----------------------------------------------------------------------------------
+
+
+def _cumulative(counts: list[int], bounds: Iterable[float]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip(bounds, counts, strict=False):
+        running += count
+        out.append((_le(bound), running))
+    out.append(("+Inf", running + counts[-1]))
+    return out
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def _latency_buckets(hist: list[int]) -> list[tuple[str, float]]:
+    """Cumulative Prometheus buckets (seconds) from a bit-length histogram: le = 2**k ns."""
+    running = sum(hist[: LATENCY_FIRST_BIT + 1])
+    out = [(_le(2**LATENCY_FIRST_BIT / 1e9), float(running))]
+    for k in range(LATENCY_FIRST_BIT + 1, LATENCY_LAST_BIT + 1):
+        running += hist[k]
+        out.append((_le(2**k / 1e9), float(running)))
+    out.append(("+Inf", float(sum(hist))))
+    return out
+
+
+class MarchCollector(Collector):
+    """Builds every ``march_*`` family from the node's counters and state when Prometheus scrapes."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._ids_total = 0  # IDs handed out by generators seen at earlier scrapes
+        self._seen: dict[int, tuple[Any, int]] = {}  # id(generator) -> (generator, issued when last seen)
+
+    def collect(self) -> Iterator[Metric]:
+        app = self.app
+        yield from self._node(app)
+        yield from self._commands(app)
+        yield from self._sequences(app)
+        yield from self._store(app)
+        yield from self._clients(app)
+
+    def _node(self, app: App) -> Iterator[Metric]:
+        from .app import VERSION
+
+        state = app.group.state
+        member = app.group.member
+        info = GaugeMetricFamily(
+            "march_node_info",
+            "This node: its id, version, mode and store.",
+            labels=["node_id", "version", "mode", "store"],
+        )
+        info.add_metric([node_id(app), VERSION, "cluster" if app.cluster else "single", app.store.name], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "march_serving", "1 while this node hands out IDs (the primary, serving).", value=int(state.serving)
+        )
+        yield GaugeMetricFamily(
+            "march_primary",
+            "1 while this node holds a term (primary: promoting, serving or handing over).",
+            value=int(state.leading),
+        )
+        phase = GaugeMetricFamily("march_phase", "The serving state's phase (1 for the current one).", labels=["phase"])
+        for p in type(state.phase):
+            phase.add_metric([p.value], int(p is state.phase))
+        yield phase
+        term = (
+            member.registry.topology.leader_revision if member is not None else (state.term.number if state.term else 0)
+        )
+        yield GaugeMetricFamily(
+            "march_term",
+            "The current term: the leader key's create revision in etcd (single node: 1); 0 when no primary is known.",
+            value=term,
+        )
+        yield CounterMetricFamily(
+            "march_promotions", "Times this node started serving (became primary).", value=state.promotions
+        )
+        yield CounterMetricFamily(
+            "march_demotions",
+            "Times this node stopped serving (stepped down, lease lost, handed over).",
+            value=state.demotions,
+        )
+        yield CounterMetricFamily(
+            "march_leader_changes",
+            "Times the primary this node knows of changed (cluster).",
+            value=member.registry.leader_changes if member is not None else 0,
+        )
+        if member is not None:
+            yield GaugeMetricFamily(
+                "march_lease_remaining_seconds",
+                "Seconds until this node's lease deadline (0: passed); a primary stops serving at 0.",
+                value=state.remaining(),
+            )
+        yield GaugeMetricFamily(
+            "march_uptime_seconds", "Seconds since this node started.", value=time.monotonic() - app.started_mono
+        )
+
+    def _commands(self, app: App) -> Iterator[Metric]:
+        table = app.metrics.commands.all()
+        calls = CounterMetricFamily(
+            "march_commands",
+            "Requests by command and outcome (ok, or the Redis error kind: err, tryagain, moved...).",
+            labels=["command", "outcome"],
+        )
+        latency = HistogramMetricFamily(
+            "march_command_duration_seconds",
+            "Time to answer a request, by command (waits for the store included).",
+            labels=["command"],
+        )
+        waits = CounterMetricFamily(
+            "march_command_waits",
+            "Requests that had to wait (a store write or read, a promotion), by command.",
+            labels=["command"],
+        )
+        tryagain = 0
+        for stats in table:
+            n = stats.calls
+            if not n:
+                continue
+            failed = sum(stats.errors.values())
+            calls.add_metric([stats.name, "ok"], n - failed)
+            for kind, count in stats.errors.items():
+                calls.add_metric([stats.name, kind.lower()], count)
+            tryagain += stats.errors.get("TRYAGAIN", 0)
+            latency.add_metric([stats.name], _latency_buckets(stats.hist), stats.total_ns / 1e9)
+            if stats.waits:
+                waits.add_metric([stats.name], stats.waits)
+        yield calls
+        yield latency
+        yield waits
+        yield CounterMetricFamily(
+            "march_tryagain", "TRYAGAIN replies (the client got no ID and should retry).", value=tryagain
+        )
+
+    def _sequences(self, app: App) -> Iterator[Metric]:
+        gens = app.keyspace.generators
+        current = list(gens.values())
+        seen, self._seen = self._seen, {}
+        for gen in current:
+            issued = gen.issued
+            _, before = seen.pop(id(gen), (gen, 0))
+            self._ids_total += issued - before
+            self._seen[id(gen)] = (gen, issued)
+        for gen, before in seen.values():  # dropped since the last scrape (a term ended): their last IDs
+            self._ids_total += gen.issued - before
+        # (A generator loaded and dropped between two scrapes, a term shorter than the scrape
+        # interval, is never seen: its IDs are missing here. Nothing is counted on the hot path.)
+        yield CounterMetricFamily("march_ids_issued", "IDs handed out by this node.", value=self._ids_total)
+        yield GaugeMetricFamily(
+            "march_sequences_active",
+            "Sequences active in the current term (loaded since it began).",
+            value=len(current),
+        )
+        top = GaugeMetricFamily(
+            "march_sequence_ids_issued",
+            f"IDs handed out in the current term by the {TOP_SEQUENCES} busiest sequences.",
+            labels=["sequence"],
+        )
+        for key, gen in heapq.nlargest(TOP_SEQUENCES, gens.items(), key=lambda kv: kv[1].issued):
+            top.add_metric([key.decode("utf-8", "replace")], gen.issued)
+        yield top
+        counts = [0] * (len(BATCH_BOUNDS) + 1)
+        total = 0
+        for gen in current:
+            batch = getattr(gen, "_batch", None)  # sequences adapt it; timestamp sequences have none
+            if isinstance(batch, int):
+                counts[bisect_left(BATCH_BOUNDS, batch)] += 1
+                total += batch
+        batches = GaugeHistogramMetricFamily(
+            "march_sequence_batch_ids",
+            "IDs each active sequence persists per store write (its adaptive batch), as a distribution over sequences.",
+        )
+        batches.add_metric([], _cumulative(counts, BATCH_BOUNDS), total)
+        yield batches
+
+    def _store(self, app: App) -> Iterator[Metric]:
+        ops = CounterMetricFamily(
+            "march_store_transactions",
+            "Store transactions by operation (save: ceilings, create, load) and outcome.",
+            labels=["operation", "outcome"],
+        )
+        latency = HistogramMetricFamily(
+            "march_store_duration_seconds", "Time of one store transaction, by operation.", labels=["operation"]
+        )
+        records = HistogramMetricFamily(
+            "march_store_transaction_records",
+            "Records per store transaction (requests of one loop turn share one), by operation.",
+            labels=["operation"],
+        )
+        for name, stats in sorted(app.metrics.store.items()):
+            ops.add_metric([name, "ok"], stats.calls - stats.failures)
+            ops.add_metric([name, "error"], stats.failures)
+            latency.add_metric([name], _cumulative(stats.hist, STORE_BOUNDS_S), stats.total_s)
+            records.add_metric([name], _cumulative(stats.records_hist, RECORD_BOUNDS), stats.records)
+        yield ops
+        yield latency
+        yield records
+        store = app.store
+        yield GaugeMetricFamily(
+            "march_store_healthy",
+            "0 while the store's last write failed, 1 once one lands.",
+            value=int(not store.last_error),
+        )
+        yield GaugeMetricFamily(
+            "march_store_out_of_space",
+            "1 while the store says it is full (etcd NOSPACE, a full disk).",
+            value=int(store.out_of_space),
+        )
+
+    def _clients(self, app: App) -> Iterator[Metric]:
+        s = app.stats
+        yield GaugeMetricFamily("march_connected_clients", "Client connections open now.", value=len(app.clients))
+        yield GaugeMetricFamily(
+            "march_max_clients",
+            "Most client connections accepted (max_clients, lowered to the fd limit).",
+            value=app.max_clients,
+        )
+        yield GaugeMetricFamily("march_monitors", "Connections in MONITOR mode.", value=len(app.monitors.feeds))
+        yield CounterMetricFamily("march_connections", "Client connections accepted or refused.", value=s.connections)
+        yield CounterMetricFamily(
+            "march_rejected_connections", "Connections refused (max_clients, protected mode).", value=s.rejected
+        )
+        closed = CounterMetricFamily(
+            "march_client_limit_disconnections",
+            "Clients closed for a limit: output_buffer (max_output_buffer), timeout (idle).",
+            labels=["limit"],
+        )
+        closed.add_metric(["output_buffer"], s.output_closed)
+        closed.add_metric(["timeout"], s.timeouts_closed)
+        yield closed
+        yield CounterMetricFamily("march_auth_failures", "Failed AUTH and HELLO AUTH attempts.", value=s.denied_auth)
+        denied = CounterMetricFamily(
+            "march_acl_denied", "Requests refused with NOPERM, by what was denied.", labels=["reason"]
+        )
+        denied.add_metric(["command"], s.denied_command)
+        denied.add_metric(["key"], s.denied_key)
+        yield denied
+        yield CounterMetricFamily(
+            "march_protocol_errors", "Connections closed for a protocol error.", value=s.protocol_errors
+        )
+
+
+def node_id(app: App) -> str:
+    """This node's id: the cluster id, else ``node_id``, else host:port."""
+    member = app.group.member
+    if member is not None:
+        return member.me.id
+    host = app.config.bind if app.config.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    return app.config.node_id or f"{host}:{app.port}"
+
+
+def registry_for(app: App) -> CollectorRegistry:
+    """A registry of our own (never prometheus-client's global one): the node's families and the process'."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MarchCollector(app))
+    ProcessCollector(namespace="march", registry=registry)
+    return registry
+
+
+class MetricsServer:
+    """``GET /metrics`` on ``bind:port``, answered from the event loop. ``start`` / ``stop``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self, bind: str, port: int) -> int:
+        self.server = await asyncio.start_server(self._handle, bind, port, reuse_address=True, limit=_REQUEST_LIMIT)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.server.wait_closed(), 1.0)
+            self.server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT)
+            method, _, rest = head.partition(b" ")
+            path = rest.partition(b" ")[0].partition(b"?")[0]
+            if method not in (b"GET", b"HEAD"):
+                status, body, kind = b"405 Method Not Allowed", b"GET /metrics\n", b"text/plain"
+            elif path == b"/metrics":
+                status, body, kind = b"200 OK", generate_latest(self.registry), CONTENT_TYPE_LATEST.encode()
+            elif path == b"/":
+                status, body, kind = b"200 OK", b"March metrics: /metrics\n", b"text/plain"
+            else:
+                status, body, kind = b"404 Not Found", b"not found: try /metrics\n", b"text/plain"
+            writer.write(
+                b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                % (status, kind, len(body))
+            )
+            if method != b"HEAD":
+                writer.write(body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            pass  # a scraper that went away or sent nonsense: nothing to answer
+        except Exception:
+            log.exception("metrics endpoint failed")
+        finally:
+            writer.close()
