@@ -1,6 +1,7 @@
 # Shared setup, sourced by scripts/*: cd to the repo root, make .venv and install the package
-# (march_venv), and install redis-server/redis-cli/redis-benchmark if missing (march_redis_tools).
-# Idempotent and quiet: a second run with an unchanged pyproject.toml installs nothing.
+# (march_venv, with the Python client in clients/python), and install redis-server/redis-cli/redis-benchmark
+# (march_redis_tools) and PostgreSQL (march_postgres, for the client's ORM tests) if missing.
+# Idempotent and quiet: a second run with unchanged pyproject.toml files installs nothing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,14 +14,29 @@ march_venv() {
         echo "scripts: creating $VENV" >&2
         "${PYTHON:-python3}" -m venv "$VENV"
     fi
-    # Reinstall only when pyproject.toml changed (new dependency, new entry point) or march is not importable.
+    # Reinstall only when a pyproject.toml changed (new dependency, new entry point) or march or the
+    # Python client (clients/python, editable) is not importable.
     local stamp="$VENV/.march-installed" want
-    want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! (cd / && "$PY" -c 'import march') 2>/dev/null; then
-        echo "scripts: installing march and its test/dev dependencies into .venv" >&2
+    want="$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! (cd / && "$PY" -c 'import march, march_client') 2>/dev/null; then
+        echo "scripts: installing march, its test/dev dependencies and clients/python into .venv" >&2
         "$PY" -m pip install -q -e '.[test,dev]'
+        "$PY" -m pip install -q -e 'clients/python[test]'
         echo "$want" >"$stamp"
     fi
+}
+
+march_postgres() {
+    # PostgreSQL server binaries (initdb, postgres) for the client's ORM tests, which start their own
+    # throwaway cluster; the apt package puts them under /usr/lib/postgresql/<version>/bin.
+    if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+        return 0
+    fi
+    echo "scripts: installing postgresql (apt)" >&2
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
 }
 
 march_redis_tools() {

@@ -1,0 +1,277 @@
+"""`Sequencer`: IDs from March over redis-py, with bounded, safe retries and failover following.
+
+One object serves one node or a whole cluster. It keeps a plain redis-py client per node address
+and sends each request to the node it believes is the primary: a `MOVED` reply names the real one
+(followed at once), a dead or paused node (connection error, timeout) or one that knows no primary
+(`CLUSTERDOWN`) sends it to the next known node, and `TRYAGAIN` (the store is slow, a takeover is
+in progress) waits and asks the same node again. Retries back off and stop at a deadline
+(`retry_for`), after which `Unavailable` is raised.
+
+Why not redis-py's `RedisCluster`: March does not shard (one primary owns every slot), and a plain
+client that follows `MOVED` needs no topology refresh, never fails in its constructor while no
+primary is known, and behaves the same in the asyncio twin.
+
+What this module must never do: return anything but an ID the server handed out. An error is
+raised, never converted; a reply that is not an integer is an error.
+
+Retrying is safe but not free: a retried `INCR` whose first attempt was applied on the server
+and whose reply was lost (the connection dropped, the socket timed out) skips that ID. Gaps are
+allowed, duplicates are not, and no retry can produce a duplicate.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Self
+
+import redis
+import redis.exceptions as rex
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from march_client import errors
+from march_client._address import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Address, Target, target
+from march_client._retry import MAX_REDIRECTS, Action, RetryPolicy, classify
+from march_client.prefetch import Prefetcher
+
+MAX_INCRBY = 1_000_000  # the server's default max_incrby; pass yours if the server was configured otherwise
+
+
+def to_id(command: str, reply: object) -> int:
+    """An integer reply -> the ID; anything else is an error, never an ID."""
+    if isinstance(reply, int) and not isinstance(reply, bool):
+        return reply
+    raise rex.ResponseError(errors.BAD_REPLY.format(command=command, reply=reply))
+
+
+def range_ending_at(last: int, n: int) -> range:
+    """``INCRBY key n`` returned ``last``: the caller owns ``last-n+1 .. last``."""
+    return range(last - n + 1, last + 1)
+
+
+def check_range_size(n: int, limit: int) -> None:
+    if not 1 <= n <= limit:
+        raise ValueError(errors.BAD_RANGE_SIZE.format(n=n, limit=limit))
+
+
+class Router:
+    """Sends one command to the primary, following MOVED and retrying as `RetryPolicy` says.
+
+    Thread-safe: redis-py clients have connection pools, and the only shared state (which address
+    to try first, which addresses are known) is changed under a lock.
+    """
+
+    def __init__(
+        self,
+        where: Target,
+        policy: RetryPolicy,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._options = where.options
+        self._policy = policy
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._known: list[Address] = list(dict.fromkeys(where.seeds))
+        self._current = self._known[0]
+        self._clients: dict[Address, redis.Redis] = {}
+        self._closed = False
+        _ROUTERS.add(self)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()  # another thread of the parent may have held it at fork time
+
+    def client(self, address: Address) -> redis.Redis:
+        c = self._clients.get(address)
+        if c is None:
+            with self._lock:
+                if self._closed:
+                    raise rex.ConnectionError(errors.CLOSED)
+                c = self._clients.get(address)
+                if c is None:
+                    # No retries inside redis-py: this class owns the deadline and the choice of node.
+                    c = redis.Redis(host=address[0], port=address[1], retry=Retry(NoBackoff(), 0), **self._options)
+                    self._clients[address] = c
+        return c
+
+    @property
+    def current(self) -> Address:
+        return self._current
+
+    def _redirected(self, address: Address) -> None:
+        with self._lock:
+            if address not in self._known:
+                self._known.append(address)
+            self._current = address
+
+    def _failed(self, address: Address) -> None:
+        with self._lock:
+            if self._current == address:  # another thread may have moved on already
+                i = self._known.index(address) if address in self._known else -1
+                self._current = self._known[(i + 1) % len(self._known)]
+
+    def execute(self, *args: Any, retry_for: float | None = None) -> Any:
+        """The reply of ``args`` from the primary; errors that retrying cannot fix are raised at
+        once, transient ones retried until ``retry_for`` seconds have passed."""
+        if self._closed:
+            raise rex.ConnectionError(errors.CLOSED)
+        start = self._clock()
+        deadline = start + (self._policy.retry_for if retry_for is None else retry_for)
+        delays: Iterator[float] | None = None
+        attempts = redirects = 0
+        while True:
+            address = self._current
+            attempts += 1
+            try:
+                return self.client(address).execute_command(*args)  # type: ignore[no-untyped-call]
+            except Exception as e:  # classified below; the ones we do not know are raised
+                action = classify(e)
+                if action is Action.RAISE or self._closed:
+                    raise
+                last: Exception = e
+                if isinstance(e, rex.MovedError):
+                    self._redirected((e.host, e.port))
+                    redirects += 1
+                    if redirects <= MAX_REDIRECTS:
+                        continue  # the primary is named: no reason to wait
+                    last = rex.ClusterError(errors.TOO_MANY_REDIRECTS.format(hops=MAX_REDIRECTS, address=e.host))
+                elif action is Action.NEXT_NODE:
+                    self._failed(address)
+                redirects = 0
+            now = self._clock()
+            if now >= deadline:
+                raise errors.Unavailable(
+                    errors.UNAVAILABLE.format(seconds=now - start, attempts=attempts, last=last)
+                ) from last
+            if delays is None:
+                delays = self._policy.delays()
+            self._sleep(min(next(delays), deadline - now))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()
+
+
+def _after_fork_in_child() -> None:
+    for router in list(_ROUTERS):
+        router._forked()
+
+
+_ROUTERS: weakref.WeakSet[Router] = weakref.WeakSet()  # for the fork hook; keeps none alive
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Sequencer:
+    """IDs from March: ``next(key)`` and ``next_range(key, n)``.
+
+    ``url`` (``redis://[user:pass@]host:port``, ``rediss://`` for TLS) names one node; ``nodes``
+    (``["host:port", ...]`` or ``[(host, port), ...]``) seeds a cluster. Either way `MOVED` replies
+    are followed, so one URL of any cluster node also works, but only the seeds and the nodes that
+    `MOVED` named are tried when a node dies: give every node in a cluster.
+
+    Transient failures (connection errors, timeouts, ``TRYAGAIN``, ``MOVED``, ``CLUSTERDOWN``)
+    are retried with bounded back-off for ``retry_for`` seconds, then `Unavailable` is raised.
+    A retried request whose first attempt reached the server leaves a gap: never a duplicate.
+
+    ``prefetch=True`` draws ranges of IDs in the background and hands them out locally: far
+    faster, but IDs then increase only within one thread of one process (see `PrefetchSequencer`).
+
+    Thread-safe; one instance per process is enough.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        nodes: Sequence[str | Address] | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        ssl: bool = False,
+        ssl_ca_certs: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        retry_for: float = 10.0,
+        socket_timeout: float = SOCKET_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        max_incrby: int = MAX_INCRBY,
+        prefetch: bool = False,
+        min_range: int | None = None,
+        max_range: int | None = None,
+        target_seconds: float | None = None,
+    ) -> None:
+        where = target(
+            url,
+            nodes,
+            username=username,
+            password=password,
+            ssl=ssl,
+            ssl_ca_certs=ssl_ca_certs,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+        )
+        self.router = Router(where, RetryPolicy(retry_for))
+        self.max_incrby = max_incrby
+        self._prefetch: Prefetcher | None = None
+        if prefetch:
+            self._prefetch = Prefetcher(
+                self._draw,
+                # a consumer waits behind a refill at most as long as that refill may retry
+                lock_timeout=retry_for + socket_timeout,
+                max_incrby=max_incrby,
+                min_range=min_range,
+                max_range=max_range,
+                target_seconds=target_seconds,
+            )
+            self.next = self._prefetch.next  # type: ignore[method-assign]  # the fast path: no extra frame
+
+    def _draw(self, key: str | bytes, n: int) -> range:
+        return range_ending_at(to_id("INCRBY", self.router.execute("INCRBY", key, n)), n)
+
+    def next(self, key: str | bytes) -> int:
+        """The next ID of ``key`` (created at 1 if the server auto-creates keys)."""
+        return to_id("INCR", self.router.execute("INCR", key))
+
+    def next_range(self, key: str | bytes, n: int) -> range:
+        """``n`` consecutive IDs of ``key`` (1 <= n <= max_incrby), straight from the server
+        (also in prefetch mode), as ``range(first, last + 1)``."""
+        check_range_size(n, self.max_incrby)
+        return self._draw(key, n)
+
+    def ids(self, key: str | bytes) -> Iterator[int]:
+        """An endless iterator of IDs of ``key``: with prefetch, ``next(it)`` is one C-level call
+        (the fastest way to draw IDs); without, one round trip per ID. For one thread; after an
+        error it is exhausted: take a new one."""
+        if self._prefetch is not None:
+            return self._prefetch.ids(key)
+        return iter(lambda: self.next(key), None)
+
+    def close(self) -> None:
+        """Stop the prefetch thread (unused prefetched IDs become a gap) and close connections."""
+        if self._prefetch is not None:
+            self._prefetch.close()
+        self.router.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PrefetchSequencer(Sequencer):
+    """``Sequencer(..., prefetch=True)``: see `march_client.prefetch` for what it guarantees."""
+
+    def __init__(self, url: str | None = None, **kwargs: Any) -> None:
+        kwargs["prefetch"] = True
+        super().__init__(url, **kwargs)

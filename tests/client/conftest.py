@@ -1,0 +1,49 @@
+"""Fixtures for the Python client's tests (tests/client): a running march and clients on it.
+
+- `march_url`: ``redis://127.0.0.1:<port>`` of a fresh march process (tests/conftest.py's
+  `march_server`, stopped at teardown).
+- `sequencer`: a `march_client.Sequencer` on it, closed at teardown.
+- `prefetch_sequencer`: the same with ``prefetch=True``.
+
+The client package is `clients/python` (installed editable by scripts/_env.sh); if it is not
+installed, its directory is put on sys.path so the tests still import it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import MarchServer
+from support.postgres import postgres  # noqa: F401 - one throwaway PostgreSQL per session (ORM tests)
+
+CLIENT_ROOT = Path(__file__).resolve().parents[2] / "clients" / "python"
+try:
+    import march_client  # noqa: F401
+except ImportError:  # not installed into this venv: use the source tree
+    sys.path.insert(0, str(CLIENT_ROOT))
+
+from march_client import Sequencer  # noqa: E402
+
+
+def url_of(server: MarchServer) -> str:
+    return f"redis://127.0.0.1:{server.port}"
+
+
+@pytest.fixture
+def march_url(march_server: MarchServer) -> str:
+    return url_of(march_server)
+
+
+@pytest.fixture
+def sequencer(march_url: str) -> Iterator[Sequencer]:
+    with Sequencer(march_url, retry_for=5.0) as seq:
+        yield seq
+
+
+@pytest.fixture
+def prefetch_sequencer(march_url: str) -> Iterator[Sequencer]:
+    with Sequencer(march_url, prefetch=True, retry_for=5.0) as seq:
+        yield seq

@@ -1,0 +1,331 @@
+"""march_client.Sequencer / AsyncSequencer: IDs from a real march, errors that stay errors, retries
+that end at their deadline, MOVED and TRYAGAIN handling (with a scripted fake node), and a cluster
+whose primary is killed with SIGKILL while a client draws IDs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.exceptions as rex
+from march_client import AsyncSequencer, Sequencer, Unavailable
+from march_client._address import target
+from march_client._retry import Action, RetryPolicy, classify
+from march_client.sync import Router
+from support import MarchServer, free_port
+from support.cluster import MarchCluster
+from support.tls import make_certs, openssl_binary, wait_listening
+
+from .conftest import url_of
+
+# -- against one node -----------------------------------------------------------------------------
+
+
+def test_next_and_next_range(sequencer: Sequencer) -> None:
+    assert sequencer.next("orders") == 1
+    assert sequencer.next("orders") == 2
+    r = sequencer.next_range("orders", 10)
+    assert r == range(3, 13)
+    assert sequencer.next("orders") == 13
+    assert sequencer.next(b"binary\x00key") == 1
+
+
+def test_range_size_is_checked_before_sending(sequencer: Sequencer) -> None:
+    for n in (0, -1, sequencer.max_incrby + 1):
+        with pytest.raises(ValueError, match="n must be between 1"):
+            sequencer.next_range("r", n)
+    assert sequencer.next("r") == 1  # nothing was sent
+
+
+def test_a_refused_request_is_an_error_not_an_id(sequencer: Sequencer) -> None:
+    sequencer.router.execute("SET", "big", 2**63 - 1)
+    with pytest.raises(rex.ResponseError, match="overflow"):
+        sequencer.next("big")
+    with pytest.raises(rex.ResponseError):
+        sequencer.router.execute("DECR", "big")  # refused by march: raised at once, not retried
+
+
+def test_server_limit_on_incrby_is_an_error(march_url: str) -> None:
+    with Sequencer(march_url, max_incrby=10**9) as seq, pytest.raises(rex.ResponseError):
+        seq.next_range("k", 10**9)  # above the server's max_incrby (1,000,000)
+
+
+def test_wrong_password_is_raised_at_once(march_factory: Callable[..., MarchServer]) -> None:
+    server = march_factory(requirepass="s3cret")
+    url = url_of(server)
+    with Sequencer(url, password="wrong", retry_for=60) as seq, pytest.raises(rex.AuthenticationError):
+        seq.next("k")  # retry_for=60 would hang the test if this were retried
+    with Sequencer(url.replace("redis://", "redis://default:s3cret@"), retry_for=5) as seq:
+        assert seq.next("k") == 1
+
+
+def test_nothing_listening_ends_with_unavailable() -> None:
+    with Sequencer(f"redis://127.0.0.1:{free_port()}", retry_for=0.3) as seq:
+        with pytest.raises(Unavailable) as err:
+            seq.next("k")
+        assert isinstance(err.value.__cause__, rex.ConnectionError)
+        assert isinstance(err.value, rex.ConnectionError)  # callers catching redis errors still do
+
+
+def test_a_request_waits_through_a_restart(march_server: MarchServer) -> None:
+    with Sequencer(url_of(march_server), retry_for=60) as seq:
+        first = seq.next("k")
+        march_server.stop()
+        got: list[int] = []
+        errors: list[BaseException] = []
+        attempts = threading.Event()
+
+        def draw() -> None:
+            try:
+                attempts.set()
+                got.append(seq.next("k"))
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=draw)
+        t.start()
+        attempts.wait(10)
+        march_server.start()
+        t.join(60)
+        assert not t.is_alive() and not errors, errors
+        assert got[0] > first
+
+
+def test_context_manager_closes(march_url: str) -> None:
+    with Sequencer(march_url) as seq:
+        seq.next("k")
+    with pytest.raises(rex.ConnectionError):
+        seq.next("k")
+
+
+def test_threads_share_one_sequencer(sequencer: Sequencer) -> None:
+    results: list[list[int]] = [[] for _ in range(4)]
+
+    def work(out: list[int]) -> None:
+        for _ in range(200):
+            out.append(sequencer.next("shared"))
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in results]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    everything = [i for r in results for i in r]
+    assert len(set(everything)) == 800
+    assert all(r == sorted(r) for r in results)
+
+
+# -- routing and retries with a scripted node -------------------------------------------------------
+
+
+class FakeNode:
+    """Replies from a script: each item an exception to raise or a value to return."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = list(script)
+        self.calls: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any) -> Any:
+        self.calls.append(args)
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    def close(self) -> None:
+        pass
+
+
+def fake_router(nodes: dict[tuple[str, int], FakeNode], retry_for: float = 5.0) -> tuple[Router, list[float]]:
+    slept: list[float] = []
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    router = Router(target(None, list(nodes)), RetryPolicy(retry_for), clock=lambda: now[0], sleep=sleep)
+    router.client = lambda address: nodes[address]  # type: ignore[method-assign,assignment,return-value]
+    return router, slept
+
+
+def test_classify() -> None:
+    assert classify(rex.MovedError("12 127.0.0.1:7000")) is Action.REDIRECT
+    assert classify(rex.TryAgainError("TRYAGAIN store slow")) is Action.WAIT
+    assert classify(rex.ClusterDownError("CLUSTERDOWN no primary")) is Action.NEXT_NODE
+    assert classify(rex.ConnectionError("refused")) is Action.NEXT_NODE
+    assert classify(rex.TimeoutError("timeout")) is Action.NEXT_NODE
+    assert classify(rex.AuthenticationError("WRONGPASS")) is Action.RAISE
+    assert classify(rex.ResponseError("ERR increment or decrement would overflow")) is Action.RAISE
+    assert classify(ValueError("x")) is Action.RAISE
+
+
+def test_moved_is_followed_at_once_and_remembered() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    nodes = {a: FakeNode([rex.MovedError("1 127.0.0.1:2")]), b: FakeNode([41, 42])}
+    router, slept = fake_router(nodes)
+    assert router.execute("INCR", "k") == 41
+    assert router.execute("INCR", "k") == 42
+    assert slept == [] and router.current == b
+    assert len(nodes[a].calls) == 1
+
+
+def test_tryagain_waits_on_the_same_node() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    nodes = {a: FakeNode([rex.TryAgainError("TRYAGAIN"), rex.TryAgainError("TRYAGAIN"), 7]), b: FakeNode([])}
+    router, slept = fake_router(nodes)
+    assert router.execute("INCR", "k") == 7
+    assert len(slept) == 2 and all(s > 0 for s in slept)
+    assert nodes[b].calls == []
+
+
+def test_dead_node_moves_on_to_the_next() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    nodes = {a: FakeNode([rex.ConnectionError("refused")]), b: FakeNode([9])}
+    router, _ = fake_router(nodes)
+    assert router.execute("INCR", "k") == 9
+    assert router.current == b
+
+
+def test_a_node_without_a_primary_sends_us_on_round_the_list() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    nodes = {a: FakeNode([rex.TimeoutError("timeout"), 5]), b: FakeNode([rex.ClusterDownError("CLUSTERDOWN")])}
+    router, slept = fake_router(nodes)
+    assert router.execute("INCR", "k") == 5  # a timed out, b knew no primary, a again
+    assert router.current == a and len(slept) == 2
+
+
+def test_retries_stop_at_the_deadline_and_never_return_the_error() -> None:
+    a = ("127.0.0.1", 1)
+    nodes = {a: FakeNode([rex.TryAgainError("TRYAGAIN")] * 1000)}
+    router, slept = fake_router(nodes, retry_for=2.0)
+    with pytest.raises(Unavailable, match="TRYAGAIN"):
+        router.execute("INCR", "k")
+    assert sum(slept) == pytest.approx(2.0)
+    assert max(slept) <= RetryPolicy().cap
+
+
+def test_endless_redirects_end_in_an_error() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    nodes = {a: FakeNode([rex.MovedError("1 127.0.0.1:2")] * 100), b: FakeNode([rex.MovedError("1 127.0.0.1:1")] * 100)}
+    router, _ = fake_router(nodes, retry_for=0.5)
+    with pytest.raises(Unavailable, match="MOVED redirects"):
+        router.execute("INCR", "k")
+
+
+def test_non_integer_reply_is_an_error() -> None:
+    a = ("127.0.0.1", 1)
+    router, _ = fake_router({a: FakeNode([b"OK"])})
+    seq = Sequencer(nodes=[a])
+    seq.router = router
+    with pytest.raises(rex.ResponseError, match="unexpected reply"):
+        seq.next("k")
+
+
+# -- asyncio ------------------------------------------------------------------------------------
+
+
+async def test_async_next_and_range(march_url: str) -> None:
+    async with AsyncSequencer(march_url, retry_for=5) as seq:
+        assert await seq.next("a") == 1
+        assert await seq.next_range("a", 5) == range(2, 7)
+        ids = await asyncio.gather(*(seq.next("a") for _ in range(100)))
+        assert sorted(ids) == list(range(7, 107))
+
+
+async def test_async_prefetch_is_unique_and_increasing(march_url: str) -> None:
+    async with AsyncSequencer(march_url, prefetch=True, retry_for=5) as seq:
+        got = [await seq.next("p") for _ in range(5000)]
+        assert got == sorted(set(got))
+        concurrent = await asyncio.gather(*(seq.next("p") for _ in range(2000)))
+        assert len(set(concurrent) | set(got)) == 7000
+        direct = await seq.next_range("p", 3)
+    async with AsyncSequencer(march_url, retry_for=5) as plain:
+        after = await plain.next("p")
+    assert after > max(max(got), max(concurrent), direct[-1])  # prefetched, unused IDs are never handed out again
+
+
+async def test_async_unavailable() -> None:
+    async with AsyncSequencer(f"redis://127.0.0.1:{free_port()}", retry_for=0.2) as seq:
+        with pytest.raises(Unavailable):
+            await seq.next("k")
+
+
+# -- a cluster through a kill -9 of its primary --------------------------------------------------------
+
+
+def _follow_through_kill(march_cluster: MarchCluster, draw: Callable[[], int]) -> list[int]:
+    got = [draw() for _ in range(50)]
+    march_cluster.kill_primary()
+    got += [draw() for _ in range(50)]  # each call retries until a standby has taken over
+    return got
+
+
+def test_cluster_follows_a_killed_primary(march_cluster: MarchCluster) -> None:
+    primary = march_cluster.wait_primary()
+    standby = next(n for n in march_cluster.nodes if n is not primary)
+    seeds = [standby.address] + [n.address for n in march_cluster.nodes if n is not standby]
+    with Sequencer(nodes=seeds, retry_for=30, socket_timeout=1.0, connect_timeout=1.0) as seq:
+        got = _follow_through_kill(march_cluster, lambda: seq.next("orders"))
+        # one client, one request at a time: the real-time guarantee makes them strictly increase
+        assert got == sorted(set(got)), got
+        new_primary = march_cluster.wait_primary()
+        assert seq.router.current == ("127.0.0.1", new_primary.port)
+        with redis.Redis(port=new_primary.port) as direct:
+            assert direct.incr("orders") > got[-1]
+
+
+async def test_async_prefetch_follows_a_killed_primary(march_cluster: MarchCluster) -> None:
+    seeds = [n.address for n in march_cluster.nodes]
+    small = {"min_range": 100, "max_range": 100}  # so that IDs after the kill need the new primary
+    async with AsyncSequencer(nodes=seeds, prefetch=True, retry_for=30, socket_timeout=1.0, **small) as seq:
+        got = [await seq.next("orders") for _ in range(50)]
+        old = march_cluster.kill_primary()
+        got += [await seq.next("orders") for _ in range(5000)]
+        assert got == sorted(set(got)), "one event loop: increasing and unique"
+        new = march_cluster.wait_primary(exclude=[old])
+        assert seq.router.current == ("127.0.0.1", new.port)
+
+
+# -- TLS ---------------------------------------------------------------------------------------------
+
+
+def test_tls_with_a_client_certificate(march_factory: Callable[..., MarchServer], tmp_path: Path) -> None:
+    if openssl_binary() is None:
+        pytest.skip("no openssl")
+    certs = make_certs(tmp_path / "certs")
+    tls_port = free_port()
+    march_factory(extra_args=certs.server_args("yes", tls_port))
+    wait_listening(tls_port)
+    url = f"rediss://127.0.0.1:{tls_port}"
+    tls = {"ssl_ca_certs": certs.ca, "ssl_certfile": certs.client_cert, "ssl_keyfile": certs.client_key}
+    with Sequencer(url, retry_for=5, **tls) as seq:
+        assert seq.next("t") == 1
+    with Sequencer(nodes=[("127.0.0.1", tls_port)], ssl=True, retry_for=5, **tls) as seq:
+        assert seq.next_range("t", 2) == range(2, 4)
+
+
+# -- where to connect ---------------------------------------------------------------------------------
+
+
+def test_url_and_nodes_are_read() -> None:
+    t = target("rediss://app:p%40ss@db.example:7400", None)
+    assert t.seeds == [("db.example", 7400)]
+    assert t.options["username"] == "app" and t.options["password"] == "p@ss" and t.options["ssl"] is True
+    assert target(None, None).seeds == [("127.0.0.1", 7379)]  # March's default port
+    assert target(None, ["a:1", ("b", 2), "redis://c:3", "d"]).seeds == [("a", 1), ("b", 2), ("c", 3), ("d", 7379)]
+    assert target("redis://h:1", None, password="explicit").options["password"] == "explicit"
+    assert "ssl" not in target("redis://h:1", None).options
+    for bad_url, bad_nodes in (("redis://h:1", ["h:1"]), (None, [])):
+        with pytest.raises(ValueError, match="url or a non-empty list"):
+            target(bad_url, bad_nodes)
+    with pytest.raises(ValueError, match="scheme"):
+        target("http://h:1", None)
+    with pytest.raises(ValueError, match="host:port"):
+        target(None, ["h:notaport"])
