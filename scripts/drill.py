@@ -1,7 +1,10 @@
 """Fault drills against a local March cluster: its own etcd and three march nodes on free loopback
 ports, throwaway data. For each drill: a live timeline (one line per ~0.5 s: ops/s, errors, which
 node says it is primary), then a summary (failover time, error window, longest request delay,
-duplicates, order violations) next to the issue's bars. Run it through scripts/drill.
+duplicates, order violations) next to the issue's bars, and a PNG of the run (`--out-dir`,
+`<drill>-<rep>.png`): IDs/s, errors and latency per 100 ms with the fault and the recovery marked.
+The chart is drawn afterwards from the histories the load records anyway, so it costs the load
+nothing. Run it through scripts/drill.
 
 The drills are the ones tests/fault/test_cluster_drills.py runs (tests/support/drills.py);
 here the timing bars are checked strictly: the exit status is 0 only if every repetition had no
@@ -21,6 +24,7 @@ from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from support.drills import (  # noqa: E402
     DRILLS,
@@ -46,6 +50,28 @@ def brief(e: BaseException, lines: int = 40) -> str:
     return "\n".join(text if len(text) <= lines else [*text[:5], "...", *text[-(lines - 6) :]])
 
 
+def chart(result: DrillResult, name: str, out_dir: Path, ttl: int) -> str:
+    """Draw one repetition's PNG; a drawing problem is reported, never fails the drill."""
+    try:
+        from benchlib.charts import drill_png
+
+        verdict = "FAILED" if result.violations else "OK"
+        title = f"{result.drill} #{result.rep} ({verdict}, lease TTL {ttl}s): {result.figures.line()}"
+        path = drill_png(result.series(), out_dir / f"{name}-{result.rep}.png", _wrap(title))
+        return str(path)
+    except Exception as e:  # matplotlib missing or a plotting bug: the drill's verdict stands
+        return f"not drawn ({type(e).__name__}: {first_line(e)})"
+
+
+def _wrap(title: str, width: int = 110) -> str:
+    words, lines = title.split(" "), [""]
+    for w in words:
+        if lines[-1] and len(lines[-1]) + len(w) + 1 > width:
+            lines.append("")
+        lines[-1] = f"{lines[-1]} {w}".strip()
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("drills", nargs="*", metavar="DRILL", help=f"which drills (default all): {', '.join(DRILLS)}")
@@ -61,6 +87,10 @@ def main() -> int:
     ap.add_argument("--name-len", type=int, default=TAKEOVER_NAME_LEN, help="bytes per seeded name (default 200)")
     ap.add_argument("--keep", action="store_true", help="keep the logs and data (kept anyway after a failure)")
     ap.add_argument("--quiet", action="store_true", help="no live timeline, summaries only")
+    ap.add_argument(
+        "--out-dir", type=Path, default=Path("drill-report"), help="where the PNGs go (default ./drill-report)"
+    )
+    ap.add_argument("--no-png", action="store_true", help="no charts")
     args = ap.parse_args()
     unknown = [d for d in args.drills if d not in DRILLS]
     if unknown:
@@ -112,6 +142,8 @@ def main() -> int:
                             break
                         results.append(result)
                         say(result.summary())
+                        if not args.no_png:
+                            say(f"  chart: {chart(result, name, args.out_dir, args.ttl)}")
             finally:
                 env.stop()
     finally:

@@ -9,6 +9,8 @@ for the cluster to recover, and returns a `DrillResult`:
   assert them with a slack (a loaded CI machine is no benchmark); scripts/drill prints them.
 - `figures`: failover time, error count and window, longest delay and gap, duplicates, order
   violations (see `support.load.figures`).
+- `events`: what the drill did and saw when (the fault, a new primary, the first ID from
+  another node, ...); `series()` puts them on the load's time series for scripts/drill's chart.
 
 A `DrillEnv` owns the processes of one drill layout: an etcd (1 or 3 members), optional TCP
 proxies (one per march node, all to etcd member 0), and a three-node March cluster. Every
@@ -29,7 +31,7 @@ from pathlib import Path
 from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
 from support.history import History
-from support.load import KEYS, TIMESTAMP_KEY, Figures, Load, figures
+from support.load import KEYS, TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, time_series
 from support.proxy import TcpProxy
 from support.resp import RespConn, RespError, encode, wait_until
 
@@ -81,6 +83,17 @@ class DrillResult:
 
     recovered: bool = True
     detail: str = ""  # what a failed wait saw (cluster state, logs): shown by assert_ok
+    events: list[tuple[int, str]] = field(default_factory=list)  # (monotonic ns, what): for the charts
+
+    def mark(self, label: str, at: int | None = None) -> int:
+        """Note an event (the fault, a new primary, ...) for the timeline chart; returns its time."""
+        at = History.now() if at is None else at
+        self.events.append((at, label))
+        return at
+
+    def series(self, width: float | None = None) -> TimeSeries:
+        """IDs, errors and latency per ``width`` seconds, with the events: what scripts/drill draws."""
+        return time_series(self.histories, self.events, width)
 
     def settle(self, cluster: MarchCluster) -> None:
         """Back to a settled cluster for the next repetition (not after a failed recovery: the
@@ -103,6 +116,8 @@ class DrillResult:
     def finish(self, fault_at: int | None, old_primary: str | None) -> None:
         """Compute the figures; duplicates and order violations become violations."""
         self.figures = f = figures(self.histories, fault_at, old_primary)
+        if fault_at is not None and f.failover is not None:
+            self.mark("first ID from another node", fault_at + int(f.failover * 1e9))
         if f.duplicates or f.order_violations:
             self.violations.append(f"{f.duplicates} duplicates, {f.order_violations} order violations")
             self.violations += f.problems[:10]
@@ -266,9 +281,10 @@ def drill_kill_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = History.now()
+        fault_at = r.mark(f"kill -9 {old.node_id}")
         c.kill(old)
         new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        r.mark(f"{new.node_id} says primary")
         r.notes.append(f"primary {old.node_id} -> {new.node_id}")
         load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
         load.wait_ops(env.hold_ops)
@@ -290,7 +306,7 @@ def drill_pause_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
     fault_at = stopped_at = demoted_at = resumed_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = History.now()
+        fault_at = r.mark(f"SIGSTOP {old.node_id}")
         old.pause()
         stopped_at = History.now()  # from here on no request can reach the old primary's code
         try:
@@ -300,12 +316,13 @@ def drill_pause_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
                 late_sent = History.now()
                 late.send(encode("INCR", key) * LATE_REQUESTS)
                 new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+                r.mark(f"{new.node_id} says primary")
                 r.notes.append(f"primary {old.node_id} -> {new.node_id}; {old.node_id} stopped for {ttl * 1.5:.1f}s")
                 load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
                 stopped_for = ttl * 1.5  # the fault itself: paused for longer than the TTL
                 wait_until(lambda: History.now() - fault_at >= stopped_for * 1e9, timeout=stopped_for + 1)
                 old.resume()
-                resumed_at = History.now()
+                resumed_at = r.mark(f"SIGCONT {old.node_id}")
                 _late_replies(r, late, key, late_sent, old)
         finally:
             if old.paused:
@@ -344,10 +361,11 @@ def drill_cut_primary_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = History.now()
+        fault_at = r.mark(f"etcd link of {old.node_id} cut")
         proxy.cut()
         try:
             new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+            r.mark(f"{new.node_id} says primary")
             r.notes.append(f"primary {old.node_id} -> {new.node_id}")
             load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
             # Still cut off: the old primary must refuse, whatever it answers.
@@ -358,6 +376,7 @@ def drill_cut_primary_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
                 r.violations.append(f"the partitioned old primary answered INCR with an ID: {reply}")
         finally:
             proxy.restore()
+            r.mark("link restored")
         _expect_redirect(r, old, new, key, recovery_timeout(ttl))
         load.wait_ops(env.hold_ops)
     r.finish(fault_at, old.address)
@@ -377,10 +396,10 @@ def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = History.now()
+        fault_at = r.mark(f"kill -9 etcd leader {leader.member_name}")
         etcd.kill(leader)
         etcd.wait_leader(exclude=leader)
-        elected = History.now()
+        elected = r.mark("new etcd leader")
         r.notes.append(
             f"etcd leader {leader.member_name} killed, a new one elected in {(elected - fault_at) / 1e6:.0f} ms"
         )
@@ -404,12 +423,14 @@ def drill_planned_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = History.now()
+        fault_at = r.mark(f"FAILOVER on {old.node_id}")
         reply = old.call("FAILOVER", timeout=recovery_timeout(ttl))
+        r.mark(f"FAILOVER replied {reply!r}")
         r.notes.append(f"FAILOVER answered {reply!r} in {(History.now() - fault_at) / 1e6:.0f} ms")
         if reply != "OK":
             r.violations.append(f"FAILOVER answered {reply!r}")
         new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        r.mark(f"{new.node_id} says primary")
         r.notes.append(f"primary {old.node_id} -> {new.node_id}")
         load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
         load.wait_ops(env.hold_ops)
@@ -435,7 +456,7 @@ def drill_full_restart(env: DrillEnv, rep: int = 0) -> DrillResult:
             load.wait_ops(env.warmup_ops)
         before = {k: max((o.id for o in h.ops), default=0) for k, h in r.histories.items()}
         r.notes.append(f"highest IDs before: {before}")
-        fault_at = History.now()
+        fault_at = r.mark("every node " + ("killed" if hard else "stopped"))
         for n in c.nodes:
             if hard:
                 c.kill(n)
@@ -447,8 +468,9 @@ def drill_full_restart(env: DrillEnv, rep: int = 0) -> DrillResult:
             for m in env.etcd.members:
                 env.etcd.kill(m)
             env.etcd.restart_all()
-        restarted_at = History.now()
+        restarted_at = r.mark("starting nodes again")
         c.start(timeout=recovery_timeout(ttl))
+        r.mark("nodes up")
         with env.load(r) as load:
             load.wait_ops(env.hold_ops)
     r.finish(fault_at, None)
@@ -530,9 +552,10 @@ def drill_takeover(env: DrillEnv, rep: int = 0) -> DrillResult:
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = History.now()
+        fault_at = r.mark(f"kill -9 {old.node_id}")
         c.kill(old)
         new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        r.mark(f"{new.node_id} says primary")
         load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
         probes = names[rep * TAKEOVER_PROBES % len(names) :][:TAKEOVER_PROBES]
         sent = time.monotonic()
@@ -565,13 +588,14 @@ def drill_restart_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = History.now()
+        fault_at = r.mark("kill -9 etcd")
         for m in etcd.members:
             etcd.kill(m)
         wait_until(lambda: History.now() - fault_at >= ETCD_DOWN * 1e9, timeout=ETCD_DOWN + 1)  # the outage
         etcd.restart_all()
-        answering = History.now()  # /health says true: etcd answers
+        answering = r.mark("etcd answers")  # /health says true
         served, _ = load.wait_success(answering, timeout=recovery_timeout(ttl))
+        r.mark("first ID after etcd answered", served)
         back = (served - answering) / 1e9
         r.notes.append(
             f"etcd down {(answering - fault_at) / 1e9:.1f}s; first INCR {back * 1000:.0f} ms after it answered"

@@ -16,7 +16,9 @@ ID (a MOVED reply hands out nothing).
 `figures()` turns the histories of one drill into the numbers the drills report: failover
 time (fault to the first successful INCR served by another node than the old primary), error
 count and window, longest request delay, longest gap between successful replies, duplicates,
-order violations.
+order violations. `time_series()` cuts the same histories into 100 ms buckets (IDs, errors,
+latency) for scripts/drill's charts: computed afterwards, it adds nothing to the clients' loop
+and keeps nothing the histories do not already hold.
 
 Nothing sleeps to synchronise: `wait_ops` / `wait_success` poll counters with a deadline.
 A client paces itself only if given a rate.
@@ -389,3 +391,76 @@ def figures(histories: dict[str, History], fault_at: int | None = None, old_prim
         if old_late:
             f.old_primary_last = _seconds(max(old_late) - fault_at)
     return f
+
+
+# -- time series for the drill charts ------------------------------------------------------------
+
+SERIES_WIDTH = 0.1  # seconds per bucket: fine enough to see a failover of a few hundred ms
+SERIES_MIN_BUCKETS = 50  # a shorter load gets finer buckets (down to 1 ms), or its chart is a few bars
+SERIES_WIDTHS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, SERIES_WIDTH)  # round numbers read better on an axis
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One slice of a load, by reply time: successes, errors and the latency of the successes (s)."""
+
+    start: float  # seconds since the load started
+    ok: int = 0
+    errors: int = 0
+    p50: float = 0.0
+    p99: float = 0.0
+    max: float = 0.0
+
+
+@dataclass(frozen=True)
+class Marker:
+    at: float  # seconds since the load started
+    label: str
+
+
+@dataclass
+class TimeSeries:
+    width: float
+    buckets: list[Bucket]
+    events: list[Marker]
+
+
+def time_series(
+    histories: dict[str, History], events: Iterable[tuple[int, str]] = (), width: float | None = None
+) -> TimeSeries:
+    """The histories of one drill cut into ``width``-second buckets, plus ``events`` ((monotonic
+    ns, label)) on the same clock. Computed afterwards from what the load recorded anyway, so
+    drawing a chart costs the load nothing. ``width`` None: `SERIES_WIDTH`, or finer for a load
+    shorter than `SERIES_MIN_BUCKETS` of those."""
+    ops = [op for h in histories.values() for op in h.ops]
+    failures = [x for h in histories.values() for x in h.failures]
+    events = list(events)
+    starts = [o.sent for o in ops] + [x.sent for x in failures]
+    if not starts:
+        return TimeSeries(width or SERIES_WIDTH, [], [])
+    t0 = min(starts)
+    end = max([o.replied for o in ops] + [x.replied for x in failures] + [t for t, _ in events])
+    if width is None:
+        fits = [w for w in SERIES_WIDTHS if w * SERIES_MIN_BUCKETS <= _seconds(end - t0)]
+        width = fits[-1] if fits else SERIES_WIDTHS[0]
+    step = int(width * NS)
+    n = (end - t0) // step + 1
+    latencies: list[list[int]] = [[] for _ in range(n)]
+    errors = [0] * n
+    for o in ops:
+        latencies[(o.replied - t0) // step].append(o.replied - o.sent)
+    for x in failures:
+        errors[(x.replied - t0) // step] += 1
+    buckets = []
+    for i, lat in enumerate(latencies):
+        lat.sort()
+        buckets.append(
+            Bucket(i * width, len(lat), errors[i], _quantile(lat, 0.5), _quantile(lat, 0.99), _quantile(lat, 1))
+        )
+    markers = [Marker(_seconds(t - t0), label) for t, label in sorted(events) if t >= t0]
+    return TimeSeries(width, buckets, markers)
+
+
+def _quantile(ordered: list[int], q: float) -> float:
+    """The ``q`` quantile (nearest rank) of sorted nanoseconds, in seconds; 0 for none."""
+    return _seconds(ordered[min(len(ordered) - 1, int(q * len(ordered)))]) if ordered else 0.0

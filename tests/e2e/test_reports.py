@@ -1,0 +1,111 @@
+"""The reports of scripts/bench and scripts/drill: the tables they print and the PNGs they draw.
+
+Each script runs once with its shortest settings in a subprocess (the same Python, so no venv
+setup runs in a test); nothing here looks at a figure's value, only that the report is there.
+The drill chart is also drawn from a hand-made history, to check the time series under it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.history import History
+from support.load import time_series
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_script(args: list[str], timeout: float) -> str:
+    """Run a script to the end; on timeout SIGTERM it (it stops its servers), then kill what is left."""
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        pytest.fail(f"{args[0]} still running after {timeout}s:\n{out[-4000:]}")
+    assert proc.returncode == 0, f"{args} exited with {proc.returncode}:\n{out[-4000:]}"
+    return out
+
+
+def assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE), path
+    assert len(data) > 10_000, f"{path}: only {len(data)} bytes"
+
+
+@pytest.mark.timeout(120)
+def test_bench_quick_prints_the_table_and_draws_the_png(tmp_path: Path, redis_binary: str, etcd_bin: str) -> None:
+    png = tmp_path / "bench.png"
+    out = run_script(["scripts/bench.py", "--quick", "--png", str(png)], timeout=100)
+    for expected in (
+        "INCR -c 50 -P 1: median of 1 rounds",
+        "timestamp INCR -c 50 -P 16",
+        "march/redis throughput ratio:",
+        "march etcd/redis throughput ratio:",
+        "march snowflake IDs/s through INCRBY:",
+        "== metrics on vs off",
+        "on vs off",
+        "python client, prefetch:",
+        "== summary",
+        f"chart: {png}",
+    ):
+        assert expected in out, f"{expected!r} missing from:\n{out}"
+    summary = out.split("== summary", 1)[1]
+    assert "redis-server" in summary and "march sqlite" in summary and "march etcd" in summary, summary
+    assert_png(png)
+
+
+@pytest.mark.timeout(120)
+def test_drill_writes_a_png_per_repetition(tmp_path: Path, etcd_bin: str) -> None:
+    out_dir = tmp_path / "report"
+    args = ["scripts/drill.py", "failover", "--reps", "1", "--ops", "100", "--quiet", "--out-dir", str(out_dir)]
+    out = run_script(args, timeout=100)
+    png = out_dir / "failover-0.png"
+    assert f"chart: {png}" in out, out
+    assert_png(png)
+
+
+def test_drill_chart_from_a_made_up_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from benchlib.charts import drill_png
+
+    ms = 1_000_000
+    h = History()
+    t0 = History.now()
+    # 2 s of load: one ID per ms, none from 0.8 s to 1.3 s (the "failover"), errors meanwhile.
+    for i in range(2000):
+        sent = t0 + i * ms
+        if 800 <= i < 1300:
+            if i % 50 == 0:
+                h.record_error("c", sent, sent + 20 * ms, "ConnectionError: refused")
+            continue
+        h.record("c", sent, sent + (5 if i % 100 else 40) * ms // 10, i + 1)
+    events = [(t0 + 800 * ms, "kill -9 n1"), (t0 + 1300 * ms, "first ID from another node")]
+    assert time_series({"k": h}, events).width == 0.02  # 2 s: finer buckets, at least 50 of them
+    series = time_series({"k": h}, events, width=0.1)
+    assert len(series.buckets) == 20  # the last reply at 1.9995 s, in 100 ms buckets
+    assert series.buckets[0].ok == 100 and series.buckets[10].ok == 0 and series.buckets[10].errors == 2
+    assert [round(m.at, 3) for m in series.events] == [0.8, 1.3]
+    assert series.buckets[0].max == pytest.approx(0.004)
+    png = drill_png(series, tmp_path / "made-up.png", "made-up drill")
+    assert_png(png)
