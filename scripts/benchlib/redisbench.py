@@ -88,4 +88,8 @@ def run(
 def requests_for(port: int, clients: int, pipeline: int, seconds: float, command: tuple[str, ...] = INCR) -> int:
     """Calibrate: enough requests for about ``seconds`` of load on this server (a short probe first)."""
     probe = run(port, clients, pipeline, max(2_000, 200 * clients) if pipeline == 1 else 50_000, command)
-    return max(5_000, min(50_000_000, int(probe.rps * seconds)))
+    n = max(5_000, min(50_000_000, int(probe.rps * seconds)))
+    # A whole number of pipelines per client: redis-benchmark can end a run whose -n leaves a partial
+    # last pipeline with "All clients disconnected... aborting." (seen with -c 1 -P 16).
+    step = clients * pipeline
+    return -(-n // step) * step

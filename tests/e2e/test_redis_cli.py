@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 
 import pytest
 from support import MarchServer, RedisServer
@@ -87,3 +88,67 @@ def test_mass_insert_with_pipe(march_server: MarchServer, redis_cli: str) -> Non
     assert code == 0, (out, err)
     assert f"errors: 0, replies: {n}" in out, out
     assert cli(redis_cli, march_server.port, "INCR", "mass") == (0, f"{n + 1}\n", "")
+
+
+# --- operations commands from redis-cli (what an operator types) ---------------------------------
+
+OPS_INVOCATIONS = {
+    "slowlog-len-empty": ["SLOWLOG", "LEN"],
+    "slowlog-reset": ["SLOWLOG", "RESET"],
+    "slowlog-get-empty": ["SLOWLOG", "GET"],
+    "slowlog-bad-count-no-raw": ["--no-raw", "SLOWLOG", "GET", "x"],
+    "config-set-unknown-no-raw": ["--no-raw", "CONFIG", "SET", "no-such-option", "1"],
+    "config-set-odd-no-raw": ["--no-raw", "CONFIG", "SET", "maxclients"],
+    "config-rewrite-no-file-no-raw": ["--no-raw", "CONFIG", "REWRITE"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS_INVOCATIONS))
+def test_ops_commands_print_what_redis_prints(server_pair: Pair, redis_cli: str, name: str) -> None:
+    march, redis = server_pair
+    args = OPS_INVOCATIONS[name]
+    assert cli(redis_cli, march.port, *args) == cli(redis_cli, redis.port, *args), f"redis-cli {' '.join(args)}"
+
+
+def test_slowlog_from_redis_cli(march_factory: Callable[..., MarchServer], redis_cli: str) -> None:
+    """With a threshold of 0 every command is recorded; redis-cli prints the entries and their args."""
+    server = march_factory()
+    port = server.port
+    assert cli(redis_cli, port, "CONFIG", "SET", "slowlog-log-slower-than", "0") == (0, "OK\n", "")
+    assert cli(redis_cli, port, "INCR", "cli:slow")[0] == 0
+    code, out, err = cli(redis_cli, port, "--no-raw", "SLOWLOG", "GET", "5")
+    assert code == 0, err
+    assert '"INCR"' in out and '"cli:slow"' in out, out
+    _, out, _ = cli(redis_cli, port, "SLOWLOG", "LEN")
+    assert int(out) >= 1
+    # As in Redis, a command is judged against the threshold once it has run: turn it off, then reset.
+    assert cli(redis_cli, port, "CONFIG", "SET", "slowlog-log-slower-than", "-1") == (0, "OK\n", "")
+    assert cli(redis_cli, port, "SLOWLOG", "RESET") == (0, "OK\n", "")
+    assert cli(redis_cli, port, "INCR", "cli:slow")[0] == 0
+    assert cli(redis_cli, port, "SLOWLOG", "LEN") == (0, "0\n", "")
+
+
+def test_config_set_from_redis_cli(march_server: MarchServer, redis_cli: str) -> None:
+    """A live setting changes and reads back; a setting that needs a restart is refused with why."""
+    port = march_server.port
+    assert cli(redis_cli, port, "CONFIG", "SET", "max-batch", "5000", "min-batch", "10") == (0, "OK\n", "")
+    assert cli(redis_cli, port, "CONFIG", "GET", "max-batch") == (0, "max-batch\n5000\n", "")
+    code, out, _ = cli(redis_cli, port, "CONFIG", "SET", "port", "1")
+    assert code == 0 and out.startswith("ERR CONFIG SET failed") and "restart" in out, out
+    assert cli(redis_cli, port, "CONFIG", "GET", "port") == (0, f"port\n{port}\n", "")
+
+
+def test_seq_alter_from_redis_cli(march_server: MarchServer, redis_cli: str) -> None:
+    """SEQ.ALTER changes one sequence's bounds (SEQ.INFO shows them), and IDs go on from where they were."""
+    port = march_server.port
+    assert cli(redis_cli, port, "INCR", "cli:alter") == (0, "1\n", "")
+    assert cli(redis_cli, port, "SEQ.ALTER", "cli:alter", "MINBATCH", "7", "MAXBATCH", "70") == (0, "OK\n", "")
+    _, out, _ = cli(redis_cli, port, "SEQ.INFO", "cli:alter")
+    fields = out.splitlines()
+    info = dict(zip(fields[::2], fields[1::2], strict=True))
+    assert (info["min_batch"], info["max_batch"]) == ("7", "70"), info
+    assert cli(redis_cli, port, "INCR", "cli:alter") == (0, "2\n", "")
+    _, out, _ = cli(redis_cli, port, "SEQ.ALTER", "cli:alter", "MINBATCH", "9", "MAXBATCH", "3")
+    assert out.startswith("ERR"), out
+    _, out, _ = cli(redis_cli, port, "SEQ.ALTER", "cli:alter", "MAXLEAD", "5")
+    assert out.startswith("WRONGTYPE"), out
