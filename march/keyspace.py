@@ -94,14 +94,7 @@ class Keyspace:
         self._creating: dict[bytes, asyncio.Task[Generator]] = {}
         self._cursors: OrderedDict[int, bytes] = OrderedDict()
         self._counted: tuple[Term, int] | None = None  # sequences in the store, as of this term (max_sequences)
-        self.default_policy = BatchPolicy(
-            min_batch=config.min_batch,
-            max_batch=config.max_batch,
-            interval=config.batch_interval,
-            watermark=config.watermark,
-            max_wait=config.max_wait,
-            store_timeout=config.store_timeout,
-        )
+        self.default_policy = _default_policy(config)
         self._altering = asyncio.Lock()  # SEQ.ALTER, one at a time
         self.workers = Workers(config, store, state, wall)  # the group's worker ids (WORKER.*), beside its sequences
         state.subscribe(self._on_change)
@@ -282,14 +275,7 @@ class Keyspace:
         """
         self.config = config
         self.workers.config = config  # worker_ttl, worker_margin: read at use time
-        self.default_policy = BatchPolicy(
-            min_batch=config.min_batch,
-            max_batch=config.max_batch,
-            interval=config.batch_interval,
-            watermark=config.watermark,
-            max_wait=config.max_wait,
-            store_timeout=config.store_timeout,
-        )
+        self.default_policy = _default_policy(config)
         for gen in self.generators.values():
             self.apply_settings(gen)
 
@@ -442,3 +428,15 @@ class Keyspace:
 
     async def count(self) -> int:
         return await self.store.count()
+
+
+def _default_policy(config: Config) -> BatchPolicy:
+    """The batch bounds and waits of sequences without their own (from the Config, live)."""
+    return BatchPolicy(
+        min_batch=config.min_batch,
+        max_batch=config.max_batch,
+        interval=config.batch_interval,
+        watermark=config.watermark,
+        max_wait=config.max_wait,
+        store_timeout=config.store_timeout,
+    )
