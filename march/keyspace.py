@@ -326,6 +326,8 @@ class Keyspace:
             if not 1 <= policy.min_batch <= policy.max_batch <= MAX_ID:
                 raise CommandError(errors.BATCH_RANGE.format(MAX_ID))
             term = self._term()
+            if self.generators.get(key) is not gen:  # the term changed since it was read: run again
+                raise NotServing(term.ended or "the term changed")
             deadline = self.clock() + self.config.max_wait
             while gen.write is not None:  # nothing may put the old settings back after ours
                 await asyncio.wait({gen.write}, timeout=max(0.0, deadline - self.clock()))

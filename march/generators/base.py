@@ -76,8 +76,9 @@ class DurableBound(abc.ABC):
     ``ceiling`` is an exclusive bound, confirmed by the store, below which the subclass hands out
     IDs (for a sequence the ID itself, for a timestamp sequence the time field). One write is in
     flight at a time (``write``); targets strictly increase over the generator's life, even across
-    failed or abandoned writes, so a late-landing abandoned write can never collide with a newer
-    one and the store's "greater than stored" check only fails when someone else wrote. A retry
+    failed or abandoned writes (only the top, once tried, is tried again as it is), so a
+    late-landing abandoned write can never collide with a newer one, and a stored ceiling at or
+    above a target is one of this leadership's own writes (the store checks the guard with it). A retry
     after a failure aims at what is needed now (one more than the last target at least), not one
     more batch per attempt, so a long outage leaves the stored ceiling about one batch above the
     last ID. ``GuardFailed`` tells the lease (the term ends); any other failure backs off (50 ms
@@ -138,14 +139,13 @@ class DurableBound(abc.ABC):
         """Start persisting a higher ceiling (one write in flight at a time)."""
         if self._lease.ended or self._ceiling >= self._top:
             return
-        loop = asyncio.get_running_loop()
         if self._target >= self._top:
-            # No greater target exists: find out whether the last attempt landed, else repeat it.
-            self._write = loop.create_task(self._reconcile_top())
-            return
-        target = min(self._top, max(self._target + 1, self._next_target(need)))
-        self._target = target
-        self._write = loop.create_task(self._persist(target))
+            # No greater target exists: repeat the last one. If an earlier attempt landed, the store
+            # says so under the guard (it returns the stored ceiling), like any late-landing write.
+            target = self._top
+        else:
+            target = self._target = min(self._top, max(self._target + 1, self._next_target(need)))
+        self._write = asyncio.get_running_loop().create_task(self._persist(target))
 
     async def _await_change(self, deadline: float) -> None:
         """Wait until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
@@ -162,25 +162,6 @@ class DurableBound(abc.ABC):
             changed = self._changed = asyncio.get_running_loop().create_future()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(changed), remaining)
-
-    async def _reconcile_top(self) -> None:
-        """The write of the top ceiling failed or was abandoned: read back what the store holds.
-
-        While the lease is valid, nobody but this generator has written this key since it was
-        loaded (other writers fail the guard), so a stored top is this generator's own write.
-        """
-        try:
-            record = await asyncio.wait_for(self._store.load(self.key), self._policy.store_timeout)
-        except Exception as exc:
-            log.warning("reading back %r failed: %r", self.key, exc)
-            await self._pause_after_failure(exc)
-            return
-        if record is not None and record.ceiling >= self._top and self._valid():
-            self._set_ceiling(self._top)
-            self._write = None
-            self._notify()
-            return
-        await self._persist(self._top)
 
     async def _persist(self, target: int) -> None:
         started = self._clock()

@@ -40,9 +40,14 @@ the *time field* (in layout units since the layout's epoch) that the store has c
   high-water mark advanced by the monotonic clock, so a wall clock jumping backwards never makes
   a request wait. The lead is measured from the later of that and the generator's *base*: the
   slot it started at (a restart starts at the stored bound, up to a lookahead ahead) or a floor
-  raised by SET, so neither makes every request wait. The fast path pays one comparison
-  (against the wall clock, which is never ahead of the steady one); the steady clock is read
-  only when that comparison fails.
+  raised by SET, so neither makes every request wait. A wall clock far behind the stored bound a
+  restarted generator starts at (set back before the restart, or a new primary's clock behind
+  the old one's) is not believed either: the steady clock starts at most a lookahead and a lead
+  before it, so such a node waits at the cap no longer than a restart on a right clock would.
+  The fast path pays one comparison (against the wall clock, which is never ahead of the steady
+  one) and, when logical time runs ahead of the wall clock (a burst at the cap, a wall clock set
+  back), a second against the cap as of the last steady reading (which can only have grown
+  since); the steady clock is read only when both fail, about once per time unit.
 
 Both clocks are injected: ``clock`` (monotonic seconds, for waits and write latencies) and
 ``wall`` (seconds since 1970, for the time field). Store writes and lease checks are
@@ -135,13 +140,21 @@ class TimestampGenerator(DurableBound):
         self._floor = -1  # the highest floor raised (SET): a GET reports at least it
         self._issued = 0
         self.carries = 0  # times the sequence field overflowed into the time field ahead of the clock
-        # the lead cap: a steady clock (wall high-water mark + monotonic time since) and the base
-        self._steady_ms = wall() * 1000
-        self._steady_at = clock()
+        # The lead cap: a steady clock (wall high-water mark + monotonic time since) and the base.
         self._base = start >> sb  # time units: the lead counts from here while real time is behind it
+        self._steady_ms = wall() * 1000
+        if first_slot is None:
+            # A wall clock far behind the stored bound (set back before this restart, or a new
+            # primary's clock behind the old one's) is not believed: the bound was at most a
+            # lookahead and a lead ahead of real time, so real time is at least that. Such a node
+            # waits at the cap no longer than a restart on a right clock would, never the whole jump.
+            earliest_ms = layout.ms_of(self._base) - self._lookahead * layout.unit - max_lead_ms
+            self._steady_ms = max(self._steady_ms, float(earliest_ms))
+        self._steady_at = clock()
         self.max_lead_ms = 0
         self._lead_units = 0
         self._lead_span = 0  # slots past the wall clock's unit that the fast path allows unchecked
+        self._lead_ok = 0  # slots below this were within the cap at the last steady reading (still are)
         self.set_max_lead(max_lead_ms)
         self.lead_waits = 0  # requests that waited at the cap
         self.lead_refusals = 0  # requests refused at the cap (TRYAGAIN)
@@ -151,7 +164,13 @@ class TimestampGenerator(DurableBound):
         self.max_lead_ms = max_lead_ms
         self._lead_units = max_lead_ms // self._unit
         self._lead_span = (self._lead_units + 1) << self._sb if max_lead_ms else self._slot_top
+        self._lead_ok = 0  # a new cap: read the steady clock again
         self._notify()  # waiting requests look again
+
+    def set_policy(self, policy: BatchPolicy) -> None:
+        super().set_policy(policy)
+        self._low = max(1, int(self._ahead * policy.watermark))  # a new watermark applies to this bound already
+        self._set_ceiling(self._ceiling)
 
     def _steady_units(self) -> int:
         """Real time in layout units, from a clock that never goes back."""
@@ -168,6 +187,8 @@ class TimestampGenerator(DurableBound):
         if not self.max_lead_ms:
             return 0
         base = max(self._steady_units(), self._base)
+        # Neither the steady clock nor the base goes back: slots below this stay within the cap.
+        self._lead_ok = (base + self._lead_units + 1) << self._sb
         return (end >> self._sb) - base - self._lead_units
 
     def _set_ceiling(self, ceiling: int) -> None:
@@ -194,7 +215,7 @@ class TimestampGenerator(DurableBound):
         first = now if now > last else last + 1
         end = first + n - 1
         if end < self._limit and self._valid():
-            if end >= now + self._lead_span and self._lead_excess(end) > 0:
+            if end >= now + self._lead_span and end >= self._lead_ok and self._lead_excess(end) > 0:
                 return None
             if run and (self._seq_shift or (end >> self._sb) != (first >> self._sb)):
                 return None

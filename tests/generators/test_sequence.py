@@ -15,6 +15,7 @@ past the deadline, and the policies below keep ``max_wait`` short so that takes 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -543,6 +544,27 @@ async def test_a_failed_write_of_the_top_ceiling_is_tried_again(world: World) ->
         except CommandError as exc:
             outcomes.append(exc.message)
     assert outcomes == [TOP - 49, TOP - 48, TOP - 47], outcomes
+
+
+async def test_a_top_ceiling_another_leader_wrote_is_refused_not_adopted(world: World) -> None:
+    """After a failed write of 2**63 the same target is tried again, guarded like every write: a
+    stored top counts as this node's only while its guard holds, never on a plain read-back."""
+    await world.seed(TOP - 150)
+    gen = await world.restart()
+    ledger = Ledger(world.store)
+    assert await ledger.take(gen) == TOP - 150
+    world.store.fail_next = 1  # the extension to 2**63, started at the watermark, fails once
+    while (value := gen.take(1)) is not None:
+        ledger.got(value)
+    await until(lambda: gen.info()["extending_to"] == 0, "the failed write to be given up")
+    assert ledger.ids[-1] == TOP - 50
+    # Meanwhile another node leads and has written the top itself.
+    world.store.records[KEY] = dataclasses.replace(world.store.records[KEY], ceiling=TOP)
+    world.store.guard = Guard(b"another-node", 7)
+    with pytest.raises(NotServing):
+        await finish(gen.take_wait(1))
+    assert len(world.lease.lost_reasons) == 1
+    assert gen.take(1) is None and ledger.ids[-1] == TOP - 50
 
 
 # --- SET key N --------------------------------------------------------------------------------

@@ -536,6 +536,29 @@ async def test_a_restart_ahead_of_real_time_does_not_wait_out_its_lookahead(worl
     assert gen.lead_waits == 0
 
 
+async def test_a_restart_on_a_wall_clock_set_back_waits_no_longer_than_on_a_right_one(world: World) -> None:
+    """The wall clock was set back 10 s before the restart: the stored bound is 13 s ahead of it.
+    Real time cannot be that far behind a bound that was a lookahead ahead of it, so a key at the cap
+    waits about a lookahead (as after any restart), not until the wall clock has caught up."""
+    world.max_lead_ms = 5
+    await world.fresh()
+    world.wall.advance(-10.0)
+    gen = await world.restart()
+    last = await world.take(gen)
+    assert world.time_of(last) == 100_000 + LOOKAHEAD_MS
+    while (value := gen.take(1)) is not None:
+        last = world.got(value)
+    assert world.time_of(last) == 100_000 + LOOKAHEAD_MS + 5
+    world.clock.advance(0.002)
+    world.wall.advance(0.002)
+    assert gen.take(1) is None  # at the cap, as after a restart on a right clock
+    world.clock.advance(LOOKAHEAD_MS / 1000 + 0.01)  # about a lookahead later, the wall still 10 s behind
+    world.wall.advance(LOOKAHEAD_MS / 1000 + 0.01)
+    more = [world.fast(gen) for _ in range(16)]  # a unit's worth more (it used to wait 10 s more)
+    assert world.time_of(more[-1]) > 100_000 + LOOKAHEAD_MS + 5
+    assert world.now_units() < 100_000 + LOOKAHEAD_MS - 5_000
+
+
 async def test_a_floor_in_the_future_does_not_make_requests_wait(world: World) -> None:
     world.max_lead_ms = 5
     gen = await world.fresh()
