@@ -180,9 +180,9 @@ class App:
         if "requirepass" in changed:
             self._set_default_password(new.requirepass)
         if changed & {"log_level", "log_format", "requirepass"}:  # (a new password is redacted from logs)
-            _apply_logging(self, new)
-        if changed & {"slowlog_log_slower_than", "slowlog_max_len"}:
-            _apply_slowlog(self, new)
+            march_log.apply(new)
+        if "slowlog_max_len" in changed:  # a shorter SLOWLOG drops its oldest entries now
+            self.slowlog.resize(new.slowlog_max_len)  # (slowlog_log_slower_than: read per request)
 
     def _set_default_password(self, password: str) -> None:
         """As Redis' ``CONFIG SET requirepass``: the default user's only password, or none ("")."""
@@ -190,15 +190,3 @@ class App:
 
         self.users.default.apply(["resetpass", ">" + password] if password else ["resetpass", "nopass"], REGISTRY)
         self._users_changed([])  # with no password now, connections waiting to authenticate get in
-
-
-def _apply_logging(app: App, new: Config) -> None:
-    """The one place a live log_level / log_format reaches logging (``march.log.apply``: level,
-    format, and the passwords to redact)."""
-    march_log.apply(new)
-
-
-def _apply_slowlog(app: App, new: Config) -> None:
-    """The one place a live slowlog_log_slower_than / slowlog_max_len reaches SLOWLOG: the server
-    reads both from ``app.config`` per request; a shorter length drops the oldest entries now."""
-    app.slowlog.resize(new.slowlog_max_len)

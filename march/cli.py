@@ -96,12 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     except config_mod.ConfigError as exc:
         print(f"march: {exc}", file=sys.stderr)
         return 2
-    host = config.bind if config.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
     march_log.configure(
-        config.log_level,
-        config.log_format,
-        node_id=config.node_id or config.advertise or f"{host}:{config.port}",
-        secrets=march_log.secrets_of(config),
+        config.log_level, config.log_format, node_id=config.node_name(config.port), secrets=config.secrets()
     )
     try:
         uvloop.run(_serve(config))

@@ -95,12 +95,26 @@ class Config:
     def cluster(self) -> bool:
         return bool(self.etcd_endpoints)
 
+    def address(self, port: int) -> str:
+        """host:port that clients are sent to: ``advertise``, else the bind address (loopback for a
+        wildcard) and ``port`` (the one actually listened on)."""
+        host = self.bind if self.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return self.advertise or f"{host}:{port}"
+
+    def node_name(self, port: int) -> str:
+        """This node's id in logs and metrics (and the cluster's default id): ``node_id``, else its address."""
+        return self.node_id or self.address(port)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The passwords this config holds (options declared ``secret``): never shown, never logged."""
+        return tuple(value for o in OPTIONS if o.secret and (value := getattr(self, o.name)))
+
     def public_items(self) -> dict[str, str]:
         """``CONFIG GET`` view: dashed names, string values, the password masked."""
         out: dict[str, str] = {}
         for o in OPTIONS:
             value = getattr(self, o.name)
-            if o.name in ("requirepass", "etcd_password") and value:
+            if o.secret and value:
                 text = "********"
             elif isinstance(value, bool):
                 text = "yes" if value else "no"
@@ -124,6 +138,7 @@ class Option:
     section: str = "server"
     live: bool = False
     restart: str = errors.RESTART_AT_START
+    secret: bool = False  # a password: CONFIG GET masks it, the log redacts it (``Config.secrets``)
 
     @property
     def default(self) -> Any:
@@ -139,7 +154,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("bind", "address to listen on (0.0.0.0 for every interface)", restart=errors.RESTART_LISTEN),
     Option("port", "TCP port for RESP clients (0 picks a free port, printed at start)", restart=errors.RESTART_LISTEN),
     Option("data_dir", "directory of the embedded store (march.sqlite3) and its lock", restart=errors.RESTART_STORE),
-    Option("requirepass", "password of the default user; empty = no AUTH needed (loopback only)", live=True),
+    Option(
+        "requirepass", "password of the default user; empty = no AUTH needed (loopback only)", live=True, secret=True
+    ),
     Option(
         "aclfile",
         "ACL file (Redis' format) that seeds the users when the store has none; ACL LOAD/SAVE use it",
@@ -249,7 +266,7 @@ OPTIONS: tuple[Option, ...] = (
         restart=errors.RESTART_CLUSTER,
     ),
     Option("etcd_user", "etcd user name (with etcd_password)", "cluster", restart=errors.RESTART_ETCD),
-    Option("etcd_password", "etcd password", "cluster", restart=errors.RESTART_ETCD),
+    Option("etcd_password", "etcd password", "cluster", restart=errors.RESTART_ETCD, secret=True),
     Option("etcd_ca_cert_file", "CA certificate for TLS to etcd (enables TLS)", "cluster", restart=errors.RESTART_ETCD),
     Option("etcd_cert_file", "client certificate for TLS to etcd", "cluster", restart=errors.RESTART_ETCD),
     Option("etcd_key_file", "client key for TLS to etcd", "cluster", restart=errors.RESTART_ETCD),

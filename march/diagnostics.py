@@ -45,7 +45,9 @@ def redacted(args: list[bytes]) -> list[bytes]:
         return [args[0], *(REDACTED for _ in args[1:])]
     if name == b"hello":
         out = list(args)
-        for i in range(2, len(args)):
+        # From 1, not 2: ``HELLO AUTH user pass`` (protover left out) is refused, but MONITOR and
+        # SLOWLOG see it as sent.
+        for i in range(1, len(args)):
             if args[i].lower() == b"auth":
                 for j in (i + 1, i + 2):
                     if j < len(out):
@@ -110,10 +112,8 @@ class SlowLog:
         """Keep one entry (``max_len``: the current ``slowlog_max_len``, read by the caller at use time)."""
         entry = SlowEntry(self._next_id, int(time.time()), duration_us, _trimmed(redacted(args)), addr, name)
         self._next_id += 1
-        entries = self.entries
-        entries.appendleft(entry)
-        while len(entries) > max_len:
-            entries.pop()
+        self.entries.appendleft(entry)
+        self.resize(max_len)
 
     def get(self, count: int) -> list[SlowEntry]:
         """The newest ``count`` entries, newest first (-1: all)."""

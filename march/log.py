@@ -13,7 +13,7 @@ short way); a line without them is event ``log``.
 
 What this module must never do: let a secret out, or let a flood fill a disk.
 
-- **Secrets**: every configured password (``requirepass``, ``etcd_password``) is replaced by
+- **Secrets**: every configured password (``Config.secrets()``: requirepass, etcd_password) is replaced by
   ``(redacted)`` in every line, whatever logged it. That is a net, not the rule: code never logs
   a password, a rule with ``>password``, or an AUTH's arguments in the first place.
 - **Floods**: a line with the same template (logger and format string, not the values) is
@@ -179,18 +179,14 @@ def add_secret(secret: str) -> None:
         _state.secrets = tuple(sorted((*_state.secrets, secret), key=len, reverse=True))
 
 
-def secrets_of(config: Any) -> tuple[str, ...]:
-    """The passwords a Config holds (``requirepass``, ``etcd_password``): never to be written to a log."""
-    return tuple(s for s in (getattr(config, "requirepass", ""), getattr(config, "etcd_password", "")) if s)
-
-
 def apply(config: Any) -> None:
     """CONFIG SET log-level / log-format / requirepass: apply ``config``'s logging settings now.
 
     Before ``configure`` (a node run inside a test process) only the level changes, so the test's
-    own log capture keeps working.
+    own log capture keeps working. A password replaced at run time stays redacted: clients and
+    scripts may still send it.
     """
     if _handler is None:
         logging.getLogger().setLevel(getattr(logging, config.log_level.upper()))
         return
-    configure(config.log_level, config.log_format, secrets=secrets_of(config))
+    configure(config.log_level, config.log_format, secrets=(*_state.secrets, *config.secrets()))

@@ -413,12 +413,9 @@ class MarchCollector(Collector):
 
 
 def node_id(app: App) -> str:
-    """This node's id: the cluster id, else ``node_id``, else host:port."""
+    """This node's id: the cluster id, else ``node_id``, else its address."""
     member = app.group.member
-    if member is not None:
-        return member.me.id
-    host = app.config.bind if app.config.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
-    return app.config.node_id or f"{host}:{app.port}"
+    return member.me.id if member is not None else app.config.node_name(app.port)
 
 
 def registry_for(app: App) -> CollectorRegistry:

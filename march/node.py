@@ -165,8 +165,7 @@ class Node:
         if not self.config.cluster:
             return
         c = self.config
-        host = c.bind if c.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        addr = c.advertise or f"{host}:{port}"
+        addr = c.address(port)
         tls_addr = f"{addr.rpartition(':')[0]}:{tls_port}" if tls_port else ""
         member = ClusterMember(
             lease_etcd=self.etcd["lease"],
@@ -174,7 +173,7 @@ class Node:
             keys=self.keys,
             state=self.group.state,
             keyspace=self.group.keyspace,
-            me=NodeInfo(c.node_id or addr, addr, tls_addr=tls_addr),
+            me=NodeInfo(c.node_name(port), addr, tls_addr=tls_addr),
             ttl=c.lease_ttl,
             clock=self.clock,
             store_timeout=c.store_timeout,

@@ -241,6 +241,9 @@ class Connection(asyncio.Protocol):
                             j += 1
                         last = entry.consecutive(client, args, j - i + 1)
                         if last is not None:
+                            if monitors:  # (the first was shown above)
+                                for _ in range(j - i):
+                                    self.feed_monitors(args)
                             out.extend([b":%d\r\n" % v for v in range(last - (j - i), last + 1)])
                             run = j - i + 1
                             i = j

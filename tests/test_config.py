@@ -199,6 +199,15 @@ def test_public_items() -> None:
     assert Config().public_items()["requirepass"] == ""
 
 
+def test_the_passwords_are_the_secret_options() -> None:
+    """``secret`` options are masked by CONFIG GET and redacted from the log (``Config.secrets``)."""
+    assert {o.name for o in OPTIONS if o.secret} == {"requirepass", "etcd_password"}
+    c = Config(requirepass="rp-secret", etcd="127.0.0.1:2379", etcd_user="u", etcd_password="etcd-secret")
+    assert c.secrets() == ("rp-secret", "etcd-secret")
+    assert c.public_items()["etcd-password"] == "********"
+    assert Config().secrets() == ()
+
+
 def test_every_option_is_a_config_field_and_a_flag(capsys: pytest.CaptureFixture[str]) -> None:
     fields = {f.name for f in dataclasses.fields(Config)} - {"config_file"}
     assert {o.name for o in OPTIONS} == fields
@@ -347,3 +356,11 @@ def test_rewrite_that_would_break_the_file_changes_nothing(tmp_path: Path) -> No
 def test_replace_validates_the_whole_config() -> None:
     with pytest.raises(ConfigError, match="min_batch"):
         dataclasses.replace(Config(), min_batch=10, max_batch=5)
+
+
+def test_address_and_node_name() -> None:
+    """One rule for the node's address and id (logs, metrics, the cluster registry's default)."""
+    assert Config(bind="0.0.0.0").address(7000) == "127.0.0.1:7000"
+    assert Config(bind="10.0.0.5").node_name(7000) == "10.0.0.5:7000"
+    assert Config(advertise="march-1:6379").node_name(7000) == "march-1:6379"
+    assert Config(advertise="march-1:6379", node_id="n1").node_name(7000) == "n1"

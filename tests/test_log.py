@@ -16,6 +16,7 @@ import pytest
 from support import MarchServer, RespConn, RespError
 
 from march import log as march_log
+from march.config import Config
 
 
 @pytest.fixture
@@ -85,6 +86,15 @@ def test_secrets_never_reach_a_line(node: None, formatter: logging.Formatter) ->
     )
     assert "s3cret-pass" not in line and "etcd-pw-123" not in line
     assert "(redacted)" in line
+
+
+def test_a_password_changed_at_run_time_stays_redacted(node: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    given: list[tuple[str, ...]] = []
+    monkeypatch.setattr(march_log, "_handler", logging.NullHandler())  # as after ``march serve`` configured it
+    monkeypatch.setattr(march_log, "configure", lambda *a, secrets=(), **k: given.append(tuple(secrets)))
+
+    march_log.apply(Config(requirepass="new-pass-456"))  # CONFIG SET requirepass new-pass-456
+    assert given and {"s3cret-pass", "new-pass-456"} <= set(given[-1])
 
 
 def test_short_strings_are_not_treated_as_secrets() -> None:

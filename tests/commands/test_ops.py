@@ -85,6 +85,8 @@ def test_redaction_of_every_password_bearing_command() -> None:
     assert redacted([b"HELLO", b"3", b"AUTH", b"u", b"pw", b"SETNAME", b"n"]) == [
         b"HELLO", b"3", b"AUTH", R, R, b"SETNAME", b"n"
     ]  # fmt: skip
+    hello_without_protover = [b"HELLO", b"AUTH", b"u", b"pw"]  # refused, but MONITOR and SLOWLOG see it
+    assert redacted(hello_without_protover) == [b"HELLO", b"AUTH", R, R]
     assert redacted([b"ACL", b"SETUSER", b"u", b"on", b">pw", b"#" + b"a" * 64, b"<old", b"!h", b"~*"]) == [
         b"ACL", b"SETUSER", b"u", b"on", R, R, R, R, b"~*"
     ]  # fmt: skip

@@ -152,10 +152,12 @@ def test_metrics_of_a_cluster_primary_and_standby(tmp_path: Path, etcd: EtcdClus
             assert value(p, "march_term") > 0
             assert value(p, "march_promotions_total") == 1
             assert dict(next(ls for n, ls in p if n == "march_node_info"))["node_id"] == "n1"
-            s = scrape(standby_port)
+            # The standby learns the primary from its watch: wait until it has (the leader key's revision).
+            s = wait_until(
+                lambda: _with_term(standby_port, value(p, "march_term")), message="the standby knows the term"
+            )
             assert value(s, "march_serving") == 0 and value(s, "march_primary") == 0
             assert value(s, "march_phase", phase="standby") == 1
-            assert value(s, "march_term") == value(p, "march_term")  # the leader key's revision, seen by both
             with RespConn(standby.port) as c:  # SLOWLOG and LATENCY: every node answers its own
                 assert isinstance(c.call("SLOWLOG", "LEN"), int)
                 assert isinstance(c.call("LATENCY", "LATEST"), list)
@@ -169,3 +171,8 @@ def test_metrics_of_a_cluster_primary_and_standby(tmp_path: Path, etcd: EtcdClus
 def _serving(port: int) -> Samples | None:
     samples = scrape(port)
     return samples if value(samples, "march_serving") == 1 else None
+
+
+def _with_term(port: int, term: float) -> Samples | None:
+    samples = scrape(port)
+    return samples if value(samples, "march_term") == term else None

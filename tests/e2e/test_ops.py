@@ -218,3 +218,17 @@ def test_monitor_inside_multi_is_refused(raw: RespConn) -> None:
     err = raw.call("MONITOR")
     assert isinstance(err, RespError) and "MONITOR" in err.message
     assert raw.call("DISCARD") == "OK"
+
+
+def test_monitor_shows_every_request_of_a_pipelined_run(march_server: MarchServer) -> None:
+    """A run of identical pipelined INCRs is answered from one call; MONITOR still shows each one."""
+    with RespConn(march_server.port) as watcher, RespConn(march_server.port) as c:
+        assert watcher.call("MONITOR") == "OK"
+        assert c.call("INCR", "ops:run") == 1  # the sequence exists: the run below is answered at once
+        c.send(b"*2\r\n$4\r\nINCR\r\n$7\r\nops:run\r\n" * 5)
+        assert [c.read_reply() for _ in range(5)] == [2, 3, 4, 5, 6]
+        assert c.call("ECHO", "ops:run:done") == b"ops:run:done"
+        lines: list[str] = []
+        while not lines or "ops:run:done" not in lines[-1]:  # (the socket's timeout bounds each read)
+            lines.append(watcher.read_reply())
+    assert sum('"INCR" "ops:run"' in ln for ln in lines) == 6, lines
