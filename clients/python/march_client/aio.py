@@ -24,20 +24,19 @@ from redis.backoff import NoBackoff
 
 from march_client import errors
 from march_client._address import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Address, Target, target
-from march_client._retry import MAX_REDIRECTS, Action, RetryPolicy, classify
-from march_client.prefetch import DEFAULT_MIN_RANGE, DEFAULT_TARGET_SECONDS, smoothed
+from march_client._retry import Action, Attempts, RetryPolicy, Routing, classify
+from march_client.prefetch import Hunger, bounds
 from march_client.sync import MAX_INCRBY, check_range_size, range_ending_at, to_id
 
 
-class AsyncRouter:
+class AsyncRouter(Routing):
     """Sends one command to the primary, following MOVED and retrying (see `sync.Router`)."""
 
     def __init__(self, where: Target, policy: RetryPolicy, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(where.seeds)
         self._options = where.options
         self._policy = policy
         self._clock = clock
-        self._known: list[Address] = list(dict.fromkeys(where.seeds))
-        self._current = self._known[0]
         self._clients: dict[Address, redis.asyncio.Redis] = {}
         self._closed = False
 
@@ -50,48 +49,22 @@ class AsyncRouter:
             self._clients[address] = c
         return c
 
-    @property
-    def current(self) -> Address:
-        return self._current
-
     async def execute(self, *args: Any, retry_for: float | None = None) -> Any:
         if self._closed:
             raise rex.ConnectionError(errors.CLOSED)
-        start = self._clock()
-        deadline = start + (self._policy.retry_for if retry_for is None else retry_for)
-        delays: Iterator[float] | None = None
-        attempts = redirects = 0
+        attempts = Attempts(self._policy, self._clock, retry_for)
         while True:
             address = self._current
-            attempts += 1
             try:
                 return await self.client(address).execute_command(*args)  # type: ignore[no-untyped-call]
             except Exception as e:  # classified below; the ones we do not know are raised
                 action = classify(e)
                 if action is Action.RAISE or self._closed:
                     raise
-                last: Exception = e
-                if isinstance(e, rex.MovedError):
-                    moved = (e.host, e.port)
-                    if moved not in self._known:
-                        self._known.append(moved)
-                    self._current = moved
-                    redirects += 1
-                    if redirects <= MAX_REDIRECTS:
-                        continue
-                    last = rex.ClusterError(errors.TOO_MANY_REDIRECTS.format(hops=MAX_REDIRECTS, address=e.host))
-                elif action is Action.NEXT_NODE and self._current == address:
-                    i = self._known.index(address) if address in self._known else -1
-                    self._current = self._known[(i + 1) % len(self._known)]
-                redirects = 0
-            now = self._clock()
-            if now >= deadline:
-                raise errors.Unavailable(
-                    errors.UNAVAILABLE.format(seconds=now - start, attempts=attempts, last=last)
-                ) from last
-            if delays is None:
-                delays = self._policy.delays()
-            await asyncio.sleep(min(next(delays), deadline - now))
+                self._after_failure(address, e, action)
+                pause = attempts.pause(e)
+            if pause:
+                await asyncio.sleep(pause)
 
     async def close(self) -> None:
         self._closed = True
@@ -100,18 +73,15 @@ class AsyncRouter:
             await c.aclose()
 
 
-class AsyncFeed:
+class AsyncFeed(Hunger):
     """One key's prefetch state: the range being handed out, one range ready, one refill task."""
 
     def __init__(self, key: str | bytes, size: int) -> None:
+        super().__init__(size)
         self.key = key
         self.current: Iterator[int] = iter(())
         self.ready: collections.deque[range] = collections.deque()
         self.lock = asyncio.Lock()  # fetches and swaps of one key, in order
-        self.size = size
-        self.rate = 0.0
-        self.last_take: float | None = None
-        self.last_len = 0
         self.refill: asyncio.Task[None] | None = None
 
 
@@ -160,13 +130,7 @@ class AsyncSequencer:
         self.router = AsyncRouter(where, RetryPolicy(retry_for), clock=clock)
         self.max_incrby = max_incrby
         self.prefetch = prefetch
-        self.min_range = min_range if min_range is not None else min(DEFAULT_MIN_RANGE, max_incrby)
-        self.max_range = max_range if max_range is not None else max_incrby
-        if not 1 <= self.min_range <= self.max_range <= max_incrby:
-            raise ValueError(
-                errors.BAD_PREFETCH_BOUNDS.format(low=self.min_range, high=self.max_range, limit=max_incrby)
-            )
-        self.target_seconds = target_seconds if target_seconds is not None else DEFAULT_TARGET_SECONDS
+        self.min_range, self.max_range, self.target_seconds = bounds(max_incrby, min_range, max_range, target_seconds)
         self._clock = clock
         self._feeds: dict[str | bytes, AsyncFeed] = {}
         self.last_error: BaseException | None = None
@@ -197,18 +161,11 @@ class AsyncSequencer:
             for value in feed.current:  # another task swapped a range in while we waited
                 return value
             r = feed.ready.popleft() if feed.ready else await self._draw(key, feed.size)
-            self._hunger(feed, len(r))
+            feed.took(len(r), self._clock(), self.min_range, self.max_range, self.target_seconds)
             feed.current = iter(r)
             if feed.refill is None or feed.refill.done():
                 feed.refill = asyncio.create_task(self._refill(feed))
             return next(feed.current)  # a range is never empty (n >= 1)
-
-    def _hunger(self, feed: AsyncFeed, taken: int) -> None:
-        now = self._clock()
-        if feed.last_take is not None:
-            feed.rate = smoothed(feed.rate, feed.last_len, now - feed.last_take, self.target_seconds)
-            feed.size = max(self.min_range, min(self.max_range, int(feed.rate * self.target_seconds)))
-        feed.last_take, feed.last_len = now, taken
 
     async def _refill(self, feed: AsyncFeed) -> None:
         try:

@@ -52,18 +52,46 @@ def smoothed(rate: float, used: int, elapsed: float, target_seconds: float) -> f
     return SMOOTHING * sample + (1 - SMOOTHING) * rate
 
 
-class Feed:
+def bounds(
+    max_incrby: int, min_range: int | None, max_range: int | None, target_seconds: float | None
+) -> tuple[int, int, float]:
+    """``(min_range, max_range, target_seconds)`` with the defaults filled in, checked against
+    ``max_incrby`` (shared by the threaded and the asyncio prefetch)."""
+    low = min_range if min_range is not None else min(DEFAULT_MIN_RANGE, max_incrby)
+    high = max_range if max_range is not None else max_incrby
+    if not 1 <= low <= high <= max_incrby:
+        raise ValueError(errors.BAD_PREFETCH_BOUNDS.format(low=low, high=high, limit=max_incrby))
+    return low, high, target_seconds if target_seconds is not None else DEFAULT_TARGET_SECONDS
+
+
+class Hunger:
+    """How fast one key's ranges are used, and so the size of its next fetch (shared by the
+    threaded and the asyncio prefetch)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.rate = 0.0  # IDs per second, smoothed
+        self.last_take: float | None = None
+        self.last_len = 0
+
+    def took(self, taken: int, now: float, low: int, high: int, target_seconds: float) -> None:
+        """A range of ``taken`` IDs was taken at ``now``: update the rate from how fast the previous
+        one went, and size the next fetch to last about ``target_seconds``, within ``[low, high]``."""
+        if self.last_take is not None:
+            self.rate = smoothed(self.rate, self.last_len, now - self.last_take, target_seconds)
+            self.size = max(low, min(high, int(self.rate * target_seconds)))
+        self.last_take, self.last_len = now, taken
+
+
+class Feed(Hunger):
     """The ranges of one key: at most one fetch in flight, handed out in fetch order."""
 
     def __init__(self, key: str | bytes, owner: Prefetcher) -> None:
+        super().__init__(owner.min_range)
         self.key = key
         self.owner = owner
         self.ready: collections.deque[range] = collections.deque()
         self.fetch_lock = threading.Lock()  # held for the whole fetch + append: keeps fetch order = hand-out order
-        self.size = owner.min_range
-        self.rate = 0.0  # IDs per second, smoothed
-        self.last_take: float | None = None
-        self.last_len = 0
         self.orphaned = False  # this process is a fork of the one that owns the feed
 
     def fetch(self) -> range:
@@ -90,18 +118,9 @@ class Feed:
                 r = self.ready.popleft() if self.ready else self.fetch()
             finally:
                 self.fetch_lock.release()
-        self._hunger(len(r))
+        self.took(len(r), owner.clock(), owner.min_range, owner.max_range, owner.target_seconds)
         owner.wake.set()
         return r
-
-    def _hunger(self, taken: int) -> None:
-        """Update the rate from how fast the previous range went, and size the next fetch."""
-        now = self.owner.clock()
-        if self.last_take is not None:
-            self.rate = smoothed(self.rate, self.last_len, now - self.last_take, self.owner.target_seconds)
-            want = int(self.rate * self.owner.target_seconds)
-            self.size = max(self.owner.min_range, min(self.owner.max_range, want))
-        self.last_take, self.last_len = now, taken
 
     def refill(self) -> None:
         """Keep one range ready (refill thread). Errors propagate to the caller, which pauses."""
@@ -141,13 +160,7 @@ class Prefetcher:
         """``background=False``: no refill thread, each consumer fetches when its range runs out
         (deterministic tests; processes that must not start threads)."""
         self.draw = draw
-        self.min_range = min_range if min_range is not None else min(DEFAULT_MIN_RANGE, max_incrby)
-        self.max_range = max_range if max_range is not None else max_incrby
-        if not 1 <= self.min_range <= self.max_range <= max_incrby:
-            raise ValueError(
-                errors.BAD_PREFETCH_BOUNDS.format(low=self.min_range, high=self.max_range, limit=max_incrby)
-            )
-        self.target_seconds = target_seconds if target_seconds is not None else DEFAULT_TARGET_SECONDS
+        self.min_range, self.max_range, self.target_seconds = bounds(max_incrby, min_range, max_range, target_seconds)
         self.lock_timeout = lock_timeout  # bounds a consumer's wait behind a refill that is retrying
         self.clock = clock
         self.closed = False

@@ -35,7 +35,7 @@ from redis.retry import Retry
 
 from march_client import errors
 from march_client._address import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Address, Target, target
-from march_client._retry import MAX_REDIRECTS, Action, RetryPolicy, classify
+from march_client._retry import Action, Attempts, RetryPolicy, Routing, classify
 from march_client.prefetch import Prefetcher
 
 MAX_INCRBY = 1_000_000  # the server's default max_incrby; pass yours if the server was configured otherwise
@@ -58,7 +58,7 @@ def check_range_size(n: int, limit: int) -> None:
         raise ValueError(errors.BAD_RANGE_SIZE.format(n=n, limit=limit))
 
 
-class Router:
+class Router(Routing):
     """Sends one command to the primary, following MOVED and retrying as `RetryPolicy` says.
 
     Thread-safe: redis-py clients have connection pools, and the only shared state (which address
@@ -73,13 +73,11 @@ class Router:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        super().__init__(where.seeds)
         self._options = where.options
         self._policy = policy
         self._clock = clock
         self._sleep = sleep
-        self._lock = threading.Lock()
-        self._known: list[Address] = list(dict.fromkeys(where.seeds))
-        self._current = self._known[0]
         self._clients: dict[Address, redis.Redis] = {}
         self._closed = False
         _ROUTERS.add(self)
@@ -100,58 +98,24 @@ class Router:
                     self._clients[address] = c
         return c
 
-    @property
-    def current(self) -> Address:
-        return self._current
-
-    def _redirected(self, address: Address) -> None:
-        with self._lock:
-            if address not in self._known:
-                self._known.append(address)
-            self._current = address
-
-    def _failed(self, address: Address) -> None:
-        with self._lock:
-            if self._current == address:  # another thread may have moved on already
-                i = self._known.index(address) if address in self._known else -1
-                self._current = self._known[(i + 1) % len(self._known)]
-
     def execute(self, *args: Any, retry_for: float | None = None) -> Any:
         """The reply of ``args`` from the primary; errors that retrying cannot fix are raised at
         once, transient ones retried until ``retry_for`` seconds have passed."""
         if self._closed:
             raise rex.ConnectionError(errors.CLOSED)
-        start = self._clock()
-        deadline = start + (self._policy.retry_for if retry_for is None else retry_for)
-        delays: Iterator[float] | None = None
-        attempts = redirects = 0
+        attempts = Attempts(self._policy, self._clock, retry_for)
         while True:
             address = self._current
-            attempts += 1
             try:
                 return self.client(address).execute_command(*args)  # type: ignore[no-untyped-call]
             except Exception as e:  # classified below; the ones we do not know are raised
                 action = classify(e)
                 if action is Action.RAISE or self._closed:
                     raise
-                last: Exception = e
-                if isinstance(e, rex.MovedError):
-                    self._redirected((e.host, e.port))
-                    redirects += 1
-                    if redirects <= MAX_REDIRECTS:
-                        continue  # the primary is named: no reason to wait
-                    last = rex.ClusterError(errors.TOO_MANY_REDIRECTS.format(hops=MAX_REDIRECTS, address=e.host))
-                elif action is Action.NEXT_NODE:
-                    self._failed(address)
-                redirects = 0
-            now = self._clock()
-            if now >= deadline:
-                raise errors.Unavailable(
-                    errors.UNAVAILABLE.format(seconds=now - start, attempts=attempts, last=last)
-                ) from last
-            if delays is None:
-                delays = self._policy.delays()
-            self._sleep(min(next(delays), deadline - now))
+                self._after_failure(address, e, action)
+                pause = attempts.pause(e)
+            if pause:
+                self._sleep(pause)
 
     def close(self) -> None:
         with self._lock:
