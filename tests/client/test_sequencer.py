@@ -79,18 +79,24 @@ def test_a_request_waits_through_a_restart(march_server: MarchServer) -> None:
         march_server.stop()
         got: list[int] = []
         errors: list[BaseException] = []
-        attempts = threading.Event()
+        retrying = threading.Event()  # set at the first back-off: a request really failed while down
+        pause = seq.router._sleep
+
+        def sleep(seconds: float) -> None:
+            retrying.set()
+            pause(seconds)
+
+        seq.router._sleep = sleep
 
         def draw() -> None:
             try:
-                attempts.set()
                 got.append(seq.next("k"))
             except BaseException as e:
                 errors.append(e)
 
         t = threading.Thread(target=draw)
         t.start()
-        attempts.wait(10)
+        assert retrying.wait(10), "the request never failed while the server was down"
         march_server.start()
         t.join(60)
         assert not t.is_alive() and not errors, errors

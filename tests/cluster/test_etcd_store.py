@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import ssl
 import subprocess
 import urllib.request
 import uuid
@@ -32,6 +31,7 @@ from pathlib import Path
 import pytest
 from support.etcd import EtcdCluster, EtcdMember
 from support.proxy import TcpProxy
+from support.tls import Certs, make_certs
 
 from march.clock import ManualClock
 from march.etcd.api import Delete, Etcd, Get, Put, created_at
@@ -292,31 +292,10 @@ async def test_user_and_password(etcd: EtcdCluster) -> None:
         etcdctl(etcd, "--user", "root:rootpw", "auth", "disable")
 
 
-def make_certs(base: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
-    base.mkdir(parents=True, exist_ok=True)
-    files = {name: base / name for name in ("ca.key", "ca.crt", "server.key", "server.crt", "client.key", "client.crt")}
-
-    def run(*args: str) -> None:
-        out = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=30, cwd=base)
-        assert out.returncode == 0, out.stderr
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=march-test-ca",
-        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-    (base / "san.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
-    for who in ("server", "client"):
-        run(
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}", "-keyout", f"{who}.key", "-out", f"{who}.csr"
-        )
-        run("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", "2", "-extfile", "san.ext", "-out", f"{who}.crt")  # fmt: skip
-    return files
-
-
 class TlsMember(EtcdMember):
     """An etcd member that serves clients over TLS and requires a client certificate."""
 
-    certs: dict[str, Path] = {}
+    certs: Certs
 
     @property
     def client_url(self) -> str:
@@ -324,12 +303,11 @@ class TlsMember(EtcdMember):
 
     def command(self) -> list[str]:
         c = self.certs
-        return [*super().command(), "--cert-file", str(c["server.crt"]), "--key-file", str(c["server.key"]),
-                "--client-cert-auth", "--trusted-ca-file", str(c["ca.crt"])]  # fmt: skip
+        return [*super().command(), "--cert-file", c.server_cert, "--key-file", c.server_key,
+                "--client-cert-auth", "--trusted-ca-file", c.ca]  # fmt: skip
 
     def healthy(self) -> bool:
-        context = ssl.create_default_context(cafile=str(self.certs["ca.crt"]))
-        context.load_cert_chain(str(self.certs["client.crt"]), str(self.certs["client.key"]))
+        context = self.certs.client_context()
         try:
             with urllib.request.urlopen(f"{self.client_url}/health", timeout=1.0, context=context) as r:
                 return bool(json.loads(r.read()).get("health") == "true")
@@ -345,9 +323,7 @@ def test_tls_to_etcd(tmp_path: Path, etcd_bin: str) -> None:
 
     async def check() -> None:
         plain = GrpcEtcd([etcd.endpoints], timeout=2.0)
-        tls = GrpcEtcd(
-            [etcd.endpoints], tls=TLS(str(certs["ca.crt"]), str(certs["client.crt"]), str(certs["client.key"]))
-        )
+        tls = GrpcEtcd([etcd.endpoints], tls=TLS(certs.ca, certs.client_cert, certs.client_key))
         try:
             with pytest.raises(StoreError):
                 await plain.put(b"x", b"1")

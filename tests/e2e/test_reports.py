@@ -19,6 +19,7 @@ from support.load import time_series
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+STOP_GRACE = 30  # seconds a timed-out script gets to stop its servers after SIGTERM
 
 
 def run_script(args: list[str], timeout: float) -> str:
@@ -33,16 +34,16 @@ def run_script(args: list[str], timeout: float) -> str:
         start_new_session=True,
     )
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
         try:
-            out, _ = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        pytest.fail(f"{args[0]} still running after {timeout}s:\n{out[-4000:]}")
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=STOP_GRACE)
+            pytest.fail(f"{args[0]} still running after {timeout}s:\n{out[-4000:]}")
+    finally:  # whatever ends the wait (a timeout here or pytest-timeout's): nothing is left running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert proc.returncode == 0, f"{args} exited with {proc.returncode}:\n{out[-4000:]}"
     return out
 
@@ -53,7 +54,7 @@ def assert_png(path: Path) -> None:
     assert len(data) > 10_000, f"{path}: only {len(data)} bytes"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(100 + STOP_GRACE + 20)  # the run, its stop, the fixtures
 def test_bench_quick_prints_the_table_and_draws_the_png(tmp_path: Path, redis_binary: str, etcd_bin: str) -> None:
     png = tmp_path / "bench.png"
     out = run_script(["scripts/bench.py", "--quick", "--png", str(png)], timeout=100)
@@ -75,7 +76,7 @@ def test_bench_quick_prints_the_table_and_draws_the_png(tmp_path: Path, redis_bi
     assert_png(png)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(100 + STOP_GRACE + 20)
 def test_drill_writes_a_png_per_repetition(tmp_path: Path, etcd_bin: str) -> None:
     out_dir = tmp_path / "report"
     args = ["scripts/drill.py", "failover", "--reps", "1", "--ops", "100", "--quiet", "--out-dir", str(out_dir)]

@@ -7,6 +7,7 @@ afterwards). The other tests show that those checks do fail when they should.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import itertools
 import random
@@ -164,10 +165,14 @@ class _TinyServer:
                     conn.sendall(self.reply * data.count(b"\n" if data[:1] != b"*" else b"*"))
 
     def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
-            c.close()
+        # shutdown() first: on Linux a bare close() wakes neither the accept() nor the recv() the
+        # thread is blocked in, and the join would wait out its timeout with the thread still alive.
+        for s in (self.sock, *self.conns):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
         self.thread.join(5)
+        assert not self.thread.is_alive(), "the tiny server's thread did not stop"
 
 
 def test_watcher_reports_a_server_that_does_not_answer(tmp_path: Path) -> None:

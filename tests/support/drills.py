@@ -174,6 +174,7 @@ class DrillEnv:
         self.warmup_ops, self.hold_ops = warmup_ops, hold_ops
         self.out = out
         self.sequences, self.name_len = sequences, name_len  # for the takeover drill
+        self.seeded: list[str] = []  # its sequences, seeded once for every repetition
         self.proxies: dict[str, TcpProxy] = {}
         self._cluster: MarchCluster | None = None
 
@@ -546,8 +547,9 @@ def drill_takeover(env: DrillEnv, rep: int = 0) -> DrillResult:
     r = DrillResult(f"kill -9 primary, {env.sequences:,} sequences", rep)
     old = c.wait_settled(SETTLE)
     started = time.monotonic()
-    names = getattr(env, "_seeded", None) or seed_sequences(old, env.sequences, env.name_len)
-    env._seeded = names  # type: ignore[attr-defined]  # one seeding for every repetition
+    if not env.seeded:
+        env.seeded = seed_sequences(old, env.sequences, env.name_len)
+    names = env.seeded
     r.notes.append(f"{len(names):,} sequences of {env.name_len} bytes seeded in {time.monotonic() - started:.1f}s")
     fault_at = History.now()
     with r.stage(), env.load(r) as load:

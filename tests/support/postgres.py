@@ -150,8 +150,9 @@ class PostgresCluster:
             except psycopg.OperationalError as e:
                 last = e
             if time.monotonic() >= deadline:
-                self.stop()
-                raise AssertionError(f"postgres not ready after {timeout}s (last: {last!r})\n{self.describe()}")
+                message = f"postgres not ready after {timeout}s (last: {last!r})\n{self.describe()}"
+                self.stop()  # deletes the directory, the log with it: read first
+                raise AssertionError(message)
             time.sleep(0.05)
 
     def stop(self) -> None:
