@@ -7,11 +7,16 @@ is set. Handlers read and change this state; they never write to the socket.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .app import App
     from .auth import User
+
+
+def _nothing() -> int:
+    return 0
 
 
 class Client:
@@ -33,6 +38,7 @@ class Client:
         "name",
         "proto",
         "tls",
+        "unsent",
         "user",
     )
 
@@ -46,6 +52,8 @@ class Client:
         self.created = time.monotonic()
         self.last_active = self.created  # the last complete request (idle `timeout` counts from it)
         self.auth_failures = 0  # failed AUTHs on this connection (they are throttled)
+        # Bytes of replies made for this client and not sent yet (the server's connection sets it).
+        self.unsent: Callable[[], int] = _nothing
         self.reset()
 
     def reset(self) -> None:
@@ -69,6 +77,11 @@ class Client:
         default = self.app.users.default
         self.user = default
         self.authenticated = default.enabled and default.nopass
+
+    def reply_room(self) -> int:
+        """Bytes a reply may still take before this client's unsent replies pass ``max_output_buffer``:
+        a handler that builds a large reply checks it as it goes, never after."""
+        return self.app.config.max_output_buffer - self.unsent()
 
     def info_line(self) -> str:
         """One line of CLIENT LIST / CLIENT INFO, with Redis' field names."""

@@ -119,6 +119,7 @@ class Connection(asyncio.Protocol):
             return
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         client = Client(app, app.next_client_id(), addr, _addr(sock), self.tls is not None)
+        client.unsent = transport.get_write_buffer_size
         self.client = client
         self.parser.auth_source = client  # Redis' small limits for unauthenticated clients until it is
         self.deaf = False
