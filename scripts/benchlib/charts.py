@@ -150,3 +150,50 @@ def drill_png(timeline: TimeSeries, path: Path, title: str) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def soak_png(timeline: TimeSeries, rss: dict[str, list[tuple[float, int]]], t0: float, path: Path, title: str) -> Path:
+    """The soak's well-behaved clients (IDs/s and latency per bucket, as a drill's chart) above each
+    node's resident memory (MB) over the same run; ``t0``: the monotonic second the load started,
+    so that the RSS samples share the chart's time axis."""
+    b = timeline.buckets
+    w = timeline.width
+    t = [x.start for x in b]
+    tail = [b[-1].start + w] if b else []
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 9), sharex=True, height_ratios=(2, 2, 2))
+    rate = [x.ok / w for x in b]
+    top.step(t + tail, rate + rate[-1:], where="post", color="#1f77b4", label="IDs/s (well-behaved)")
+    top.bar(t, [x.errors / w for x in b], w, align="edge", color="#d62728", alpha=0.5, label="errors/s")
+    top.set_ylabel("per second")
+    top.set_ylim(bottom=0)
+    top.set_title(title)
+    top.legend(fontsize="small", loc="lower left")
+    for name, colour in (("p50", "#2ca02c"), ("p99", "#ff7f0e"), ("max", "#7f7f7f")):
+        ys = [getattr(x, name) * 1000 if x.ok else float("nan") for x in b]
+        middle.step(t + tail, ys + ys[-1:], where="post", color=colour, label=f"{name} latency")
+    middle.axhline(50, color="#d62728", linestyle=":", linewidth=1, label="50 ms goal")
+    middle.set_yscale("log")
+    _plain_numbers(middle)
+    middle.set_ylabel("latency ms")
+    middle.legend(fontsize="small", loc="upper right")
+    order = sorted(rss)
+    for node in order:
+        samples = rss[node]
+        bottom.plot([s - t0 for s, _ in samples], [kb / 1024 for _, kb in samples], label=node,
+                    color=_colour(node, order))  # fmt: skip
+    bottom.set_ylabel("RSS MB")
+    bottom.set_ylim(bottom=0)
+    bottom.set_xlabel("seconds since the load started")
+    bottom.legend(fontsize="small", loc="upper left")
+    for ax in (top, middle, bottom):
+        ax.grid(alpha=0.3)
+        for ev in timeline.events:
+            ax.axvline(ev.at, color="black", linestyle="--", linewidth=0.8)
+    for ev in timeline.events:
+        top.annotate(ev.label, (ev.at, 0.95), xycoords=("data", "axes fraction"), fontsize="x-small",
+                     xytext=(3, 0), textcoords="offset points", va="top")  # fmt: skip
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -52,8 +52,10 @@ class ClusterNode(MarchServer):
         lease_ttl: int = DEFAULT_TTL,
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
+        password: str | None = None,
     ) -> None:
         super().__init__(data_dir, extra_args=list(extra_args), log_path=log_path)
+        self.password = password  # the default user's (--requirepass), for this helper's own probes
         self.node_id = node_id
         self.name = f"march {node_id}"
         self.etcd = etcd  # may be changed between restarts, e.g. to go through a proxy
@@ -86,6 +88,8 @@ class ClusterNode(MarchServer):
             return None
         try:
             with RespConn(self.port, timeout=timeout) as c:
+                if self.password is not None:
+                    c.call("AUTH", self.password)
                 reply = c.call("INFO", section)
         except OSError:
             return None
@@ -130,6 +134,8 @@ class ClusterNode(MarchServer):
     def call(self, *args: str | int, timeout: float = 2.0) -> object:
         """One command on a fresh connection; the reply (errors as `RespError` values)."""
         with RespConn(self.port, timeout=timeout) as c:
+            if self.password is not None:
+                c.call("AUTH", self.password)
             return c.call(*args)
 
 
@@ -146,6 +152,7 @@ class MarchCluster:
         lease_ttl: int = DEFAULT_TTL,
         prefix: str | None = None,
         extra_args: Sequence[str] = (),
+        password: str | None = None,
     ) -> None:
         per_node = [etcd] * size if isinstance(etcd, str) else list(etcd)
         assert len(per_node) == size, f"{size} nodes, {len(per_node)} etcd endpoint strings"
@@ -161,6 +168,7 @@ class MarchCluster:
                 lease_ttl=lease_ttl,
                 extra_args=extra_args,
                 log_path=base / f"n{i + 1}.log",
+                password=password,
             )
             for i in range(size)
         ]

@@ -75,8 +75,12 @@ class Client(threading.Thread):
         rate: float | None = None,
         max_seconds: float = MAX_SECONDS,
         max_ops: int = MAX_OPS_PER_CLIENT,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
+        self.username = username  # AUTH as this user (None: the default user, no password)
+        self.password = password
         self.seeds = list(seeds)
         self.histories = histories
         self.stop_event = stop
@@ -151,6 +155,8 @@ class ClusterClient(Client):
                 socket_timeout=SOCKET_TIMEOUT,
                 socket_connect_timeout=SOCKET_TIMEOUT,
                 retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=6),
+                username=self.username,
+                password=self.password,
             )
         return self.rc
 
@@ -201,6 +207,8 @@ class PlainClient(Client):
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=SOCKET_TIMEOUT,
             retry=Retry(NoBackoff(), 0),
+            username=self.username,
+            password=self.password,
         )
         return self.r
 
@@ -246,13 +254,17 @@ class Load:
         plain_clients: int = 2,
         rate: float | None = None,
         max_seconds: float = MAX_SECONDS,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.keys = list(keys)
         self.histories = histories if histories is not None else {k: History() for k in keys}
         for k in keys:
             self.histories.setdefault(k, History())
         self._stop = threading.Event()
-        limits: dict[str, Any] = {"keys": keys, "rate": rate, "max_seconds": max_seconds}
+        limits: dict[str, Any] = {
+            "keys": keys, "rate": rate, "max_seconds": max_seconds, "username": username, "password": password,
+        }  # fmt: skip
         self.clients: list[Client] = [
             ClusterClient(f"cluster{i}", seeds, self.histories, self._stop, **limits) for i in range(cluster_clients)
         ]
