@@ -615,6 +615,8 @@ class SoakReport:
     duplicates: int = 0
     order_violations: int = 0
     problems: list[str] = field(default_factory=list)
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
     failover: float | None = None
     window: tuple[float, float] | None = None  # seconds since start: the failover window excluded
     p50: float = 0.0
@@ -638,6 +640,7 @@ class SoakReport:
 
         out = [
             f"soak: {self.seconds:.0f} s, {self.ops} IDs to well-behaved clients, {self.errors} errors",
+            f"well-behaved errors by kind: {self.error_kinds}; first: {self.error_samples[:3]}",
             f"history checker: {self.duplicates} duplicates, {self.order_violations} order violations",
             f"failover: {'-' if self.failover is None else ms(self.failover)}"
             + (f" (window excluded: {self.window[0]:.1f}-{self.window[1]:.1f} s)" if self.window else ""),
@@ -778,6 +781,7 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
         report.ops, report.errors = f.ops, f.errors
         report.duplicates, report.order_violations, report.problems = f.duplicates, f.order_violations, f.problems
         report.failover = f.failover
+        report.error_kinds, report.error_samples = f.error_kinds, f.error_samples
         lo = hi = None
         if fault_at is not None:
             lo = fault_at
