@@ -50,6 +50,7 @@ async def test_failover_hands_over_and_held_requests_are_sent_to_the_new_primary
     target = standbys[1] if named else standbys[0]  # without TO: the first standby (by node id)
     other = standbys[0] if named else standbys[1]
     first = await p.incr(b"k")
+    target.clients["control"].delay = 0.1  # its campaign takes clock time: the hand-over can be watched
     task = start_failover(p, target.addr if named else None)
     await sim.clock.settle()
     assert p.state.phase is Phase.STEPPING_DOWN and not task.done()
@@ -96,6 +97,9 @@ async def test_failover_to_an_unknown_target_is_refused_and_changes_nothing(make
 async def test_a_second_failover_while_one_runs_is_refused(make_sim: SimFactory) -> None:
     sim = await make_sim(3)
     p = sim.primary
+    for n in sim.nodes:
+        if n is not p:  # the target's campaign takes clock time: the second FAILOVER comes during the first
+            n.clients["control"].delay = 0.1
     task = start_failover(p)
     await sim.clock.settle()
     assert p.member.failover.active is not None
