@@ -72,7 +72,7 @@ class Election:
         self.closing = False
         self._resign = False  # a guarded write was refused: give the leader key back
         self._quiet_until = -1.0  # no campaign before this (after a refused write or an error)
-        self._handoff_seen: tuple[str, float] | None = None
+        self._handoff_seen: tuple[int, float] | None = None  # (hand-off key revision, first seen)
         self._wake = asyncio.Event()
         state.subscribe(self._on_state)
         lease.on_renewed(self._on_renewed)
@@ -169,8 +169,9 @@ class Election:
         if now < self._quiet_until or now >= self.lease.deadline:  # paused, or the lease may be gone
             return False
         if topology.handoff and topology.handoff != self.node_id:
-            if self._handoff_seen is None or self._handoff_seen[0] != topology.handoff:
-                self._handoff_seen = (topology.handoff, now)
+            # Each hand-over is known by its key's revision: a second FAILOVER to the same node gets a TTL too.
+            if self._handoff_seen is None or self._handoff_seen[0] != topology.handoff_revision:
+                self._handoff_seen = (topology.handoff_revision, now)
             if now < self._handoff_seen[1] + self.ttl:  # leave the chosen node time to take over
                 self.clock.call_later(self.ttl / 2, self.wake)
                 return False

@@ -43,7 +43,7 @@ from ..errors import CommandError
 from ..etcd.api import Delete, Etcd, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
-from ..serving import Cause, Phase, ServingState
+from ..serving import Cause, Phase, ServingState, Term
 from ..store.base import StoreError
 from .election import Election
 from .lease import Lease
@@ -165,22 +165,12 @@ class Failover:
             state.step_down(Cause.SUPERSEDED, "FAILOVER found the leader key gone")
             raise CommandError(errors.FAILOVER_LOST_LEADERSHIP)
         self.election.handed_over()
-        end = self.clock.now() + timeout
+        handed_at = self.clock.now()
+        end = handed_at + timeout
         while True:
-            topology = await self._read()
-            if topology.leader == chosen.id:
+            topology = await self._read()  # None: etcd did not answer, nothing new to judge by
+            if topology is not None and self._taken_over(topology, handover, term, handed_at):
                 break
-            if state.term is not term:  # ended meanwhile (e.g. the lease deadline passed)
-                raise CommandError(errors.FAILOVER_LOST_LEADERSHIP)
-            if topology.leader is not None and topology.leader != self.registry.me.id:
-                other = topology.primary.addr if topology.primary is not None else topology.leader
-                state.step_down(Cause.SUPERSEDED, f"FAILOVER: {topology.leader} took over instead of {chosen.id}")
-                log.warning("FAILOVER to %s (%s): %s took over instead", chosen.id, chosen.addr, topology.leader)
-                raise CommandError(errors.FAILOVER_OTHER_PRIMARY.format(chosen.addr, other))
-            if topology.leases.get(chosen.id) != handover.target_lease:
-                state.step_down(Cause.HANDED_OVER, f"FAILOVER: {chosen.id} stopped answering")
-                log.warning("FAILOVER to %s (%s): its lease ended before it took over", chosen.id, chosen.addr)
-                raise CommandError(errors.FAILOVER_TARGET_GONE.format(chosen.addr))
             remaining = end - self.clock.now()
             if remaining <= 0:
                 raise CommandError(errors.FAILOVER_TIMEOUT.format(chosen.addr))
@@ -188,11 +178,41 @@ class Failover:
         state.step_down(Cause.HANDED_OVER, f"to {chosen.id}")
         log.info("FAILOVER done: %s is the primary", chosen.id)
 
-    async def _read(self) -> Topology:
-        """The topology as etcd has it now (as last read, if etcd does not answer)."""
+    def _taken_over(self, topology: Topology, handover: Handover, term: Term, handed_at: float) -> bool:
+        """True once the chosen node took over; False while it still may; else the hand-over is over
+        without it: step down (a stepped-down node campaigns like any other) and raise the reply."""
+        state, chosen = self.state, handover.target
+        if topology.leader == chosen.id:
+            return True
+        if state.term is not term:  # ended meanwhile (e.g. the lease deadline passed)
+            raise CommandError(errors.FAILOVER_LOST_LEADERSHIP)
+        if self._handed_on(topology, handover, handed_at):
+            log.info("FAILOVER: %s took over and has handed over again since", chosen.id)
+            return True
+        if topology.leader is not None and topology.leader != self.registry.me.id:
+            other = topology.primary.addr if topology.primary is not None else topology.leader
+            state.step_down(Cause.SUPERSEDED, f"FAILOVER: {topology.leader} took over instead of {chosen.id}")
+            log.warning("FAILOVER to %s (%s): %s took over instead", chosen.id, chosen.addr, topology.leader)
+            raise CommandError(errors.FAILOVER_OTHER_PRIMARY.format(chosen.addr, other))
+        if topology.leases.get(chosen.id) != handover.target_lease:
+            state.step_down(Cause.HANDED_OVER, f"FAILOVER: {chosen.id} stopped answering")
+            log.warning("FAILOVER to %s (%s): its lease ended before it took over", chosen.id, chosen.addr)
+            raise CommandError(errors.FAILOVER_TARGET_GONE.format(chosen.addr))
+        return False
+
+    def _handed_on(self, topology: Topology, handover: Handover, handed_at: float) -> bool:
+        """The chosen node led, and has started a hand-over of its own since (so quickly that no read
+        here saw it lead): the hand-off key this node wrote (under its lease, which lives) is gone or
+        rewritten, which only a primary after this one can do, and within a TTL only the chosen node
+        may have become primary (the others leave it that long)."""
+        ours = topology.handoff == handover.target.id and topology.handoff_lease == self.lease.id
+        return not ours and self.clock.now() < handed_at + self.lease.ttl
+
+    async def _read(self) -> Topology | None:
+        """The topology as etcd has it now (None if etcd does not answer)."""
         self._changed.clear()
         try:
             return await self.registry.read()
         except StoreError as exc:
             log.debug("reading the topology during FAILOVER: %s", exc)
-            return self.registry.topology
+            return None

@@ -90,6 +90,8 @@ class Topology:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     revision: int = 0
     leases: dict[str, int] = field(default_factory=dict)  # node id -> the lease its record is under
+    handoff_lease: int = 0  # the lease of the primary that wrote the hand-off key
+    handoff_revision: int = 0  # the hand-off key's mod revision: one per FAILOVER, even to the same node
 
     @property
     def primary(self) -> NodeInfo | None:
@@ -212,13 +214,14 @@ class Registry:
         leader: str | None = None
         leader_revision = leader_lease = 0
         handoff: str | None = None
+        handoff_lease = handoff_revision = 0
         nodes: dict[str, NodeInfo] = {}
         leases: dict[str, int] = {}
         for kv in found.kvs:
             if kv.key == self.keys.leader:
                 leader, leader_revision, leader_lease = kv.value.decode(), kv.create_revision, kv.lease
             elif kv.key == self.keys.handoff:
-                handoff = kv.value.decode()
+                handoff, handoff_lease, handoff_revision = kv.value.decode(), kv.lease, kv.mod_revision
             elif kv.key.startswith(self.keys.nodes):
                 try:
                     data = json.loads(kv.value)
@@ -228,7 +231,17 @@ class Registry:
                     leases[data["id"]] = kv.lease
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed node record %r", kv.key)
-        topology = Topology(leader, leader_revision, leader_lease, handoff, nodes, found.revision, leases)
+        topology = Topology(
+            leader,
+            leader_revision,
+            leader_lease,
+            handoff,
+            nodes,
+            found.revision,
+            leases=leases,
+            handoff_lease=handoff_lease,
+            handoff_revision=handoff_revision,
+        )
         if topology.revision >= self.topology.revision:
             self.topology = topology
             if leader is not None and leader != self._last_leader:

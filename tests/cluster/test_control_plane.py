@@ -112,6 +112,15 @@ def test_a_duplicate_node_id_is_refused_and_the_primary_keeps_its_place(
         rc.close()
 
 
+def test_a_node_restarted_right_after_kill_9_waits_for_its_old_lease_and_rejoins(march_cluster: MarchCluster) -> None:
+    primary, (node, _) = settled(march_cluster)
+    march_cluster.kill(node)
+    node.start()  # at once: its crashed predecessor's lease still holds the node id for up to a TTL
+    wait_until(lambda: node.master_address() == primary.address, 15, message="the restarted node rejoins")
+    assert node.running and "waiting up to" in node.log_tail(), node.describe()
+    assert moved_target(node.call("INCR", "k")) == primary.address
+
+
 def test_a_primary_whose_registration_vanishes_restores_it(march_cluster: MarchCluster) -> None:
     primary, standbys = settled(march_cluster)
     record = f"{march_cluster.prefix}/nodes/{primary.node_id}".encode()
