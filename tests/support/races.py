@@ -204,14 +204,30 @@ def _failover_to(node: Member, target: Member, timeout_ms: int = 10_000) -> obje
     return node.call("FAILOVER", "TO", host, port, "TIMEOUT", timeout_ms, timeout=timeout_ms / 1000 + 5)
 
 
-def failover_round(primary: Member, standbys: list[Member], handoff_present: Callable[[], bool]) -> list[str]:
-    """One round on a settled cluster led by ``primary``; the problems seen (none: passed)."""
-    replies: dict[str, object] = {}
-    back: list[object] = []
+@dataclass(frozen=True)
+class Reply:
+    to: str  # the target's node id
+    reply: object
+    at: float  # monotonic time the reply arrived
+
+
+def failover_round(
+    primary: Member, standbys: list[Member], handoff_present: Callable[[], bool]
+) -> tuple[list[str], str | None]:
+    """One round on a settled cluster led by ``primary``: the problems seen (none: passed) and the
+    node id that must lead once the round settles (None if the replies do not say).
+
+    The replies must be linearizable: each FAILOVER is OK or refused (in progress, or not the
+    primary); at least one of the two is OK; the hand-back is OK and went to an OK's target. Both may
+    be OK only one after the other with the hand-back between them (P -> X, X -> P, P -> Y): then
+    the later one's target leads, else the old primary does."""
+    replies: list[Reply] = []
+    back: list[Reply] = []
     done = threading.Event()
 
     def send(target: Member) -> None:
-        replies[target.node_id] = _failover_to(primary, target)
+        reply = _failover_to(primary, target)
+        replies.append(Reply(target.node_id, reply, time.monotonic()))
 
     not_yet = (errors.FAILOVER_NOT_PRIMARY, errors.FAILOVER_IN_PROGRESS)
 
@@ -223,7 +239,7 @@ def failover_round(primary: Member, standbys: list[Member], handoff_present: Cal
                 reply = _failover_to(s, primary)
                 # Not the primary yet, or still promoting: ask again.
                 if not (isinstance(reply, RespError) and reply.message in not_yet):
-                    back.append((s.node_id, reply))
+                    back.append(Reply(s.node_id, reply, time.monotonic()))
                     return
             time.sleep(0.001)  # a polling interval: the next standby to lead is not known yet
 
@@ -231,19 +247,22 @@ def failover_round(primary: Member, standbys: list[Member], handoff_present: Cal
     threads.append(threading.Thread(target=hand_back))
     for t in threads:
         t.start()
-    for t in threads[:-1]:
+    for t in threads:
         t.join(30)
-    done_at = time.monotonic()
-    threads[-1].join(30)
     done.set()
     problems: list[str] = []
-    ok = [n for n, r in replies.items() if r == "OK"]
+    ok = sorted((r for r in replies if r.reply == "OK"), key=lambda r: r.at)
     refused = (errors.FAILOVER_IN_PROGRESS, errors.FAILOVER_NOT_PRIMARY)
-    others = {n: r for n, r in replies.items() if r != "OK"}
-    if len(ok) != 1 or any(not (isinstance(r, RespError) and r.message in refused) for r in others.values()):
-        problems.append(f"two FAILOVERs at once: {replies}")
-    if len(back) != 1 or back[0][1] != "OK" or (ok and back[0][0] != ok[0]):
-        problems.append(f"the hand-back from the new primary ({ok}): {back} ({time.monotonic() - done_at:.1f}s)")
+    wrong = [
+        r for r in replies if r.reply != "OK" and not (isinstance(r.reply, RespError) and r.reply.message in refused)
+    ]
+    if not ok or wrong or len(replies) != len(standbys):
+        problems.append(f"two FAILOVERs at once: {[(r.to, r.reply) for r in replies]}")
+    if len(back) != 1 or back[0].reply != "OK" or (ok and back[0].to != ok[0].to):
+        problems.append(f"the hand-back from the first new primary ({[r.to for r in ok]}): {back}")
+    elif len(ok) == 2 and not ok[0].at < back[0].at < ok[1].at + 1:  # the later OK ran after the hand-back
+        problems.append(f"two FAILOVERs OK without the hand-back between them: {ok}, {back}")
     if handoff_present():
-        problems.append("the hand-off key is still there after both FAILOVERs ended")
-    return problems
+        problems.append("the hand-off key is still there after every FAILOVER ended")
+    expected = None if problems else (ok[1].to if len(ok) == 2 else primary.node_id)
+    return problems, expected
