@@ -184,7 +184,7 @@ class Failover:
         state, chosen = self.state, handover.target
         if topology.leader == chosen.id:
             return True
-        if state.term is not term:  # ended meanwhile (e.g. the lease deadline passed)
+        if state.term is not term or self.clock.now() >= state.deadline:  # ended meanwhile, or its deadline passed
             raise CommandError(errors.FAILOVER_LOST_LEADERSHIP)
         if self._handed_on(topology, handover, handed_at):
             log.info("FAILOVER: %s took over and has handed over again since", chosen.id)

@@ -248,6 +248,14 @@ def test_a_cluster_nodes_data_dir_refuses_a_single_node_and_back(march_cluster: 
     finally:
         single.stop()
     assert "belongs to cluster" in single.log_tail() and "without --etcd" in single.log_tail(), single.describe()
+    single.extra_args += ["--join-other-cluster", "yes"]  # told to: the data dir is a single node's from now on
+    try:
+        single.start()
+        with single.conn() as c:
+            assert c.call("INCR", "foo") == 1
+    finally:
+        single.stop()
+    assert not (node.data_dir / "cluster.json").exists()
     # The other way: a single node's data dir given to a cluster node.
     lone = MarchServer(base / "lone", log_path=base / "lone.log")
     try:
