@@ -29,8 +29,8 @@ RUN echo 'march:x:10001:10001:march:/var/lib/march:/usr/sbin/nologin' >>/etc/pas
  && chown 10001:10001 /var/lib/march
 USER 10001:10001
 WORKDIR /var/lib/march
-# Inside a container the node must listen on every interface; its data (single-node mode only)
-# goes to /var/lib/march. The config file's other settings apply; flags and MARCH_* override them.
+# Inside a container the node must listen on every interface; its data (single-node mode; in a
+# cluster only cluster.json, which cluster it joined) goes to /var/lib/march. The config file's other settings apply; flags and MARCH_* override them.
 ENV PATH=/opt/march/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     MARCH_BIND=0.0.0.0 \

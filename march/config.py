@@ -72,6 +72,7 @@ class Config:
     node_id: str = ""
     advertise: str = ""
     lease_ttl: int = 3
+    join_other_cluster: bool = False
     etcd_user: str = ""
     etcd_password: str = ""
     etcd_ca_cert_file: str = ""
@@ -153,7 +154,12 @@ OPTIONS: tuple[Option, ...] = (
     # server
     Option("bind", "address to listen on (0.0.0.0 for every interface)", restart=errors.RESTART_LISTEN),
     Option("port", "TCP port for RESP clients (0 picks a free port, printed at start)", restart=errors.RESTART_LISTEN),
-    Option("data_dir", "directory of the embedded store (march.sqlite3) and its lock", restart=errors.RESTART_STORE),
+    Option(
+        "data_dir",
+        "directory of the embedded store (march.sqlite3) and its lock; a cluster node keeps cluster.json "
+        "there (which cluster it belongs to)",
+        restart=errors.RESTART_STORE,
+    ),
     Option(
         "requirepass", "password of the default user; empty = no AUTH needed (loopback only)", live=True, secret=True
     ),
@@ -262,6 +268,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "lease_ttl",
         "seconds of the leadership lease; a dead primary is replaced after about this",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option(
+        "join_other_cluster",
+        "let a node whose data dir records another deployment join the cluster at etcd_prefix (or start one "
+        "there), or a cluster node's data dir serve a single node; the record is replaced. For one start",
         "cluster",
         restart=errors.RESTART_CLUSTER,
     ),

@@ -204,6 +204,13 @@ FAILOVER_ABORTED = "ERR FAILOVER aborted: this node is still the primary."
 FAILOVER_LOST_LEADERSHIP = "ERR FAILOVER could not hand over: this node no longer held the leader key."
 FAILOVER_TIMEOUT = "ERR FAILOVER timed out waiting for {} to take over; the cluster elects a primary by itself"
 NOT_SERVING = "CLUSTERDOWN this node lost its right to hand out IDs, please retry"
+# FAILOVER that cannot complete: the old primary stops waiting as soon as it knows (issue 20)
+FAILOVER_TIMEOUT_TOO_LONG = "ERR FAILOVER timeout must be at most {} milliseconds"
+FAILOVER_TARGET_GONE = (
+    "ERR FAILOVER target {} stopped answering (its lease ended) before it took over; "
+    "the cluster elects a primary by itself"
+)
+FAILOVER_OTHER_PRIMARY = "ERR FAILOVER target {} did not take over: {} holds the leader key now"
 
 # --- configuration: CONFIG SET / REWRITE / RESETSTAT -------------------------------------------
 # Redis' own texts where Redis has one, so tools that parse them keep working.

@@ -9,7 +9,11 @@ nothing here knows a socket or a command.
   delay or cut another: the lease's keep-alives, the control plane (election, registry,
   FAILOVER) and the data (the store's reads and guarded writes). The group starts as a standby;
   ``join(port)`` registers this node and starts the election once the listener's port is known
-  (the advertised address needs it).
+  (the advertised address needs it). Before registering, the node confirms which cluster it
+  belongs to (``march.cluster.identity``: the data dir's ``cluster.json`` against
+  ``<prefix>/cluster``), and it registers only if no other live process holds its node id
+  (``march.cluster.registry``). Either refusal is an ``IdentityConflict``: ``failed`` is set,
+  ``failure`` says why, and the server stops and exits with status 1.
 
 **Users** (``march.auth``) come from the store: the stored users, or (when the store has none)
 those of ``aclfile``; then ``requirepass``, if set, is the ``default`` user's password. A single
@@ -35,6 +39,7 @@ from pathlib import Path
 
 from .auth import User, Users, parse_acl_file
 from .clock import SYSTEM, Clock
+from .cluster.identity import ClusterIdentity
 from .cluster.member import ClusterMember
 from .cluster.registry import NodeInfo
 from .commands.registry import REGISTRY
@@ -46,7 +51,7 @@ from .etcd.keys import KeyPaths
 from .group import Group
 from .keyspace import Keyspace
 from .serving import Cause, ServingState
-from .store.base import SINGLE_NODE, Store, StoreError
+from .store.base import SINGLE_NODE, IdentityConflict, Store, StoreError
 from .store.etcd import EtcdStore
 from .store.sqlite import SqliteStore
 
@@ -72,7 +77,7 @@ class Node:
             store = EtcdStore(self.etcd["data"], self.keys, config.store_timeout, write_timeout)
             state = ServingState(clock)
         else:
-            store = SqliteStore(config.data_dir)
+            store = SqliteStore(config.data_dir, join_other=config.join_other_cluster)
             state = ServingState.forever(clock, SINGLE_NODE)
         self.store = store
         self.group = Group(state, Keyspace(config, store, state, clock.now))
@@ -81,6 +86,8 @@ class Node:
             self.users.default.apply(["off"], REGISTRY)  # nobody gets in until the users are read
         self.on_users_changed: Callable[[list[User]], None] = lambda _: None
         self._users_task: asyncio.Task[None] | None = None
+        self.failure: IdentityConflict | None = None  # why this node may not take part (then it stops)
+        self.failed = asyncio.Event()
 
     def _grpc(self, purpose: str) -> Etcd:
         c = self.config
@@ -167,6 +174,9 @@ class Node:
         c = self.config
         addr = c.address(port)
         tls_addr = f"{addr.rpartition(':')[0]}:{tls_port}" if tls_port else ""
+        identity = ClusterIdentity(
+            self.etcd["control"], self.keys, c.data_dir, c.etcd, c.join_other_cluster, timeout=c.lease_ttl / 3
+        )
         member = ClusterMember(
             lease_etcd=self.etcd["lease"],
             control_etcd=self.etcd["control"],
@@ -174,13 +184,21 @@ class Node:
             state=self.group.state,
             keyspace=self.group.keyspace,
             me=NodeInfo(c.node_name(port), addr, tls_addr=tls_addr),
+            identity=identity,
             ttl=c.lease_ttl,
             clock=self.clock,
             store_timeout=c.store_timeout,
+            on_fatal=self._fail,
         )
         self.group.member = member
         member.start()
         log.info("joining cluster %s at %s", c.etcd_prefix, c.etcd)
+
+    def _fail(self, failure: IdentityConflict) -> None:
+        """This node may not take part in the cluster: whoever runs it stops it (``failed``)."""
+        if self.failure is None:
+            self.failure = failure
+        self.failed.set()
 
     async def stop(self) -> None:
         """Step down (handing the primary role over at once), wait for writes in flight, close."""

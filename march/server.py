@@ -502,10 +502,11 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
         idle = loop.create_task(_close_idle(app, conns))  # always: CONFIG SET timeout may turn it on
         stopper = asyncio.ensure_future(stop)
         requested = loop.create_task(app.shutdown_requested.wait())
-        await asyncio.wait({stopper, requested}, return_when=asyncio.FIRST_COMPLETED)
+        failed = loop.create_task(node.failed.wait())  # e.g. its node id is another live process's
+        await asyncio.wait({stopper, requested, failed}, return_when=asyncio.FIRST_COMPLETED)
         log.info("shutting down")
         app.shutdown_requested.set()
-        for t in (stopper, requested, idle):
+        for t in (stopper, requested, idle, failed):
             if t is not None and not t.done():
                 t.cancel()
         for s in servers:
@@ -517,6 +518,8 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
         await node.stop()  # steps down (a primary gives the leader key back at once), drains, closes
         batch.listeners.remove(store_watch)
     log.info("March stopped")
+    if node.failure is not None:
+        raise node.failure  # the caller says why and exits with status 1
 
 
 async def _listen(

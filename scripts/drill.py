@@ -6,9 +6,10 @@ duplicates, order violations) next to the issue's bars, and a PNG of the run (`-
 The chart is drawn afterwards from the histories the load records anyway, so it costs the load
 nothing. Run it through scripts/drill.
 
-The drills are the ones tests/fault/test_cluster_drills.py runs (tests/support/drills.py);
-here the timing bars are checked strictly: the exit status is 0 only if every repetition had no
-violation and met every bar.
+The drills are the ones tests/fault/test_cluster_drills.py runs (tests/support/drills.py), and the
+race drills (``race-node-id``, ``race-failover``: ``--rounds`` rounds each, 100 by default) whose
+short versions tests/cluster/test_races.py runs; here the timing bars are checked strictly: the
+exit status is 0 only if every repetition had no violation and met every bar.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # march from this tree (the race drills run its parts in-process), as the nodes do
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
@@ -34,6 +36,7 @@ from support.drills import (  # noqa: E402
     DrillEnv,
     DrillResult,
 )
+from support.races import RACE_ROUNDS  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -85,6 +88,9 @@ def main() -> int:
         "--sequences", type=int, default=TAKEOVER_SEQUENCES, help="sequences the takeover drill seeds (default 15000)"
     )
     ap.add_argument("--name-len", type=int, default=TAKEOVER_NAME_LEN, help="bytes per seeded name (default 200)")
+    ap.add_argument(
+        "--rounds", type=int, default=RACE_ROUNDS, help=f"rounds of each race drill (default {RACE_ROUNDS})"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the logs and data (kept anyway after a failure)")
     ap.add_argument("--quiet", action="store_true", help="no live timeline, summaries only")
     ap.add_argument(
@@ -116,7 +122,7 @@ def main() -> int:
             env = DrillEnv(
                 base, etcd_members=members, proxies=proxies, lease_ttl=args.ttl, rate=args.rate,
                 warmup_ops=args.ops, hold_ops=args.ops, out=None if args.quiet else say,
-                sequences=args.sequences, name_len=args.name_len,
+                sequences=args.sequences, name_len=args.name_len, rounds=args.rounds,
             )  # fmt: skip
             try:
                 try:

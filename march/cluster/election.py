@@ -3,16 +3,22 @@
 A control loop, woken by the registry's watch, by the lease and by the serving state (and at least
 every TTL/2), makes one ``step``:
 
-1. Make sure there is a lease and this node is registered under it.
-2. Read the topology (linearizable). If this node serves a term whose leader key is gone or is
-   another one (another value or create revision), step down: someone else leads.
+0. Once: confirm which cluster this node belongs to (``march.cluster.identity``).
+1. Make sure there is a lease and this node is registered under it. While another process holds
+   this node's id nothing else happens (``march.cluster.registry``: it waits for that lease to end,
+   or the node exits).
+2. Read the topology (linearizable). If this node's record is gone, or not under its lease,
+   write it again (below, in the same step). If this node serves a term whose leader key is gone
+   or is another one (another value or create revision), step down: someone else leads.
 3. **Adopt** a leader key this process won although the campaign's reply was lost (a timeout):
    it names this node and sits on this node's lease, so it is ours.
 4. **Resign** after a refused guarded write: give the leader key back (a guarded delete), pause
    campaigning for 2 x TTL, then campaign again like anyone else.
 5. **Campaign** when there is no leader: one transaction creates the leader key under this
-   node's lease if it is absent. Its create revision and the node id form the term's ``Guard``.
-   Standbys leave a FAILOVER's chosen node one TTL to take over first.
+   node's lease if it is absent, this node's record is under this node's lease (a process whose
+   id another process holds can never win) and ``<prefix>/cluster`` is the cluster this node
+   confirmed (an etcd wiped or restored under it elects nobody). Its create revision and the node
+   id form the term's ``Guard``. Standbys leave a FAILOVER's chosen node one TTL to take over first.
 6. **Resume**: this node stepped down when its lease deadline passed (keep-alives were late), but
    etcd kept the lease and the key: the same leader key serves again, in a new term (requests
    got no ID meanwhile; each key's ceiling is read and raised again before its next ID).
@@ -20,7 +26,9 @@ every TTL/2), makes one ``step``:
 Promotion is O(1): no sequence is read or written; each key's ceiling is read and raised by its
 first request in the new term (``march.keyspace``). While a planned FAILOVER holds this node's
 term (``STEPPING_DOWN``), the election leaves the state alone. After an unexpected error the
-loop backs off 2 x TTL; while etcd is unreachable it retries every TTL/3.
+loop backs off 2 x TTL; while etcd is unreachable it retries every TTL/3. An ``IdentityConflict``
+(this node's id is another live process's, or its cluster is not the one etcd holds) ends the
+loop: the member stops the node.
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ import asyncio
 import logging
 
 from ..clock import Clock, wait_event
-from ..etcd.api import Delete, Etcd, Put, created_at, value_is
+from ..etcd.api import Delete, Etcd, Get, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
-from ..store.base import Guard, StoreError
+from ..store.base import Guard, IdentityConflict, StoreError
+from .identity import ClusterIdentity
 from .lease import Lease
 from .registry import PRIMARY, PROMOTING, STANDBY, Registry, Topology
 
@@ -47,6 +56,7 @@ class Election:
         state: ServingState,
         lease: Lease,
         registry: Registry,
+        identity: ClusterIdentity,
         clock: Clock,
     ) -> None:
         self.etcd = etcd
@@ -54,6 +64,7 @@ class Election:
         self.state = state
         self.lease = lease
         self.registry = registry
+        self.identity = identity
         self.clock = clock
         self.node_id = registry.me.id
         self.ttl = lease.ttl
@@ -61,7 +72,7 @@ class Election:
         self.closing = False
         self._resign = False  # a guarded write was refused: give the leader key back
         self._quiet_until = -1.0  # no campaign before this (after a refused write or an error)
-        self._handoff_seen: tuple[str, float] | None = None
+        self._handoff_seen: tuple[int, float] | None = None  # (hand-off key revision, first seen)
         self._wake = asyncio.Event()
         state.subscribe(self._on_state)
         lease.on_renewed(self._on_renewed)
@@ -96,6 +107,8 @@ class Election:
             try:
                 await self.step()
                 pause = self.ttl / 2
+            except IdentityConflict:
+                raise  # this node must not take part: the member stops it
             except StoreError as exc:
                 log.warning("etcd: %s", exc)
                 pause = self.ttl / 3
@@ -106,9 +119,15 @@ class Election:
             await wait_event(self.clock, self._wake, pause)
 
     async def step(self) -> None:
+        if not self.identity.id:
+            await self.identity.confirm()
         await self.lease.ensure()
-        await self.registry.register(self.lease.id, self.role)
+        if not await self.registry.register(self.lease.id, self.role):
+            self.clock.call_later(self.ttl / 4, self.wake)  # another lease holds this id: look again soon
+            return
         topology = await self.registry.read()
+        if topology.leases.get(self.node_id) != self.lease.id:
+            self.registry.record_lost()  # re-created by the register call at the end of this step
         me = self.node_id
         term = self.state.term
         handing_over = self.state.phase is Phase.STEPPING_DOWN  # a FAILOVER owns the state now
@@ -145,22 +164,40 @@ class Election:
         now = self.clock.now()
         if self.closing or self.state.phase is not Phase.STANDBY or not self.registry.registered:
             return False
+        if topology.leases.get(self.node_id) != self.lease.id:  # not (or no longer) registered under our lease
+            return False
         if now < self._quiet_until or now >= self.lease.deadline:  # paused, or the lease may be gone
             return False
         if topology.handoff and topology.handoff != self.node_id:
-            if self._handoff_seen is None or self._handoff_seen[0] != topology.handoff:
-                self._handoff_seen = (topology.handoff, now)
+            # Each hand-over is known by its key's revision: a second FAILOVER to the same node gets a TTL too.
+            if self._handoff_seen is None or self._handoff_seen[0] != topology.handoff_revision:
+                self._handoff_seen = (topology.handoff_revision, now)
             if now < self._handoff_seen[1] + self.ttl:  # leave the chosen node time to take over
                 self.clock.call_later(self.ttl / 2, self.wake)
                 return False
         return True
 
     async def _campaign(self) -> None:
-        leader = self.keys.leader
+        leader, record, cluster = self.keys.leader, self.keys.node(self.node_id), self.keys.cluster
+        lease = self.lease.id
         reply = await self.etcd.txn(
-            [created_at(leader, 0)], [Put(leader, self.node_id.encode(), self.lease.id)], [], self.ttl / 3
+            [created_at(leader, 0), lease_is(record, lease), value_is(cluster, self.identity.id.encode())],
+            [Put(leader, self.node_id.encode(), lease)],
+            [Get(record), Get(cluster)],
+            self.ttl / 3,
         )
         if not reply.succeeded:
+            mine, ours = (r.kvs[0] if r is not None and r.kvs else None for r in reply.ranges)
+            if ours is None or ours.value != self.identity.id.encode():
+                raise IdentityConflict(
+                    f"etcd prefix {self.identity.prefix} no longer holds cluster {self.identity.id} "
+                    f"({'none' if ours is None else ours.value.decode(errors='replace')} now): etcd lost its data "
+                    "or was restored or rewritten under this cluster; electing a primary now could hand out IDs "
+                    "again. Restore etcd, or start the nodes with --join-other-cluster yes to begin anew"
+                )
+            if mine is None or mine.lease != lease:
+                self.registry.record_lost()
+                self.wake()
             return  # someone else was faster; the watch tells us who
         self.held_revision = reply.revision
         log.info("won the election (leader key revision %d)", reply.revision)

@@ -7,8 +7,25 @@ On the primary, a hand-over:
 3. unless aborted meanwhile (then it serves again, same term), deletes the leader key and names the
    chosen standby in ``<prefix>/leader-handoff`` in one guarded transaction (other standbys leave
    the chosen one a TTL to take over);
-4. waits (at most TIMEOUT) until the chosen node holds the leader key, then steps down: the held
-   requests get ``MOVED`` to the new primary, so cluster clients see no error, only a short delay.
+4. waits until the chosen node holds the leader key, then steps down: the held requests get
+   ``MOVED`` to the new primary, so cluster clients see no error, only a short delay.
+
+The wait (woken by the registry's watch, and a topology read at least every ``_POLL``) ends as
+soon as its outcome is known, never later than TIMEOUT (at most ``MAX_TIMEOUT``):
+
+- the chosen node holds the leader key: ``OK``;
+- another node holds it (the others campaign once the chosen one had a TTL and did not take
+  over): step down at once, the held requests get ``MOVED`` to that node, and FAILOVER answers
+  ``FAILOVER_OTHER_PRIMARY``;
+- the chosen node stopped answering: its registration is gone or under another lease (its lease
+  ended: a paused, dead or cut-off node keeps it at most a TTL). Step down at once, so this node
+  campaigns like any other (the held requests get ``CLUSTERDOWN`` until someone leads), and
+  FAILOVER answers ``FAILOVER_TARGET_GONE``;
+- this node's own term ended meanwhile (its lease deadline passed): ``FAILOVER_LOST_LEADERSHIP``;
+- TIMEOUT: step down (the key is handed away already), ``FAILOVER_TIMEOUT``.
+
+At the end the hand-off key is deleted only if it is still this hand-over's (a guarded delete:
+value and lease), never a later FAILOVER's written by the new primary.
 
 The hand-over's own state is a small dataclass (``Handover``), not a dict. The election keeps out
 of the serving state while it is ``STEPPING_DOWN``. The clock is injected (``march.clock``).
@@ -16,29 +33,37 @@ of the serving state while it is ``STEPPING_DOWN``. The clock is injected (``mar
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
 from .. import errors
-from ..clock import Clock
+from ..clock import Clock, wait_event
 from ..errors import CommandError
-from ..etcd.api import Delete, Etcd, Put, created_at, value_is
+from ..etcd.api import Delete, Etcd, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
-from ..serving import Cause, Phase, ServingState
+from ..serving import Cause, Phase, ServingState, Term
 from ..store.base import StoreError
 from .election import Election
 from .lease import Lease
-from .registry import NodeInfo, Registry
+from .registry import NodeInfo, Registry, Topology
 
 log = logging.getLogger("march.cluster")
 
-_POLL = 0.005  # seconds between topology reads while the chosen node takes over
+# Seconds between topology reads while the chosen node takes over; the registry's watch wakes the
+# wait at once on every change, so this only matters while the watch is down.
+_POLL = 0.05
+# The longest FAILOVER TIMEOUT (ms): a live target takes over within milliseconds, and a dead one
+# loses its registration within its lease TTL (at most 60 s): waiting longer could only hold the
+# requests of a cluster that elects its primary by itself anyway.
+MAX_TIMEOUT_MS = 60_000
 
 
 @dataclass
 class Handover:
     target: NodeInfo
+    target_lease: int  # the lease the target's registration was under when it was chosen
     aborted: bool = False
 
 
@@ -65,6 +90,8 @@ class Failover:
         self.clock = clock
         self.store_timeout = store_timeout
         self.active: Handover | None = None
+        self._changed = asyncio.Event()  # the registry saw a change of the topology keys
+        registry.on_change(self._changed.set)
 
     def abort(self) -> None:
         if self.active is None:
@@ -90,7 +117,7 @@ class Failover:
             raise CommandError(errors.FAILOVER_NO_STANDBY)
         if self.active is not None or state.phase is not Phase.SERVING:  # changed while reading
             raise CommandError(errors.FAILOVER_IN_PROGRESS)
-        handover = self.active = Handover(chosen)
+        handover = self.active = Handover(chosen, topology.leases.get(chosen.id, 0))
         log.info("FAILOVER to %s (%s): holding requests", chosen.id, chosen.addr)
         try:
             await self._hand_over(handover, timeout)
@@ -100,9 +127,20 @@ class Failover:
                 state.step_down(Cause.HANDED_OVER, "FAILOVER did not complete")
             self.election.wake()
             try:
-                await self.etcd.delete(self.keys.handoff, self.lease.ttl / 3)
+                await self._clear_handoff(chosen)
             except StoreError as exc:
                 log.warning("could not delete the hand-off key (it goes with the lease): %s", exc)
+
+    async def _clear_handoff(self, chosen: NodeInfo) -> None:
+        """Delete the hand-off key if it is still this hand-over's (it names ``chosen``, under this
+        node's lease): a FAILOVER the new primary started meanwhile keeps its own."""
+        handoff = self.keys.handoff
+        await self.etcd.txn(
+            [value_is(handoff, chosen.id.encode()), lease_is(handoff, self.lease.id)],
+            [Delete(handoff)],
+            [],
+            self.lease.ttl / 3,
+        )
 
     async def _hand_over(self, handover: Handover, timeout: float) -> None:
         state = self.state
@@ -127,14 +165,54 @@ class Failover:
             state.step_down(Cause.SUPERSEDED, "FAILOVER found the leader key gone")
             raise CommandError(errors.FAILOVER_LOST_LEADERSHIP)
         self.election.handed_over()
-        end = self.clock.now() + timeout
-        while self.registry.topology.leader != chosen.id:
-            if self.clock.now() >= end:
+        handed_at = self.clock.now()
+        end = handed_at + timeout
+        while True:
+            topology = await self._read()  # None: etcd did not answer, nothing new to judge by
+            if topology is not None and self._taken_over(topology, handover, term, handed_at):
+                break
+            remaining = end - self.clock.now()
+            if remaining <= 0:
                 raise CommandError(errors.FAILOVER_TIMEOUT.format(chosen.addr))
-            await self.clock.sleep(_POLL)
-            try:
-                await self.registry.read()
-            except StoreError as exc:
-                log.debug("reading the topology during FAILOVER: %s", exc)
+            await wait_event(self.clock, self._changed, min(_POLL, remaining))
         state.step_down(Cause.HANDED_OVER, f"to {chosen.id}")
         log.info("FAILOVER done: %s is the primary", chosen.id)
+
+    def _taken_over(self, topology: Topology, handover: Handover, term: Term, handed_at: float) -> bool:
+        """True once the chosen node took over; False while it still may; else the hand-over is over
+        without it: step down (a stepped-down node campaigns like any other) and raise the reply."""
+        state, chosen = self.state, handover.target
+        if topology.leader == chosen.id:
+            return True
+        if state.term is not term or self.clock.now() >= state.deadline:  # ended meanwhile, or its deadline passed
+            raise CommandError(errors.FAILOVER_LOST_LEADERSHIP)
+        if self._handed_on(topology, handover, handed_at):
+            log.info("FAILOVER: %s took over and has handed over again since", chosen.id)
+            return True
+        if topology.leader is not None and topology.leader != self.registry.me.id:
+            other = topology.primary.addr if topology.primary is not None else topology.leader
+            state.step_down(Cause.SUPERSEDED, f"FAILOVER: {topology.leader} took over instead of {chosen.id}")
+            log.warning("FAILOVER to %s (%s): %s took over instead", chosen.id, chosen.addr, topology.leader)
+            raise CommandError(errors.FAILOVER_OTHER_PRIMARY.format(chosen.addr, other))
+        if topology.leases.get(chosen.id) != handover.target_lease:
+            state.step_down(Cause.HANDED_OVER, f"FAILOVER: {chosen.id} stopped answering")
+            log.warning("FAILOVER to %s (%s): its lease ended before it took over", chosen.id, chosen.addr)
+            raise CommandError(errors.FAILOVER_TARGET_GONE.format(chosen.addr))
+        return False
+
+    def _handed_on(self, topology: Topology, handover: Handover, handed_at: float) -> bool:
+        """The chosen node led, and has started a hand-over of its own since (so quickly that no read
+        here saw it lead): the hand-off key this node wrote (under its lease, which lives) is gone or
+        rewritten, which only a primary after this one can do, and within a TTL only the chosen node
+        may have become primary (the others leave it that long)."""
+        ours = topology.handoff == handover.target.id and topology.handoff_lease == self.lease.id
+        return not ours and self.clock.now() < handed_at + self.lease.ttl
+
+    async def _read(self) -> Topology | None:
+        """The topology as etcd has it now (None if etcd does not answer)."""
+        self._changed.clear()
+        try:
+            return await self.registry.read()
+        except StoreError as exc:
+            log.debug("reading the topology during FAILOVER: %s", exc)
+            return None

@@ -1,8 +1,8 @@
 """This node's membership in a cluster: one group's lease, election, registry and failover, wired
 together, and the background loops that run them.
 
-Each part keeps its own logic (``lease``, ``election``, ``registry``, ``failover``); this module only
-connects them to each other and to the group's serving state:
+Each part keeps its own logic (``lease``, ``election``, ``registry``, ``failover``, ``identity``); this
+module only connects them to each other and to the group's serving state:
 
 - lease renewed -> ``ServingState.renewed(deadline)`` (and the election, which may resume);
 - lease gone in etcd -> ``ServingState.lease_gone()`` and a new registration;
@@ -12,8 +12,10 @@ connects them to each other and to the group's serving state:
 The lease runs on an etcd client of its own; the election, the registry and FAILOVER share the
 control client; the store has the data client (``march.node`` makes all three), so no data call can
 cut a keep-alive short. Every loop runs under ``_supervised``: whatever ends it early is logged and
-it restarts (after 2 x TTL if it failed). ``stop`` steps down, gives the leader key back at once and
-revokes the lease, so a standby takes over without waiting for the TTL.
+it restarts (after 2 x TTL if it failed), except an ``IdentityConflict`` (this node's id is held by
+another live process, or it belongs to another cluster): that is handed to ``on_fatal`` once, and
+the node stops (``march.node``). ``stop`` steps down, gives the leader key back at once and revokes
+the lease, so a standby takes over without waiting for the TTL.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from ..etcd.api import Etcd
 from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, ServingState
+from ..store.base import IdentityConflict
 from .election import Election
 from .failover import Failover
+from .identity import ClusterIdentity
 from .lease import Lease
 from .registry import NodeInfo, Registry
 
@@ -46,17 +50,21 @@ class ClusterMember:
         state: ServingState,
         keyspace: Keyspace,
         me: NodeInfo,
+        identity: ClusterIdentity,
         ttl: int,
         clock: Clock,
         store_timeout: float,
+        on_fatal: Callable[[IdentityConflict], None] = lambda _: None,
     ) -> None:
         self.state = state
         self.keyspace = keyspace
         self.clock = clock
         self.ttl = ttl
+        self.identity = identity
+        self.on_fatal = on_fatal
         self.lease = Lease(lease_etcd, ttl, clock)
-        self.registry = Registry(control_etcd, keys, me, clock, timeout=ttl / 3)
-        self.election = Election(control_etcd, keys, state, self.lease, self.registry, clock)
+        self.registry = Registry(control_etcd, keys, me, clock, timeout=ttl / 3, lease_ttl=ttl)
+        self.election = Election(control_etcd, keys, state, self.lease, self.registry, identity, clock)
         self.failover = Failover(
             control_etcd, keys, state, keyspace, self.lease, self.registry, self.election, clock, store_timeout
         )
@@ -88,6 +96,11 @@ class ClusterMember:
         while not self._closing:
             try:
                 await run()
+            except IdentityConflict as exc:
+                log.error("%s", exc)
+                self.state.step_down(Cause.SHUTDOWN, "this node may not take part in the cluster")
+                self.on_fatal(exc)
+                return
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if self._closing or (task is not None and task.cancelling()):

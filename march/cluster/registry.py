@@ -1,7 +1,18 @@
 """The node registry and the topology: who is in the cluster, who leads, where clients go.
 
-- Each node writes ``<prefix>/nodes/<id>`` (JSON: id, advertised address, role, pid) under its
-  lease, so a dead node disappears with its lease; it rewrites it when its role changes.
+- Each node writes ``<prefix>/nodes/<id>`` (JSON: id, advertised address, role, pid, lease TTL)
+  under its lease, so a dead node disappears with its lease; it rewrites it when its role changes.
+- **A node id has one holder.** The record is created only where absent and rewritten only while
+  it is under this node's lease (compare in the same transaction), never overwritten blindly. A
+  process that finds its id under another lease waits for that lease to end (a node restarted
+  right after a crash finds its old self's lease still alive for up to a TTL); if the lease
+  outlives its TTL (plus ``_HOLDER_SLACK``) it was renewed, so another live process holds the id,
+  and ``register`` raises ``IdentityConflict``: the node says so and exits. Until then it is not
+  registered, and an unregistered node neither reads the topology nor campaigns (the campaign
+  also compares the record's lease, ``march.cluster.election``).
+- **A lost record is restored.** ``read()`` sees each record's lease (``Topology.leases``); the
+  election re-creates this node's record when it is gone (deleted by hand, or by an old version's
+  duplicate whose lease ended) instead of trusting what it wrote last.
 - ``read()`` is one linearizable range read of ``[leader, nodes_end)``: the leader key (its value,
   create revision and lease), the FAILOVER hand-off key and every node record. A newer read
   replaces ``topology``; listeners hear of every watched change (the election wakes on them).
@@ -29,12 +40,16 @@ from dataclasses import dataclass, field
 from .. import errors
 from ..clock import Clock
 from ..errors import CommandError
-from ..etcd.api import Etcd, Get
+from ..etcd.api import KV, Etcd, Get, Put, created_at, lease_is
 from ..etcd.keys import KeyPaths
-from ..store.base import StoreError
+from ..store.base import IdentityConflict, StoreError
 from .slots import key_slot
 
 log = logging.getLogger("march.cluster")
+
+# Seconds a lease may outlive its TTL before its holder counts as alive: etcd checks expiry every
+# 0.5 s, and a new etcd leader extends every lease by its election timeout (1 s by default).
+_HOLDER_SLACK = 1.5
 
 PRIMARY = "primary"
 STANDBY = "standby"
@@ -74,6 +89,9 @@ class Topology:
     handoff: str | None = None  # FAILOVER target named by the old primary
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     revision: int = 0
+    leases: dict[str, int] = field(default_factory=dict)  # node id -> the lease its record is under
+    handoff_lease: int = 0  # the lease of the primary that wrote the hand-off key
+    handoff_revision: int = 0  # the hand-off key's mod revision: one per FAILOVER, even to the same node
 
     @property
     def primary(self) -> NodeInfo | None:
@@ -84,7 +102,9 @@ class Topology:
 
 
 class Registry:
-    def __init__(self, etcd: Etcd, keys: KeyPaths, me: NodeInfo, clock: Clock, timeout: float) -> None:
+    def __init__(
+        self, etcd: Etcd, keys: KeyPaths, me: NodeInfo, clock: Clock, timeout: float, lease_ttl: int = 0
+    ) -> None:
         self.etcd = etcd
         self.keys = keys
         self.me = me
@@ -95,6 +115,8 @@ class Registry:
         self._listeners: list[Callable[[], None]] = []
         self.leader_changes = 0  # times the leader key named another node (metrics)
         self._last_leader: str | None = None
+        self.ttl = lease_ttl  # this node's lease TTL, written in its record (how long a rival waits for it)
+        self._rival: _Rival | None = None  # another lease holding this node's id, since when
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -105,19 +127,77 @@ class Registry:
 
     # --- this node's record ----------------------------------------------------------------------
 
-    async def register(self, lease: int, role: str) -> None:
-        """(Re)write this node's record under ``lease`` if the lease or the role changed."""
-        if self._registered == (lease, role) or not lease:
-            return
+    async def register(self, lease: int, role: str) -> bool:
+        """(Re)write this node's record under ``lease`` if the lease or the role changed: created if
+        absent, rewritten only while under ``lease``. False while another lease holds this node id
+        (its holder may be this node's crashed predecessor: wait for its lease to end);
+        IdentityConflict once that lease outlived its TTL (another live process holds the id)."""
+        if not lease:
+            return False
+        if self._registered == (lease, role):
+            return True
+        key = self.keys.node(self.me.id)
         record = {
             "id": self.me.id,
             "addr": self.me.addr,
             "tls_addr": self.me.tls_addr,
             "role": role,
             "pid": os.getpid(),
+            "lease_ttl": self.ttl,
         }
-        await self.etcd.put(self.keys.node(self.me.id), json.dumps(record).encode(), lease, self.timeout)
-        self._registered = (lease, role)
+        value = json.dumps(record).encode()
+        ours = self._registered is not None and self._registered[0] == lease
+        for _ in range(3):  # the record may come and go between attempts; the control loop retries anyway
+            compare = lease_is(key, lease) if ours else created_at(key, 0)
+            reply = await self.etcd.txn([compare], [Put(key, value, lease)], [Get(key)], self.timeout)
+            if reply.succeeded:
+                if self._rival is not None:
+                    log.info("node id %s is this node's now (the other lease ended)", self.me.id)
+                    self._rival = None
+                self._registered = (lease, role)
+                return True
+            found = reply.ranges[0]
+            held = found.kvs[0] if found is not None and found.kvs else None
+            if held is not None and held.lease != lease:
+                self._registered = None
+                self._held_by(held)
+                return False
+            ours = held is not None  # under our lease (an earlier put whose reply was lost): rewrite it
+        return False
+
+    def _held_by(self, kv: KV) -> None:
+        """This node's id is under another lease: note since when; IdentityConflict once that lease
+        has outlived its TTL (it was renewed, so its holder is alive)."""
+        try:
+            data = json.loads(kv.value)
+            holder = f"{data.get('addr', '?')}, pid {data.get('pid', '?')}"
+            ttl = float(data.get("lease_ttl") or self.ttl)
+        except (ValueError, TypeError, AttributeError):
+            holder, ttl = "?", float(self.ttl)
+        now = self.clock.now()
+        rival = self._rival
+        if rival is None or rival.lease != kv.lease:
+            rival = self._rival = _Rival(kv.lease, now, now + ttl + _HOLDER_SLACK)
+            log.warning(
+                "node id %s is registered by another process (%s, lease %x): waiting up to %.1fs for that lease "
+                "to end; if it does not, another live node uses this id",
+                self.me.id,
+                holder,
+                kv.lease,
+                rival.give_up - now,
+            )
+        if now >= rival.give_up:
+            raise IdentityConflict(
+                f"node id {self.me.id!r} is held by another live process ({holder}, lease {kv.lease:x}) in "
+                f"etcd prefix {self.keys.prefix.decode()}: its lease outlived its TTL, so that process keeps it "
+                "alive. Give each node its own node_id (default: its advertised address), or stop the other one"
+            )
+
+    def record_lost(self) -> None:
+        """This node's record is gone, or not under its lease: write it again at the next step."""
+        if self._registered is not None:
+            log.warning("this node's registration (%s) is gone from etcd: restoring it", self.me.id)
+        self._registered = None
 
     @property
     def registered(self) -> bool:
@@ -134,21 +214,34 @@ class Registry:
         leader: str | None = None
         leader_revision = leader_lease = 0
         handoff: str | None = None
+        handoff_lease = handoff_revision = 0
         nodes: dict[str, NodeInfo] = {}
+        leases: dict[str, int] = {}
         for kv in found.kvs:
             if kv.key == self.keys.leader:
                 leader, leader_revision, leader_lease = kv.value.decode(), kv.create_revision, kv.lease
             elif kv.key == self.keys.handoff:
-                handoff = kv.value.decode()
+                handoff, handoff_lease, handoff_revision = kv.value.decode(), kv.lease, kv.mod_revision
             elif kv.key.startswith(self.keys.nodes):
                 try:
                     data = json.loads(kv.value)
                     nodes[data["id"]] = NodeInfo(
                         data["id"], data["addr"], data.get("role", STANDBY), data.get("tls_addr", "")
                     )
+                    leases[data["id"]] = kv.lease
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed node record %r", kv.key)
-        topology = Topology(leader, leader_revision, leader_lease, handoff, nodes, found.revision)
+        topology = Topology(
+            leader,
+            leader_revision,
+            leader_lease,
+            handoff,
+            nodes,
+            found.revision,
+            leases=leases,
+            handoff_lease=handoff_lease,
+            handoff_revision=handoff_revision,
+        )
         if topology.revision >= self.topology.revision:
             self.topology = topology
             if leader is not None and leader != self._last_leader:
@@ -195,3 +288,12 @@ class Registry:
         if primary.id == self.me.id:
             return CommandError(errors.TRYAGAIN_TAKING_OVER)
         return CommandError(errors.MOVED.format(key_slot(key), primary.seen_by(tls).addr))
+
+
+@dataclass(frozen=True)
+class _Rival:
+    """Another lease found holding this node's id: since when, and when to stop waiting for it."""
+
+    lease: int
+    seen: float
+    give_up: float

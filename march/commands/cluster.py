@@ -13,8 +13,9 @@ whatever the connection's mode.
 ``FAILOVER [TO host port] [TIMEOUT ms] [ABORT]`` (on the primary) is a planned switchover: this
 node holds new key requests, hands leadership to the chosen standby (or the first one) and
 replies ``OK`` once the new primary holds the leader key; the held requests then get ``MOVED``.
-TIMEOUT (default 5000 ms) bounds the wait for the new primary. ``FAILOVER ABORT`` cancels a
-switchover that has not handed over yet.
+TIMEOUT (default 5000 ms, at most ``MAX_TIMEOUT_MS``: 60000) bounds the wait for the new primary,
+which also ends as soon as another node holds the leader key or the chosen one stopped answering
+(``march.cluster.failover``). ``FAILOVER ABORT`` cancels a switchover that has not handed over yet.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..cluster.failover import MAX_TIMEOUT_MS
 from ..cluster.member import ClusterMember
 from ..cluster.registry import NodeInfo
 from ..cluster.slots import SLOTS, key_slot
@@ -177,6 +179,8 @@ def failover(client: Client, args: list[bytes]) -> Any:
             timeout_ms = parse_int(args[i + 1])
             if timeout_ms <= 0:
                 raise CommandError(errors.FAILOVER_TIMEOUT_RANGE)
+            if timeout_ms > MAX_TIMEOUT_MS:
+                raise CommandError(errors.FAILOVER_TIMEOUT_TOO_LONG.format(MAX_TIMEOUT_MS))
             i += 2
         elif opt == b"abort":
             abort = True

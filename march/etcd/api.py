@@ -70,6 +70,11 @@ def created_at(key: bytes, revision: int) -> Compare:
     return Compare(key, Target.CREATE, Op.EQUAL, revision)
 
 
+def lease_is(key: bytes, lease: int) -> Compare:
+    """``lease(key) == lease`` (a missing key has lease 0)."""
+    return Compare(key, Target.LEASE, Op.EQUAL, lease)
+
+
 def modified_at(key: bytes, revision: int) -> Compare:
     """``mod_revision(key) == revision`` (0: the key does not exist)."""
     return Compare(key, Target.MOD, Op.EQUAL, revision)

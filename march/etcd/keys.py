@@ -2,10 +2,13 @@
 
 Under the cluster's prefix (``etcd_prefix``, default ``/march``):
 
+- ``<prefix>/cluster``: the cluster id, a random hex string written once, by the first node that
+  finds none (a create-if-absent transaction; ``march.cluster.identity``). Every campaign compares it.
 - ``<prefix>/leader``: the primary's node id, attached to its lease. Its create revision and
   value form the ``Guard`` every ceiling write compares (see ``march.store.etcd``).
 - ``<prefix>/leader-handoff``: during a planned FAILOVER, the node chosen to take over.
-- ``<prefix>/nodes/<id>``: each node's registration (JSON: id, address, role), under its lease.
+- ``<prefix>/nodes/<id>``: each node's registration (JSON: id, address, role, pid, lease TTL), under
+  its lease; created only where absent, so one live process holds a node id (``march.cluster.registry``).
 - ``<prefix>/seq/<key>``: one sequence (its ceiling and settings, see ``march.store.etcd``).
 - ``<prefix>/users/<name>``: one ACL user, as its rules (``march.auth``; passwords only hashed).
 - ``<prefix>/workers/<n>:<namespace>/<id>``: one worker id of a namespace (``march.workers``;
@@ -40,6 +43,10 @@ class KeyPaths:
     @classmethod
     def of(cls, prefix: str) -> KeyPaths:
         return cls(prefix.encode())
+
+    @property
+    def cluster(self) -> bytes:
+        return self.prefix + b"/cluster"
 
     @property
     def leader(self) -> bytes:

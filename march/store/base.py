@@ -73,6 +73,12 @@ class StoreRejected(StoreError):
     """The store will never accept this request (too large, invalid): retrying cannot help."""
 
 
+class IdentityConflict(StoreError):
+    """This process may not take part: its node id is held by another live process, or its data dir
+    belongs to another deployment (another cluster, or a single node). Never retried: the node
+    says why and exits (``march.cluster.registry``, ``march.cluster.identity``, ``march.store.membership``)."""
+
+
 @dataclass(frozen=True)
 class Guard:
     """Leadership token carried by every ceiling write.

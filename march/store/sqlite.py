@@ -11,6 +11,10 @@
   made inside the write transaction.
 - A data dir that cannot be created, locked or written (read-only, not a directory) is a
   ``StoreError`` that says so: the server prints one line and exits.
+- A data dir that a cluster node used (it holds ``cluster.json``, ``march.store.membership``) is
+  refused (``IdentityConflict``): without ``--etcd`` the node would hand out IDs from its own store,
+  below what its cluster handed out. With ``join_other`` the record is removed and the data dir is
+  a single node's from then on.
 
 Ceilings are stored as decimal text: the largest ceiling, 2**63, does not fit SQLite's INTEGER.
 """
@@ -21,6 +25,7 @@ import asyncio
 import errno
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -29,10 +34,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..etcd.keys import prefix_end
-from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull, StoreLocked, WorkerRecord
+from .base import (
+    Guard,
+    GuardFailed,
+    IdentityConflict,
+    SequenceRecord,
+    Store,
+    StoreError,
+    StoreFull,
+    StoreLocked,
+    WorkerRecord,
+)
 from .batch import Batcher
+from .membership import JOIN_FLAG, SQLITE_FILE, forget_mark, read_mark
 
 T = TypeVar("T")
+log = logging.getLogger("march")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sequences (
@@ -61,9 +78,10 @@ _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's 
 class SqliteStore(Store):
     name = "sqlite"
 
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False) -> None:
         self.dir = Path(data_dir)
-        self.path = self.dir / "march.sqlite3"
+        self.path = self.dir / SQLITE_FILE
+        self.join_other = join_other  # a data dir a cluster node used may become a single node's
         self._lock_fd: int | None = None
         self._db: sqlite3.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -93,12 +111,32 @@ class SqliteStore(Store):
             os.close(fd)
             raise StoreError(f"data dir {self.dir}: {exc.strerror or exc}") from None
         self._lock_fd = fd
+        try:
+            self._check_membership()
+        except BaseException:
+            await self.close()
+            raise
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite")
         try:
             await self._run(self._open_db)
         except BaseException:
             await self.close()
             raise
+
+    def _check_membership(self) -> None:
+        """Refuse a data dir that belongs to a cluster (unless ``join_other``: then forget it)."""
+        mark = read_mark(self.dir)
+        if mark is None:
+            return
+        if not self.join_other:
+            raise IdentityConflict(
+                f"data dir {self.dir} belongs to {mark.where()}; without --etcd this node would hand out "
+                "IDs from its own store, below what that cluster has handed out. Start it with "
+                f"--etcd {mark.etcd or 'HOST:PORT'} --etcd-prefix {mark.etcd_prefix}, or with {JOIN_FLAG} "
+                "to make this data dir a single node's from now on"
+            )
+        forget_mark(self.dir)
+        log.warning("data dir %s: no longer part of %s (join_other_cluster)", self.dir, mark.where())
 
     def _open_db(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)

@@ -50,6 +50,7 @@ async def test_failover_hands_over_and_held_requests_are_sent_to_the_new_primary
     target = standbys[1] if named else standbys[0]  # without TO: the first standby (by node id)
     other = standbys[0] if named else standbys[1]
     first = await p.incr(b"k")
+    target.clients["control"].delay = 0.1  # its campaign takes clock time: the hand-over can be watched
     task = start_failover(p, target.addr if named else None)
     await sim.clock.settle()
     assert p.state.phase is Phase.STEPPING_DOWN and not task.done()
@@ -96,6 +97,9 @@ async def test_failover_to_an_unknown_target_is_refused_and_changes_nothing(make
 async def test_a_second_failover_while_one_runs_is_refused(make_sim: SimFactory) -> None:
     sim = await make_sim(3)
     p = sim.primary
+    for n in sim.nodes:
+        if n is not p:  # the target's campaign takes clock time: the second FAILOVER comes during the first
+            n.clients["control"].delay = 0.1
     task = start_failover(p)
     await sim.clock.settle()
     assert p.member.failover.active is not None
@@ -160,4 +164,23 @@ async def test_a_target_that_never_takes_over_times_out_and_the_cluster_recovers
     assert new is not target and new.state.term is not None
     assert new.state.guard.revision > guard.revision
     assert await new.incr(b"k") > first
+    assert sim.overlaps == []
+
+
+async def test_a_second_failover_to_the_same_node_gets_its_head_start_too(make_sim: SimFactory) -> None:
+    sim = await make_sim(3)
+    p = sim.primary
+    a, b = sorted((n for n in sim.nodes if n is not p), key=lambda n: n.name)
+    a.clients["control"].delay = 0.1  # a is a little slow to take over: b sees the hand-off to a
+    await finished(sim, start_failover(p, a.addr), 2.0)
+    a.clients["control"].delay = 0.0
+    b.clients["control"].hang = True  # b does not see the hand-back
+    await finished(sim, start_failover(a, p.addr), 2.0)
+    b.heal()
+    await sim.advance(TTL + 1)  # b saw that hand-off to a more than a TTL ago
+    assert sim.serving() == [p]
+    a.clients["control"].delay = 0.5  # a is slow to campaign: b must still leave it its TTL
+    task = start_failover(p, a.addr)
+    await finished(sim, task, 3.0)
+    assert sim.serving() == [a] and not any(c.phase is Phase.PROMOTING for _, c in b.changes)
     assert sim.overlaps == []

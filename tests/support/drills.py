@@ -20,6 +20,7 @@ so repetitions run on the same processes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -28,11 +29,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from march.etcd.client import GrpcEtcd
+from march.etcd.keys import KeyPaths
 from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
 from support.history import History
 from support.load import KEYS, TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, time_series
 from support.proxy import TcpProxy
+from support.races import RACE_ROUNDS, Member, failover_round, race_node_id
 from support.resp import RespConn, RespError, encode, wait_until
 
 WARMUP_OPS = 200  # successes before the fault: the load is really running
@@ -164,6 +168,7 @@ class DrillEnv:
         out: Callable[[str], None] | None = None,
         sequences: int = TAKEOVER_SEQUENCES,
         name_len: int = TAKEOVER_NAME_LEN,
+        rounds: int = RACE_ROUNDS,
     ) -> None:
         self.base = base
         self.etcd = EtcdCluster(base / "etcd", size=etcd_members, binary=etcd_binary)
@@ -175,6 +180,7 @@ class DrillEnv:
         self.out = out
         self.sequences, self.name_len = sequences, name_len  # for the takeover drill
         self.seeded: list[str] = []  # its sequences, seeded once for every repetition
+        self.rounds = rounds  # for the race drills
         self.proxies: dict[str, TcpProxy] = {}
         self._cluster: MarchCluster | None = None
 
@@ -630,6 +636,68 @@ def _expect_redirect(r: DrillResult, old: ClusterNode, new: ClusterNode, key: st
         r.violations.append(str(e).splitlines()[0])
 
 
+def drill_race_node_id(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """``env.rounds`` rounds of two contenders with one node id bootstrapping a fresh prefix at once
+    (``support.races.race_node_id``): one cluster id, one holder of the id, the leader key its own."""
+    r = DrillResult("race: two nodes, one node id", rep)
+    race = race_node_id(env.etcd.endpoints, env.rounds, env.out)
+    r.violations += race.violations[:20]
+    if len(race.violations) > 20:
+        r.violations.append(f"... {len(race.violations)} violations in all")
+    r.notes += race.notes
+    return r
+
+
+def drill_race_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """``env.rounds`` rounds, under load, of two FAILOVERs sent to the primary at once (one to each
+    standby) and a hand-back from the new primary (``support.races.failover_round``): linearizable
+    replies, the cluster led by the node they name, no hand-off key left; no duplicate and no order
+    violation in the load's history."""
+    c = env.cluster
+    r = DrillResult("race: two FAILOVERs and a hand-back", rep)
+    c.wait_settled(SETTLE)
+    handoff = KeyPaths.of(c.prefix).handoff
+    endpoints = env.etcd.endpoints.split(",")
+
+    def handoff_present() -> bool:
+        async def get() -> bool:
+            client = GrpcEtcd(endpoints, name="race check")
+            try:
+                return await client.get(handoff) is not None
+            finally:
+                await client.close()
+
+        return asyncio.run(get())
+
+    fault_at = History.now()
+    bad = 0
+    started = time.monotonic()
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"{env.rounds} rounds of racing FAILOVERs")
+        for i in range(env.rounds):
+            primary = c.wait_settled(SETTLE)
+            standbys = sorted((n for n in c.nodes if n is not primary), key=lambda n: n.node_id)
+            problems, expected = failover_round(
+                Member(primary.node_id, primary.address),
+                [Member(n.node_id, n.address) for n in standbys],
+                handoff_present,
+            )
+            settled = c.wait_settled(SETTLE)
+            if expected is not None and settled.node_id != expected:
+                problems.append(f"the replies say {expected} leads, {settled.node_id} does")
+            bad += bool(problems)
+            r.violations += [f"round {i}: {p}" for p in problems][: max(0, 20 - len(r.violations))]
+            if env.out is not None and (problems or (i + 1) % 25 == 0):
+                env.out(f"  race-failover round {i + 1}/{env.rounds}: {problems if problems else 'ok'}")
+        r.mark("rounds done")
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, None)
+    r.notes.append(f"{env.rounds} rounds ({bad} with a violation) in {time.monotonic() - started:.1f}s")
+    r.settle(c)
+    return r
+
+
 DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
     "kill": drill_kill_primary,
     "pause": drill_pause_primary,
@@ -639,6 +707,8 @@ DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
     "restart": drill_full_restart,
     "takeover": drill_takeover,
     "etcd-restart": drill_restart_etcd,
+    "race-node-id": drill_race_node_id,
+    "race-failover": drill_race_failover,
 }
 
 # Which layout each drill needs: (etcd members, proxies).
@@ -651,4 +721,6 @@ LAYOUTS: dict[str, tuple[int, bool]] = {
     "restart": (1, False),
     "takeover": (1, False),
     "etcd-restart": (1, False),
+    "race-node-id": (1, False),
+    "race-failover": (1, False),
 }

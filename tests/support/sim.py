@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from march import errors
@@ -48,6 +51,7 @@ class SimNode:
             "etcd_prefix": PREFIX,
             "node_id": self.name,
             "advertise": self.addr,
+            "data_dir": str(sim.data / self.name),  # where it records its cluster (cluster.json)
             "lease_ttl": TTL,
             "max_wait": 2.0,
             "store_timeout": 2.0,
@@ -160,6 +164,7 @@ class Sim:
     def __init__(self, size: int = 3, **settings: Any) -> None:
         self.clock = ManualClock()
         self.etcd = FakeEtcd(self.clock)
+        self.data = Path(tempfile.mkdtemp(prefix="march-sim-"))  # the nodes' data dirs, removed by close
         self.keys = KeyPaths.of(PREFIX)
         self.overlaps: list[str] = []  # a node began serving while another's term was still valid
         self.nodes = [SimNode(self, i, **settings) for i in range(size)]
@@ -179,6 +184,7 @@ class Sim:
                     break
                 await self.clock.advance(0.05)
             await asyncio.wait_for(stopping, 10.0)
+        shutil.rmtree(self.data, ignore_errors=True)
 
     def heal_all(self) -> None:
         self.etcd.unreachable = False
