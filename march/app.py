@@ -113,8 +113,6 @@ class App:
         self.stats = Stats()
         self.ops_rate = OpsRate(lambda: self.stats.commands)
         self.config_changed: set[str] = set()  # options changed by CONFIG SET, for CONFIG REWRITE
-        # INFO commandstats/errorstats at the last CONFIG RESETSTAT (command -> calls, usec, failed, errors)
-        self.info_baseline: dict[str, tuple[int, int, int, dict[str, int]]] = {}
         self.started = time.time()
         self.started_mono = time.monotonic()
         self.run_id = os.urandom(20).hex()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import errors
+from .diagnostics import MAX_STRING, capped
 from .errors import CommandError
 from .glob import Glob, compile_glob
 
@@ -447,7 +448,14 @@ class LogEntry:
 
 
 class AclLog:
-    """The last ``LOG_SIZE`` denials, newest first; a repeat within a minute bumps its entry's count."""
+    """The last ``LOG_SIZE`` denials, newest first; a repeat within a minute bumps its entry's count.
+
+    Bounded in size, whatever the requests: an entry's object and username are cut at
+    ``MAX_STRING`` characters as SLOWLOG cuts arguments (``... (N more bytes)``), and each field of
+    its client-info line (a client name, a library name of any length) at ``MAX_STRING`` too, with
+    ``...`` and no space (clients split that line on spaces and ``=``). So the whole log, and an
+    ``ACL LOG`` reply, stay under ~200 KB, where a key or a user name of 1 MB used to be kept whole.
+    """
 
     def __init__(self) -> None:
         self.entries: list[LogEntry] = []
@@ -455,6 +463,7 @@ class AclLog:
 
     def add(self, reason: str, context: str, obj: str, username: str, client_info: str) -> None:
         now = time.time()
+        obj, username, client_info = capped(obj), capped(username), self._capped_info(client_info)
         for entry in self.entries:
             same = (entry.reason, entry.context, entry.subject, entry.username) == (reason, context, obj, username)
             if same and now - entry.updated < LOG_GROUP_SECONDS:
@@ -467,6 +476,18 @@ class AclLog:
         self.entries.insert(0, LogEntry(reason, context, obj, username, client_info, entry_id=self._ids))
         self._ids += 1
         del self.entries[LOG_SIZE:]
+
+    @staticmethod
+    def _capped_info(line: str) -> str:
+        """A CLIENT LIST line with each ``field=value`` cut at ``MAX_STRING`` characters of value."""
+        if len(line) <= MAX_STRING:
+            return line
+        fields = line.split(" ")
+        for i, item in enumerate(fields):
+            key, equals, value = item.partition("=")
+            if len(key) > MAX_STRING or len(value) > MAX_STRING:
+                fields[i] = key[:MAX_STRING] + equals + value[:MAX_STRING] + "..."
+        return " ".join(fields)
 
     def reset(self) -> None:
         self.entries.clear()

@@ -4,10 +4,11 @@ The server records into these (a slow request, a request that waited, a store wr
 the monitors; ``commands/ops.py`` answers the commands from them. Every node keeps its own: they
 describe this process, not the cluster.
 
-What this module must never do: keep or show a secret. ``redacted(args)`` replaces the arguments
-that carry passwords (AUTH, HELLO ... AUTH, ACL SETUSER password rules, CONFIG SET of a password
-option, MIGRATE ... AUTH) with ``(redacted)``, as Redis does, before an entry is kept or a
-monitor line is written.
+What this module must never do: keep or show a secret. It takes a request only as ``Redacted``
+arguments: ``commands.registry.redacted(args)`` has replaced the arguments each command declares
+secret (AUTH, HELLO ... AUTH, ACL SETUSER password rules, CONFIG SET of a password option, and the
+same inside a command carried by another: ACL DRYRUN, COMMAND GETKEYS) with ``(redacted)``, as
+Redis does, before an entry is kept or a monitor line is written.
 
 Costs: nothing here runs on the INCR fast path unless a request is slower than
 ``slowlog_log_slower_than`` or someone runs MONITOR (the server checks one attribute).
@@ -20,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NewType
 
 from .log import event
 
@@ -34,46 +35,15 @@ MAX_ARGS = 32  # Redis' SLOWLOG_ENTRY_MAX_ARGC: more become "... (N more argumen
 MAX_STRING = 128  # Redis' SLOWLOG_ENTRY_MAX_STRING: longer ones become "<128 bytes>... (N more bytes)"
 HISTORY = 160  # Redis' LATENCY_TS_LEN: samples kept per latency event (one per second at most)
 
-# ACL rules that carry a password or its hash (Redis' ACL syntax)
-_PASSWORD_RULE = (b">", b"<", b"#", b"!")
+# A request's arguments with every password replaced by ``(redacted)``. Only
+# ``commands.registry.redacted`` makes one (from each command's declared secrets); SLOWLOG and
+# MONITOR take nothing else, so mypy refuses a request that did not go through it.
+Redacted = NewType("Redacted", list[bytes])
 
 
-def redacted(args: list[bytes]) -> list[bytes]:
-    """``args`` with every password replaced by ``(redacted)`` (a copy; ``args`` is not changed)."""
-    name = args[0].lower()
-    if name == b"auth":
-        return [args[0], *(REDACTED for _ in args[1:])]
-    if name == b"hello":
-        out = list(args)
-        # From 1, not 2: ``HELLO AUTH user pass`` (protover left out) is refused, but MONITOR and
-        # SLOWLOG see it as sent.
-        for i in range(1, len(args)):
-            if args[i].lower() == b"auth":
-                for j in (i + 1, i + 2):
-                    if j < len(out):
-                        out[j] = REDACTED
-        return out
-    if name == b"acl" and len(args) > 3 and args[1].lower() == b"setuser":
-        return [*args[:3], *(REDACTED if a[:1] in _PASSWORD_RULE else a for a in args[3:])]
-    if name == b"config" and len(args) > 3 and args[1].lower() == b"set":
-        out = list(args)
-        for i in range(2, len(args) - 1, 2):
-            option = args[i].lower()
-            if b"pass" in option or b"auth" in option:
-                out[i + 1] = REDACTED
-        return out
-    if name == b"migrate":
-        out = list(args)
-        for i, a in enumerate(args):
-            low = a.lower()
-            if low == b"auth" and i + 1 < len(out):
-                out[i + 1] = REDACTED
-            elif low == b"auth2":
-                for j in (i + 1, i + 2):
-                    if j < len(out):
-                        out[j] = REDACTED
-        return out
-    return args
+def capped(text: str, limit: int = MAX_STRING) -> str:
+    """``text`` cut to ``limit`` characters, saying how many more there were (as SLOWLOG cuts arguments)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more bytes)"
 
 
 def _trimmed(args: list[bytes]) -> list[bytes]:
@@ -108,9 +78,9 @@ class SlowLog:
         self.entries: deque[SlowEntry] = deque()
         self._next_id = 0
 
-    def add(self, args: list[bytes], duration_us: int, addr: str, name: str, max_len: int) -> None:
+    def add(self, args: Redacted, duration_us: int, addr: str, name: str, max_len: int) -> None:
         """Keep one entry (``max_len``: the current ``slowlog_max_len``, read by the caller at use time)."""
-        entry = SlowEntry(self._next_id, int(time.time()), duration_us, _trimmed(redacted(args)), addr, name)
+        entry = SlowEntry(self._next_id, int(time.time()), duration_us, _trimmed(args), addr, capped(name))
         self._next_id += 1
         self.entries.appendleft(entry)
         self.resize(max_len)
@@ -216,17 +186,19 @@ class Monitors:
     def remove(self, client_id: int) -> None:
         self.feeds.pop(client_id, None)
 
-    def feed(self, args: list[bytes], addr: str) -> None:
-        """Send every monitor the request ``args`` of a client at ``addr``, in Redis' format."""
+    def feed(self, args: Redacted, addr: str, but: int = 0) -> None:
+        """Send every monitor (but the client whose id is ``but``) the request ``args`` of a client at
+        ``addr``, in Redis' format."""
         now = time.time()
         line = b"+%d.%06d [0 %s] %s\r\n" % (
             int(now),
             int(now % 1 * 1_000_000),
             addr.encode(),
-            b" ".join(map(quoted, redacted(args))),
+            b" ".join(map(quoted, args)),
         )
-        for send in list(self.feeds.values()):
-            send(line)
+        for client_id, send in list(self.feeds.items()):
+            if client_id != but:
+                send(line)
 
 
 # --- the store's health, as the log and LATENCY tell it -------------------------------------------

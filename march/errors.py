@@ -275,6 +275,16 @@ SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
 SUBCOMMAND_SYNTAX = "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP."
 MONITOR_DENIED = "ERR MONITOR isn't allowed for DENY BLOCKING client"
 
+# --- Redis' own rules: transactions, MONITOR connections, CLIENT KILL / LIST (Redis 7.0's texts) --
+WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
+MONITOR_KEYSPACE = "ERR Replica can't interact with the keyspace"  # what Redis answers a MONITOR connection
+CLIENT_TYPE = "ERR Unknown client type '{}'"
+CLIENT_NO_SUCH_USER = "ERR No such user '{}'"
+CLIENT_LIST_ID = "ERR Invalid client ID"
+CLIENT_LIST_TOO_LARGE = (
+    "ERR the reply would pass max_output_buffer ({} bytes): narrow it with CLIENT LIST ID id... or TYPE type"
+)
+
 
 def wrong_arity(name: str) -> CommandError:
     return CommandError(WRONG_ARITY.format(name.lower()))

@@ -34,6 +34,7 @@ import logging
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -68,11 +69,30 @@ _REQUEST_LIMIT = 8192  # bytes of an HTTP request head the metrics endpoint read
 _REQUEST_TIMEOUT = 5.0  # seconds a scraper has to send its request
 
 
-class CommandStats:
-    """One command's counters. ``hist[k]``: requests whose duration in ns has k bits (the server
-    bumps it inline). Calls = ``sum(hist)``."""
+@dataclass(frozen=True, slots=True)
+class CommandCounts:
+    """One command's counts since the last CONFIG RESETSTAT (INFO commandstats and errorstats, LATENCY
+    HISTOGRAM), kept apart as Redis keeps them: a request refused before it ran (wrong arity, NOAUTH,
+    NOPERM, MOVED, not allowed in a transaction...) is ``rejected``, not a call; one queued by MULTI is
+    no call either until EXEC runs it; a call answered with an error is ``failed``."""
 
-    __slots__ = ("errors", "hist", "name", "total_ns", "waits")
+    calls: int
+    usec: int
+    rejected: int
+    failed: int
+    errors: dict[str, int]  # error kind -> replies, rejected and failed alike
+    hist: list[int]  # as ``CommandStats.hist``
+
+
+class CommandStats:
+    """One command's counters, never reset (Prometheus wants them monotonic). ``hist[k]``: requests
+    whose duration in ns has k bits (the server bumps it inline), every answered request, refused
+    and queued ones too; ``rejected``: the refused ones (``commands.dispatch.reject``), each of
+    which was also answered with an error (``error``); ``queued``: the ones MULTI queued (answered
+    QUEUED; EXEC counts them again when it runs them). CONFIG RESETSTAT takes a snapshot
+    (``reset_view``) that ``since_reset`` subtracts."""
+
+    __slots__ = ("_base", "errors", "hist", "name", "queued", "rejected", "total_ns", "waits")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -80,6 +100,9 @@ class CommandStats:
         self.total_ns = 0
         self.errors: dict[str, int] = {}  # error kind ("ERR", "TRYAGAIN", ...) -> replies
         self.waits = 0  # requests that had to wait (a store write or read, a promotion)
+        self.rejected = 0  # requests refused before they ran (also counted in ``hist`` and ``errors``)
+        self.queued = 0  # requests queued by MULTI (also counted in ``hist``)
+        self._base: _Snapshot | None = None  # the counters at the last CONFIG RESETSTAT
 
     def observe(self, ns: int, count: int = 1) -> None:
         """``count`` requests that took ``ns`` each (the server inlines this on its fast path)."""
@@ -95,6 +118,41 @@ class CommandStats:
     @property
     def calls(self) -> int:
         return sum(self.hist)
+
+    def _snapshot(self) -> _Snapshot:
+        return _Snapshot(list(self.hist), self.total_ns, self.rejected, self.queued, dict(self.errors))
+
+    def reset_view(self) -> None:
+        """CONFIG RESETSTAT: ``since_reset`` counts from now."""
+        self._base = self._snapshot()
+
+    def since_reset(self) -> CommandCounts:
+        now, base = self._snapshot(), self._base or _ZERO
+        hist = [n - b for n, b in zip(now.hist, base.hist, strict=True)]
+        errors = {k: d for k, n in now.errors.items() if (d := n - base.errors.get(k, 0))}
+        rejected, queued = now.rejected - base.rejected, now.queued - base.queued
+        return CommandCounts(
+            calls=max(0, sum(hist) - rejected - queued),
+            usec=(now.total_ns - base.total_ns) // 1000,
+            rejected=rejected,
+            failed=max(0, sum(errors.values()) - rejected),
+            errors=errors,
+            hist=hist,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """A ``CommandStats``' counters at one moment (CONFIG RESETSTAT)."""
+
+    hist: list[int]
+    total_ns: int
+    rejected: int
+    queued: int
+    errors: dict[str, int]
+
+
+_ZERO = _Snapshot([0] * LATENCY_SLOTS, 0, 0, 0, {})
 
 
 class CommandTable:
@@ -125,6 +183,11 @@ class CommandTable:
 
     def all(self) -> list[CommandStats]:
         return [*self.by_name.values(), self.unknown]
+
+    def reset_view(self) -> None:
+        """CONFIG RESETSTAT: INFO commandstats, errorstats and LATENCY HISTOGRAM count from now."""
+        for stats in self.all():
+            stats.reset_view()
 
 
 class StoreStats:

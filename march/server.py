@@ -42,9 +42,9 @@ from . import log as march_log
 from .app import VERSION, App
 from .client import Client
 from .commands import call
-from .commands.dispatch import as_error, rerun
+from .commands.dispatch import as_error, monitored, rerun, show
 from .commands.ops import MONITOR_STARTED
-from .commands.registry import HOT, Hot, lookup
+from .commands.registry import HOT, Hot, lookup, redacted
 from .commands.server import NO_REPLY
 from .config import Config
 from .diagnostics import COMMAND_WAIT, StoreWatch
@@ -185,19 +185,22 @@ class Connection(asyncio.Protocol):
 
     def slow(self, args: list[bytes], ns: int) -> None:
         """A request at least ``slowlog_log_slower_than`` long: into SLOWLOG (redacted, truncated).
-        As in Redis, only commands that exist (an unknown name is no command)."""
-        if lookup(args[0]) is None:
-            return
+        As in Redis, only commands that exist (an unknown name is no command), not EXEC
+        (``skip_slowlog``: the commands it ran are logged one by one, ``commands.transactions``),
+        nor a request MULTI queued (a pipelined MULTI ... EXEC read at once is the exception:
+        its queued requests are accounted once EXEC has started, and may show at threshold 0)."""
+        spec = lookup(args[0])
         client = self.client
-        self.app.slowlog.add(args, ns // 1000, client.addr, client.name, self.app.config.slowlog_max_len)
+        if spec is None or "skip_slowlog" in spec.flags or (client.multi is not None and spec.queued):
+            return  # (queued by MULTI: logged when EXEC runs it)
+        self.app.slowlog.add(redacted(args), ns // 1000, client.addr, client.name, self.app.config.slowlog_max_len)
 
     def feed_monitors(self, args: list[bytes]) -> None:
-        """Show a request to the MONITOR connections, as Redis does: not admin commands, nor
-        what an unauthenticated client may not run; passwords redacted."""
-        spec = lookup(args[0])
-        if spec is None or "admin" in spec.flags or (not self.client.authenticated and not spec.noauth):
-            return
-        self.app.monitors.feed(args, self.client.addr)
+        """Show a request about to run to the MONITOR connections, as Redis does
+        (``commands.dispatch.monitored``: not admin commands, not refused or queued requests;
+        passwords redacted)."""
+        if monitored(self.client, args):
+            show(self.client, args)
 
     def monitor_line(self, line: bytes) -> None:
         """One line for this connection in MONITOR mode (bounded by max_output_buffer like any reply)."""
@@ -217,12 +220,19 @@ class Connection(asyncio.Protocol):
         """
         client = self.client
         app = self.app
-        hot = app.hot if client.authenticated and client.multi is None and client.user.unrestricted else _NO_HOT
+        monitors = self.monitors  # empty unless someone runs MONITOR: one truth test per request
+        hot = (
+            app.hot
+            if client.authenticated
+            and client.multi is None
+            and client.user.unrestricted
+            and not (monitors and client.id in monitors)  # a MONITOR connection's requests are checked
+            else _NO_HOT
+        )
         out: list[bytes] = []
         big = 0  # bytes of large replies in ``out`` (checked against max_output_buffer as they are made)
         n = len(requests)
         i = start
-        monitors = self.monitors  # empty unless someone runs MONITOR: one truth test per request
         began = _perf_ns()  # the read's requests answered at once share its time (``account``)
         run = 0  # the last run of identical requests answered at once
         while i < n:
@@ -254,7 +264,10 @@ class Connection(asyncio.Protocol):
                     result = call(client, args)
                     hot = (
                         app.hot
-                        if client.authenticated and client.multi is None and client.user.unrestricted
+                        if client.authenticated
+                        and client.multi is None
+                        and client.user.unrestricted
+                        and not (monitors and client.id in monitors)
                         else _NO_HOT
                     )
                     self.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
@@ -274,6 +287,7 @@ class Connection(asyncio.Protocol):
             elif result is not NO_REPLY:
                 if result is MONITOR_STARTED:
                     app.monitors.add(client.id, self.monitor_line)
+                    hot = _NO_HOT  # (the rest of this read is checked too)
                     result = "OK"
                 reply = encode(result, client.proto)
                 out.append(reply)
@@ -426,7 +440,12 @@ class Connection(asyncio.Protocol):
         self.transport.abort()
 
     def close(self) -> None:
-        """Close after the replies already written have been sent."""
+        """Close after the replies already written have been sent. A connection whose request is
+        still running (CLIENT KILL from another client, ACL DELUSER of its own user) closes once
+        that request's reply is written, as Redis closes a client after the reply in progress."""
+        if self.busy and not self.closing and self.client is not None:
+            self.client.close_after = True  # ``finish`` writes the reply, then closes
+            return
         self.closing = True
         self.deaf = True
         if self.transport is not None:

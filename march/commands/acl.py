@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import auth, errors
 from ..errors import CommandError
 from .args import parse_int
-from .registry import REGISTRY, check_subcommand, command, lookup
+from .registry import REGISTRY, Secrets, check_subcommand, command, lookup
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -51,6 +51,9 @@ _SUBS = (
     subcommands=_SUBS,
     # As in Redis: who am I, the categories and a random password are for everyone; the rest is admin.
     sub_categories={sub: ("@slow",) for sub in ("whoami", "cat", "genpass", "help")},
+    # SETUSER: every argument, as Redis (a rule may hold a password anywhere: >pw, #hash, (>pw ~k));
+    # DRYRUN: the secrets of the command it carries (ACL DRYRUN u AUTH pw)
+    secrets={"setuser": Secrets(start=2, rest=True), "dryrun": Secrets(command=3)},
 )
 def acl(client: Client, args: list[bytes]) -> Any:
     sub = check_subcommand("acl", args)

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..app import REDIS_COMPAT_VERSION
 from ..errors import CommandError
+from ..resp import Verbatim
 from .args import parse_int
-from .registry import check_subcommand, command
+from .registry import Handler, Secrets, command, run_subcommand
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -81,7 +83,12 @@ async def _refuse_later(delay: float) -> Any:
     raise CommandError(errors.WRONGPASS)
 
 
-@_handshake("auth", -2, summary="Authenticate: AUTH password (the default user), or AUTH username password.")
+@_handshake(
+    "auth",
+    -2,
+    summary="Authenticate: AUTH password (the default user), or AUTH username password.",
+    secrets={"": Secrets(rest=True)},
+)
 def auth(client: Client, args: list[bytes]) -> Any:
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
@@ -92,7 +99,12 @@ def auth(client: Client, args: list[bytes]) -> Any:
     return _authenticate(client, args[1], args[2])
 
 
-@_handshake("hello", -1, summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].")
+@_handshake(
+    "hello",
+    -1,
+    summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].",
+    secrets={"": Secrets(start=1, after={b"auth": 2})},  # from 1: HELLO AUTH u pw (refused) is shown as sent
+)
 def hello(client: Client, args: list[bytes]) -> Any:
     proto = client.proto
     i = 1
@@ -157,6 +169,7 @@ def quit_(client: Client, args: list[bytes]) -> Any:
 )
 def reset(client: Client, args: list[bytes]) -> Any:
     client.reset()
+    client.app.monitors.remove(client.id)  # a MONITOR connection stops being one, as in Redis
     return "RESET"
 
 
@@ -166,102 +179,243 @@ def _set_name(client: Client, name: bytes) -> None:
     client.name = name.decode()
 
 
+# --- CLIENT ----------------------------------------------------------------------------------------
+#
+# As Redis 7.0 (checked against a real redis-server in tests/e2e/test_redis_rules.py): CLIENT LIST
+# [TYPE type | ID id...], CLIENT KILL addr (the old form: may close the caller) or CLIENT KILL
+# <filter value>... with ID, ADDR, LADDR, TYPE, USER and SKIPME (default yes: the caller is spared
+# unless SKIPME no); every filter is checked before anyone is closed, so a bad one closes nobody.
+# A caller that closes itself gets its reply first (``close_after``). Every March connection is of
+# type ``normal`` (there are no replicas, masters or pub/sub clients): ``TYPE master`` matches none.
+#
+# CLIENT LIST grows with the clients: its lines are counted against what the caller's output buffer
+# may still take (``Client.reply_room``) as they are made, and the reply is refused
+# (CLIENT_LIST_TOO_LARGE) before it passes ``max_output_buffer``; past ``_LIST_SLICE`` clients it is
+# made a slice at a time, other connections served in between.
+
+_LIST_SLICE = 1000  # CLIENT LIST lines made per step of the event loop (~1 ms): other clients run between
+_CLIENT_TYPES = (b"normal", b"master", b"replica", b"slave", b"pubsub")  # Redis' names
+_ON_OFF = (b"on", b"off")
+
 _CLIENT_SUBS = (
     ("id", 2, "This connection's id."),
     ("setname", 3, "Name this connection."),
     ("getname", 2, "This connection's name, or nil."),
     ("setinfo", 4, "Record the client library's name or version."),
     ("info", 2, "One line about this connection."),
-    ("list", -2, "One line per connection."),
-    ("kill", -3, "Close connections: CLIENT KILL ID n | ADDR ip:port."),
-    ("no-evict", 3, "Accepted, no effect."),
-    ("no-touch", 3, "Accepted, no effect."),
+    ("list", -2, "One line per connection: CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id...]."),
+    (
+        "kill",
+        -3,
+        "Close connections: CLIENT KILL addr | [ID id] [ADDR ip:port] [LADDR ip:port] [TYPE t] "
+        "[USER name] [SKIPME yes|no].",
+    ),
+    ("no-evict", 3, "Accepted (ON or OFF), no effect."),
+    ("no-touch", 3, "Accepted (ON or OFF), no effect."),
+    ("help", 2, "Show the subcommands."),
 )
+_CLIENT_ADMIN = ("list", "kill", "no-evict")  # as in Redis: listing and closing others is admin work
+_CLIENT_FLAGS = ("noscript", "loading", "stale")
+
+
+def _client_id(client: Client, args: list[bytes]) -> Any:
+    return client.id
+
+
+def _client_setname(client: Client, args: list[bytes]) -> Any:
+    _set_name(client, args[2])
+    return "OK"
+
+
+def _client_getname(client: Client, args: list[bytes]) -> Any:
+    return client.name.encode() if client.name else None
+
+
+def _client_setinfo(client: Client, args: list[bytes]) -> Any:
+    attr = args[2].lower()
+    value = args[3].decode("utf-8", "replace")
+    if any(c in value for c in " \n\r"):
+        raise CommandError(errors.CLIENT_INFO_VALUE.format(args[2].decode("utf-8", "replace")))
+    if attr == b"lib-name":
+        client.lib_name = value
+    elif attr == b"lib-ver":
+        client.lib_ver = value
+    else:
+        raise CommandError(errors.CLIENT_OPTION.format(args[2].decode("utf-8", "replace")))
+    return "OK"
+
+
+def _client_info(client: Client, args: list[bytes]) -> Any:
+    return Verbatim(client.info_line() + "\n")
+
+
+def _client_flag(client: Client, args: list[bytes]) -> Any:
+    if args[2].lower() not in _ON_OFF:
+        raise CommandError(errors.SYNTAX)
+    return "OK"
+
+
+def _client_help(client: Client, args: list[bytes]) -> Any:
+    return [f"CLIENT {s.upper()}: {text}".encode() for s, _, text in _CLIENT_SUBS]
+
+
+def _client_list(client: Client, args: list[bytes]) -> Any:
+    app = client.app
+    n = len(args)
+    if n == 2:
+        targets = list(app.clients.values())
+    elif n == 4 and args[2].lower() == b"type":
+        kind = args[3].lower()
+        if kind not in _CLIENT_TYPES:
+            raise CommandError(errors.CLIENT_TYPE.format(args[3].decode("utf-8", "replace")))
+        targets = list(app.clients.values()) if kind == b"normal" else []
+    elif n > 3 and args[2].lower() == b"id":
+        ids = [parse_int(a, errors.CLIENT_LIST_ID) for a in args[3:]]  # all checked before any line
+        targets = [c for c in map(app.clients.get, ids) if c is not None]  # in the order asked, as Redis
+    else:
+        raise CommandError(errors.SYNTAX)
+    if len(targets) <= _LIST_SLICE:
+        lines = _Lines(client)
+        lines.add(targets)
+        return lines.reply()
+    return _list_sliced(client, targets)
+
+
+async def _list_sliced(client: Client, targets: list[Client]) -> Any:
+    lines = _Lines(client)
+    for start in range(0, len(targets), _LIST_SLICE):
+        if start:
+            await asyncio.sleep(0)  # let other connections run between slices
+        lines.add([c for c in targets[start : start + _LIST_SLICE] if c.id in client.app.clients])
+    return lines.reply()
+
+
+class _Lines:
+    """CLIENT LIST's reply as it is made, refused as soon as it would pass the caller's output limit."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.room = client.reply_room()
+        self.size = 0
+        self.parts: list[str] = []
+
+    def add(self, clients: list[Client]) -> None:
+        for c in clients:
+            line = c.info_line() + "\n"
+            self.size += len(line) if line.isascii() else len(line.encode())
+            if self.size > self.room:
+                raise CommandError(errors.CLIENT_LIST_TOO_LARGE.format(self.client.app.config.max_output_buffer))
+            self.parts.append(line)
+
+    def reply(self) -> Verbatim:
+        return Verbatim("".join(self.parts))
+
+
+@dataclass(slots=True)
+class _KillFilter:
+    """What CLIENT KILL closes: every connection that matches all the filters given."""
+
+    id: int = 0  # 0: any
+    addr: str | None = None
+    laddr: str | None = None
+    user: str | None = None
+    normal: bool = True  # TYPE: every March connection is normal; TYPE master/replica/pubsub matches none
+    skipme: bool = True
+
+    def matches(self, caller: Client, c: Client) -> bool:
+        return (
+            self.normal
+            and (not self.id or c.id == self.id)
+            and (self.addr is None or c.addr == self.addr)
+            and (self.laddr is None or c.laddr == self.laddr)
+            and (self.user is None or c.user.name == self.user)
+            and not (self.skipme and c is caller)
+        )
+
+
+def _kill_filter(client: Client, args: list[bytes]) -> _KillFilter:
+    """The filters of ``CLIENT KILL <option> <value>...``, every one checked (Redis' texts) before anyone is closed."""
+    chosen = _KillFilter()
+    if len(args) % 2:  # an option without its value
+        raise CommandError(errors.SYNTAX)
+    for i in range(2, len(args), 2):
+        option, value = args[i].lower(), args[i + 1]
+        text = value.decode("utf-8", "replace")
+        if option == b"id":
+            chosen.id = parse_int(value, errors.CLIENT_ID)
+            if chosen.id < 1:
+                raise CommandError(errors.CLIENT_ID)
+        elif option == b"type":
+            if value.lower() not in _CLIENT_TYPES:
+                raise CommandError(errors.CLIENT_TYPE.format(text))
+            chosen.normal = value.lower() == b"normal"
+        elif option == b"addr":
+            chosen.addr = text
+        elif option == b"laddr":
+            chosen.laddr = text
+        elif option == b"user":
+            if client.app.users.get(text) is None:
+                raise CommandError(errors.CLIENT_NO_SUCH_USER.format(text))
+            chosen.user = text
+        elif option == b"skipme":
+            if value.lower() not in (b"yes", b"no"):
+                raise CommandError(errors.SYNTAX)
+            chosen.skipme = value.lower() == b"yes"
+        else:
+            raise CommandError(errors.SYNTAX)
+    return chosen
+
+
+def _client_kill(client: Client, args: list[bytes]) -> Any:
+    app = client.app
+    old_form = len(args) == 3  # CLIENT KILL addr: the caller too, if it is at that address
+    chosen = (
+        _KillFilter(addr=args[2].decode("utf-8", "replace"), skipme=False) if old_form else _kill_filter(client, args)
+    )
+    killed = 0
+    for c in [c for c in app.clients.values() if chosen.matches(client, c)]:
+        killed += 1
+        if c is client:
+            client.close_after = True  # after this reply, as Redis does
+            continue
+        close = app.closers.get(c.id)
+        if close is not None:
+            close()
+    if old_form:
+        if not killed:
+            raise CommandError(errors.NO_SUCH_CLIENT)
+        return "OK"
+    return killed
+
+
+_CLIENT: dict[bytes, Handler] = {
+    b"id": _client_id,
+    b"setname": _client_setname,
+    b"getname": _client_getname,
+    b"setinfo": _client_setinfo,
+    b"info": _client_info,
+    b"list": _client_list,
+    b"kill": _client_kill,
+    b"no-evict": _client_flag,
+    b"no-touch": _client_flag,
+    b"help": _client_help,
+}
 
 
 @command(
     "client",
     -2,
-    ("noscript", "loading", "stale"),
+    (),
     ("@slow", "@connection"),
     summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
     group="connection",
     subcommands=_CLIENT_SUBS,
-    # As in Redis: listing and killing other clients is admin work; the rest is the client's own.
-    sub_categories={sub: ("@admin", "@slow", "@dangerous", "@connection") for sub in ("list", "kill", "no-evict")},
+    sub_categories={sub: ("@admin", "@slow", "@dangerous", "@connection") for sub in _CLIENT_ADMIN},
+    sub_flags={
+        **{sub: _CLIENT_FLAGS for sub, _, _ in _CLIENT_SUBS},
+        **{sub: ("admin", *_CLIENT_FLAGS) for sub in _CLIENT_ADMIN},
+        "help": ("loading", "stale"),
+    },
 )
 def client_(client: Client, args: list[bytes]) -> Any:
-    sub = check_subcommand("client", args)
-    n = len(args)
-    if sub == b"id" and n == 2:
-        return client.id
-    if sub == b"setname" and n == 3:
-        _set_name(client, args[2])
-        return "OK"
-    if sub == b"getname" and n == 2:
-        return client.name.encode() if client.name else None
-    if sub == b"setinfo" and n == 4:
-        attr = args[2].lower()
-        value = args[3].decode("utf-8", "replace")
-        if any(c in value for c in " \n\r"):
-            raise CommandError(errors.CLIENT_INFO_VALUE.format(args[2].decode("utf-8", "replace")))
-        if attr == b"lib-name":
-            client.lib_name = value
-        elif attr == b"lib-ver":
-            client.lib_ver = value
-        else:
-            raise CommandError(errors.CLIENT_OPTION.format(args[2].decode("utf-8", "replace")))
-        return "OK"
-    if sub == b"info" and n == 2:
-        from ..resp import Verbatim
-
-        return Verbatim(client.info_line() + "\n")
-    if sub == b"list":
-        from ..resp import Verbatim
-
-        lines = [c.info_line() for c in client.app.clients.values()]
-        if n > 2:
-            if n < 5 or args[2].lower() != b"id":
-                raise CommandError(errors.SYNTAX)
-            wanted = {int(a) for a in args[3:] if a.isdigit()}
-            lines = [c.info_line() for c in client.app.clients.values() if c.id in wanted]
-        return Verbatim("".join(line + "\n" for line in lines))
-    if sub == b"kill" and n >= 3:
-        return _kill(client, args)
-    if sub in (b"no-evict", b"no-touch") and n == 3:
-        return "OK"
-    if sub == b"help":
-        return [f"CLIENT {s.upper()}: {text}".encode() for s, _, text in _CLIENT_SUBS]
-    raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "CLIENT"))
-
-
-def _kill(client: Client, args: list[bytes]) -> Any:
-    app = client.app
-    if len(args) == 3:  # old form: CLIENT KILL ip:port
-        targets = [c for c in app.clients.values() if c.addr == args[2].decode()]
-        if not targets:
-            raise CommandError(errors.NO_SUCH_CLIENT)
-        for c in targets:
-            app.closers[c.id]()
-        return "OK"
-    if len(args) % 2 != 0:
-        raise CommandError(errors.SYNTAX)
-    chosen = list(app.clients.values())
-    for i in range(2, len(args), 2):
-        opt, val = args[i].lower(), args[i + 1].decode("utf-8", "replace")
-        if opt == b"id":
-            if not val.isdigit():
-                raise CommandError(errors.CLIENT_ID)
-            chosen = [c for c in chosen if c.id == int(val)]
-        elif opt == b"addr":
-            chosen = [c for c in chosen if c.addr == val]
-        elif opt == b"laddr":
-            chosen = [c for c in chosen if c.laddr == val]
-        elif opt == b"skipme":
-            if val.lower() == "yes":
-                chosen = [c for c in chosen if c is not client]
-        else:
-            raise CommandError(errors.SYNTAX)
-    for c in chosen:
-        app.closers[c.id]()
-    return len(chosen)
+    return run_subcommand("client", _CLIENT, client, args)

@@ -3,6 +3,18 @@
 ``call`` returns what the handler returned (a value, or a coroutine to await) or raises
 ``CommandError``. The server encodes; EXEC calls ``call`` for each queued request.
 
+The checks run in Redis' order: unknown command, arity, authentication (``NOAUTH``), a command
+flagged ``no_multi`` inside MULTI (``ERR Command not allowed inside a transaction``: SHUTDOWN),
+permissions, routing, then what a MONITOR connection may not do (a command that reads or writes
+the keyspace: ``ERR Replica can't interact with the keyspace``, as Redis answers its monitors).
+A request refused by one of them is ``rejected`` (``reject``): counted apart from the calls that
+ran and failed (INFO commandstats), and, inside MULTI, dooming the transaction.
+
+MONITOR shows what runs, as Redis does (``monitored``): not a request that is refused, nor one
+queued by MULTI (EXEC shows each when it runs it, then itself), nor an admin command or
+subcommand (CONFIG, CLIENT LIST, CLIENT KILL...); passwords redacted by each command's declared
+secrets (``registry.redacted``).
+
 Permissions (``march.auth``): a user that may not run the command, or touch one of its keys, gets
 ``NOPERM`` (counted in INFO, recorded in ACL LOG), before any routing, as in Redis. A user with
 every command on every key skips the check (and keeps the server's fast path).
@@ -25,7 +37,7 @@ from .. import errors
 from ..errors import CommandError
 from ..generators.base import NotServing
 from ..store.base import StoreError, StoreFull, StoreRejected
-from .registry import TABLE, CommandSpec, lookup
+from .registry import TABLE, CommandSpec, lookup, redacted
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -48,24 +60,61 @@ def call(client: Client, args: list[bytes]) -> Any:
         # A cluster node that has not read its users yet (etcd unreachable since it started) knows
         # nobody: it cannot serve, like a node with no primary, rather than ask for a password.
         raise reject(client, spec, CommandError(errors.NOAUTH if client.app.users.loaded else errors.CLUSTERDOWN))
+    if client.multi is not None and "no_multi" in spec.flags:
+        raise reject(client, spec, CommandError(errors.NOT_IN_MULTI))
     if not client.user.unrestricted and "no_auth" not in spec.flags:
         denied = client.user.denial(spec, args)
         if denied is not None:
             raise reject(client, spec, refuse(client, *denied))
     group = client.app.group
     if spec.primary and not group.serving:
-        if client.multi is not None:
-            client.multi_error = True
-        elif group.in_transition:
+        if client.multi is None and group.in_transition:
             return rerun(client, args)
-        raise moved(client, spec, args)
+        raise reject(client, spec, moved(client, spec, args))
+    monitors = client.app.monitors.feeds
+    if monitors and client.id in monitors and _keyspace(spec):
+        raise reject(client, spec, CommandError(errors.MONITOR_KEYSPACE))
     if client.multi is not None and spec.queued:
         if len(client.multi) >= client.app.config.max_multi_commands:
-            client.multi_error = True
-            raise CommandError(errors.MULTI_TOO_LONG.format(client.app.config.max_multi_commands))
+            raise reject(client, spec, CommandError(errors.MULTI_TOO_LONG.format(client.app.config.max_multi_commands)))
         client.multi.append(args)
+        client.app.metrics.commands.of(spec.name.encode()).queued += 1  # a call when EXEC runs it
         return "QUEUED"
     return spec.handler(client, args)
+
+
+def _keyspace(spec: CommandSpec) -> bool:
+    """Whether a command reads or writes the keyspace (Redis refuses those to a MONITOR connection)."""
+    return "readonly" in spec.flags or "write" in spec.flags
+
+
+def monitored(client: Client, args: list[bytes]) -> bool:
+    """Whether MONITOR shows this request, about to be handed to ``call``: only one that will run
+    (``call``'s checks, without their effects), is not queued by MULTI, is not EXEC (it shows itself
+    after the commands it ran) and is not an admin command or subcommand, as in Redis."""
+    spec = lookup(args[0])
+    if spec is None or not spec.arity_ok(len(args)) or not spec.subcommand_ok(args) or spec.name == "exec":
+        return False
+    if "admin" in spec.flags_of(spec.subcommand(args)):
+        return False
+    if not client.authenticated and "no_auth" not in spec.flags:
+        return False
+    if client.multi is not None and (spec.queued or "no_multi" in spec.flags):
+        return False
+    user = client.user
+    if not user.unrestricted and "no_auth" not in spec.flags and user.denial(spec, args) is not None:
+        return False
+    if spec.primary and not client.app.group.serving and not client.app.group.in_transition:
+        return False
+    monitors = client.app.monitors.feeds
+    return not (client.id in monitors and _keyspace(spec))
+
+
+def show(client: Client, args: list[bytes]) -> None:
+    """Send the MONITOR connections this client's request (passwords redacted). A monitor's own
+    RESET is not shown to it: Redis shows a request once it has run, and then it monitors no more."""
+    but = client.id if args[0].lower() == b"reset" else 0
+    client.app.monitors.feed(redacted(args), client.addr, but)
 
 
 async def rerun(client: Client, args: list[bytes]) -> Any:
@@ -79,7 +128,7 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
         raise CommandError(errors.NOT_SERVING)
     await group.settled(client.app.config.max_wait)
     if not group.serving:
-        raise moved(client, spec, args)
+        raise reject(client, spec, moved(client, spec, args))
     result = call(client, args)
     if asyncio.iscoroutine(result):
         try:
@@ -90,8 +139,10 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
 
 
 def reject(client: Client, spec: CommandSpec, error: CommandError) -> CommandError:
-    """A request refused before it ran. As in Redis, inside MULTI it dooms the transaction, and a
-    refused EXEC discards it: ``EXECABORT Transaction discarded because of: <why>``."""
+    """A request refused before it ran: counted as rejected (INFO commandstats), not as a call. As
+    in Redis, inside MULTI it dooms the transaction, and a refused EXEC discards it:
+    ``EXECABORT Transaction discarded because of: <why>``."""
+    client.app.metrics.commands.of(spec.name.encode()).rejected += 1
     if spec.name == "exec":
         client.multi = None
         client.multi_error = False

@@ -8,9 +8,13 @@ SLOWLOG holds the requests it answered (MOVED replies included), the primary's i
   id, unix time, µs, arguments (at most 32, each at most 128 bytes, passwords redacted), client
   address, client name. A request that waited for the store (a first INCR, a TRYAGAIN) shows
   with its whole wait.
-- ``MONITOR``: the connection is sent every request other clients make, as Redis does
-  (``+<unix time> [0 <addr>] "INCR" "orders"``), passwords redacted, admin commands not shown.
-  It stays a monitor until it closes. Nothing costs anything while nobody monitors.
+- ``MONITOR``: the connection is sent every request that runs, as Redis does
+  (``+<unix time> [0 <addr>] "INCR" "orders"``), passwords redacted; not admin commands or
+  subcommands, not a refused request, not one queued by MULTI until EXEC runs it
+  (``dispatch.monitored``). It stays a monitor until RESET or until it closes, and meanwhile
+  takes no command that reads or writes the keyspace (Redis' ``ERR Replica can't interact with
+  the keyspace``); MONITOR again is ignored (no reply, as in Redis). Nothing costs anything while
+  nobody monitors.
 - ``LATENCY LATEST | HISTORY event | RESET [event...] | DOCTOR | HISTOGRAM [command...] | HELP``:
   events ``store-write`` and ``store-read`` (every store transaction) and ``command-wait``
   (every request that had to wait), in milliseconds, the worst of each second, the last 160;
@@ -30,15 +34,18 @@ from ..diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
 from ..errors import CommandError
 from ..resp import Verbatim
 from .args import parse_int
-from .registry import check_subcommand, command
+from .registry import Handler, command, run_subcommand
+from .server import NO_REPLY
 
 if TYPE_CHECKING:
     from ..client import Client
 
-# ACL categories as Redis 7 has them: MONITOR and every subcommand but HELP are @admin @slow
-# @dangerous; the SLOWLOG and LATENCY containers themselves and their HELP are only @slow.
+# ACL categories and flags as Redis 7 has them: MONITOR and every subcommand but HELP are @admin
+# @slow @dangerous and flagged admin; the SLOWLOG and LATENCY containers themselves have no flags,
+# and they and their HELP are only @slow.
 _ADMIN = ("@admin", "@slow", "@dangerous")
 _FLAGS = ("admin", "noscript", "loading", "stale")
+_HELP_FLAGS = ("loading", "stale")
 
 
 class _MonitorStarted:
@@ -76,10 +83,46 @@ _SLOWLOG_HELP = [
 ]
 
 
+def _slowlog_get(client: Client, args: list[bytes]) -> Any:
+    if len(args) > 3:
+        raise _syntax(args, "SLOWLOG")
+    count = 10
+    if len(args) == 3:
+        try:
+            count = parse_int(args[2])
+        except CommandError:
+            raise CommandError(errors.SLOWLOG_COUNT) from None
+        if count < -1:
+            raise CommandError(errors.SLOWLOG_COUNT)
+    entries = client.app.slowlog.get(count)
+    return [[e.id, e.time, e.duration_us, list(e.args), e.addr.encode(), e.name.encode()] for e in entries]
+
+
+def _slowlog_len(client: Client, args: list[bytes]) -> Any:
+    return len(client.app.slowlog.entries)
+
+
+def _slowlog_reset(client: Client, args: list[bytes]) -> Any:
+    client.app.slowlog.reset()
+    return "OK"
+
+
+def _slowlog_help(client: Client, args: list[bytes]) -> Any:
+    return _help("SLOWLOG", _SLOWLOG_HELP)
+
+
+_SLOWLOG: dict[bytes, Handler] = {
+    b"get": _slowlog_get,
+    b"len": _slowlog_len,
+    b"reset": _slowlog_reset,
+    b"help": _slowlog_help,
+}
+
+
 @command(
     "slowlog",
     -2,
-    ("admin", "loading", "stale"),
+    (),
     ("@slow",),
     summary="SLOWLOG GET [count] | LEN | RESET | HELP: this node's slowest requests (slowlog_log_slower_than).",
     group="server",
@@ -90,28 +133,15 @@ _SLOWLOG_HELP = [
         ("help", 2, "Show the subcommands."),
     ),
     sub_categories={"get": _ADMIN, "len": _ADMIN, "reset": _ADMIN},
+    sub_flags={
+        "get": ("admin", "loading", "stale"),
+        "len": ("admin", "loading", "stale"),
+        "reset": ("admin", "loading", "stale"),
+        "help": _HELP_FLAGS,
+    },
 )
 def slowlog(client: Client, args: list[bytes]) -> Any:
-    sub = check_subcommand("slowlog", args)
-    log = client.app.slowlog
-    if sub == b"get" and len(args) <= 3:
-        count = 10
-        if len(args) == 3:
-            try:
-                count = parse_int(args[2])
-            except CommandError:
-                raise CommandError(errors.SLOWLOG_COUNT) from None
-            if count < -1:
-                raise CommandError(errors.SLOWLOG_COUNT)
-        return [[e.id, e.time, e.duration_us, list(e.args), e.addr.encode(), e.name.encode()] for e in log.get(count)]
-    if sub == b"len" and len(args) == 2:
-        return len(log.entries)
-    if sub == b"reset" and len(args) == 2:
-        log.reset()
-        return "OK"
-    if sub == b"help" and len(args) == 2:
-        return _help("SLOWLOG", _SLOWLOG_HELP)
-    raise _syntax(args, "SLOWLOG")
+    return run_subcommand("slowlog", _SLOWLOG, client, args)
 
 
 # --- MONITOR --------------------------------------------------------------------------------------
@@ -122,14 +152,13 @@ def slowlog(client: Client, args: list[bytes]) -> Any:
     1,
     _FLAGS,
     _ADMIN,
-    queued=False,
-    summary="Stream every request this node receives from other clients (passwords redacted).",
+    summary="Stream every request this node runs (passwords redacted), until RESET.",
     group="server",
 )
 def monitor(client: Client, args: list[bytes]) -> Any:
-    if client.multi is not None:  # Redis refuses it at EXEC; here at once (a monitor inside EXEC is nonsense)
-        raise CommandError(errors.MONITOR_DENIED)
-    return MONITOR_STARTED
+    if client.id in client.app.monitors.feeds:
+        return NO_REPLY  # already a monitor: Redis ignores it, with no reply
+    return MONITOR_STARTED  # (inside MULTI it is queued; EXEC answers it with MONITOR_DENIED)
 
 
 # --- LATENCY --------------------------------------------------------------------------------------
@@ -159,10 +188,45 @@ _ADVICE = {
 }
 
 
+def _latency_latest(client: Client, args: list[bytes]) -> Any:
+    return [[name.encode(), at, ms, worst] for name, at, ms, worst in client.app.latency.latest()]
+
+
+def _latency_history(client: Client, args: list[bytes]) -> Any:
+    return [[at, ms] for at, ms in client.app.latency.history(args[2].decode("utf-8", "replace"))]
+
+
+def _latency_reset(client: Client, args: list[bytes]) -> Any:
+    names = [a.decode("utf-8", "replace") for a in args[2:]]
+    return client.app.latency.reset(names or None)
+
+
+def _latency_doctor(client: Client, args: list[bytes]) -> Any:
+    return Verbatim(_doctor(client))
+
+
+def _latency_histogram(client: Client, args: list[bytes]) -> Any:
+    return _histograms(client, args[2:])
+
+
+def _latency_help(client: Client, args: list[bytes]) -> Any:
+    return _help("LATENCY", _LATENCY_HELP)
+
+
+_LATENCY: dict[bytes, Handler] = {
+    b"latest": _latency_latest,
+    b"history": _latency_history,
+    b"reset": _latency_reset,
+    b"doctor": _latency_doctor,
+    b"histogram": _latency_histogram,
+    b"help": _latency_help,
+}
+
+
 @command(
     "latency",
     -2,
-    _FLAGS,
+    (),
     ("@slow",),
     summary="LATENCY LATEST | HISTORY event | RESET [event...] | DOCTOR | HISTOGRAM [command...] | HELP: "
     "store and wait latency events of this node.",
@@ -172,28 +236,17 @@ _ADVICE = {
         ("history", 3, "An event's samples: the worst of each second."),
         ("reset", -2, "Forget events (all by default)."),
         ("doctor", 2, "A short report."),
-        ("histogram", -2, "Request latency histograms by command."),
+        ("histogram", -2, "Request latency histograms by command (since CONFIG RESETSTAT)."),
         ("help", 2, "Show the subcommands."),
     ),
     sub_categories={name: _ADMIN for name in ("latest", "history", "reset", "doctor", "histogram")},
+    sub_flags={
+        **{name: _FLAGS for name in ("latest", "history", "reset", "doctor", "histogram")},
+        "help": _HELP_FLAGS,
+    },
 )
 def latency(client: Client, args: list[bytes]) -> Any:
-    sub = check_subcommand("latency", args)
-    monitor = client.app.latency
-    if sub == b"latest" and len(args) == 2:
-        return [[name.encode(), at, ms, worst] for name, at, ms, worst in monitor.latest()]
-    if sub == b"history" and len(args) == 3:
-        return [[at, ms] for at, ms in monitor.history(args[2].decode("utf-8", "replace"))]
-    if sub == b"reset":
-        names = [a.decode("utf-8", "replace") for a in args[2:]]
-        return monitor.reset(names or None)
-    if sub == b"doctor" and len(args) == 2:
-        return Verbatim(_doctor(client))
-    if sub == b"histogram":
-        return _histograms(client, args[2:])
-    if sub == b"help" and len(args) == 2:
-        return _help("LATENCY", _LATENCY_HELP)
-    raise _syntax(args, "LATENCY")
+    return run_subcommand("latency", _LATENCY, client, args)
 
 
 def _doctor(client: Client) -> str:
@@ -224,12 +277,15 @@ def _histograms(client: Client, names: list[bytes]) -> dict[bytes, Any]:
     wanted = None if not names else {n.decode("utf-8", "replace").lower() for n in names}
     out: dict[bytes, Any] = {}
     for stats in table.all():
-        calls = stats.calls
-        if not calls or stats is table.unknown or (wanted is not None and stats.name not in wanted):
+        if stats is table.unknown or (wanted is not None and stats.name not in wanted):
+            continue
+        counts = stats.since_reset()  # CONFIG RESETSTAT starts them again, as in Redis
+        calls = sum(counts.hist)
+        if not calls:
             continue
         buckets: dict[int, int] = {}
         running = 0
-        for k, count in enumerate(stats.hist):
+        for k, count in enumerate(counts.hist):
             running += count
             if count:  # slot k: under 2**k ns, shown as 2**(k-10) µs (a µs taken as 1024 ns, as Redis' powers of two)
                 buckets[1 << max(0, k - 10)] = running

@@ -27,9 +27,10 @@ from ..app import REDIS_COMPAT_VERSION, VERSION
 from ..config import ConfigError, find_option, parse_value, rewrite_file
 from ..errors import CommandError
 from ..glob import compile_glob
+from ..metrics import CommandCounts
 from ..resp import Verbatim
 from ..store.base import StoreError
-from .registry import REGISTRY, CommandSpec, check_subcommand, command, lookup
+from .registry import REGISTRY, CommandSpec, Handler, Secrets, check_subcommand, command, lookup, run_subcommand
 
 if TYPE_CHECKING:
     from ..app import App
@@ -56,7 +57,18 @@ def _key_specs(spec: CommandSpec) -> list[Any]:
 def _info(spec: CommandSpec) -> list[Any]:
     first, last, step = spec.keys
     subs = [
-        [f"{spec.name}|{name}".encode(), arity, [], 0, 0, 0, list(spec.categories_of(name)), [], [], []]
+        [
+            f"{spec.name}|{name}".encode(),
+            arity,
+            list(spec.flags_of(name)),
+            0,
+            0,
+            0,
+            list(spec.categories_of(name)),
+            [],
+            [],
+            [],
+        ]
         for name, arity, _ in spec.subcommands
     ]
     return [
@@ -101,6 +113,7 @@ def _docs(spec: CommandSpec) -> dict[bytes, Any]:
         ("list", -2, "Command names."),
         ("getkeys", -3, "The keys of a full command."),
     ),
+    secrets={"getkeys": Secrets(command=2)},  # COMMAND GETKEYS AUTH pw: the carried command's own secrets
 )
 def command_(client: Client, args: list[bytes]) -> Any:
     if len(args) == 1:
@@ -146,37 +159,54 @@ def command_(client: Client, args: list[bytes]) -> Any:
     raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "COMMAND"))
 
 
+def _secret_option(name: bytes) -> bool:
+    """Whether CONFIG SET's value for ``name`` is a password (MONITOR and SLOWLOG show it redacted):
+    an option declared ``secret``, or any name that looks like one (a mistyped ``requirepas`` too)."""
+    option = find_option(name.decode("utf-8", "replace"))
+    low = name.lower()
+    return (option is not None and option.secret) or b"pass" in low or b"auth" in low
+
+
+def _config_resetstat(client: Client, args: list[bytes]) -> Any:
+    reset_stats(client.app)
+    return "OK"
+
+
+def _config_help(client: Client, args: list[bytes]) -> Any:
+    return [
+        b"CONFIG GET <pattern> [<pattern> ...]",
+        b"CONFIG SET <name> <value> [<name> <value> ...]",
+        b"CONFIG REWRITE",
+        b"CONFIG RESETSTAT",
+    ]
+
+
+_CONFIG_FLAGS = ("admin", "noscript", "loading", "stale")
+
+
 @command(
     "config",
     -2,
-    ("admin", "noscript", "loading", "stale"),
-    _ADMIN,
+    (),
+    ("@slow",),
     summary="CONFIG GET pattern... / SET name value... / REWRITE / RESETSTAT: the running configuration.",
     group="server",
     subcommands=(
         ("get", -3, "Options matching glob patterns."),
         ("set", -4, "Change live options, all or none (this node only)."),
         ("rewrite", 2, "Write the options changed by CONFIG SET into the config file."),
-        ("resetstat", 2, "Reset the statistics counters of INFO."),
+        ("resetstat", 2, "Reset the statistics of INFO (stats, commandstats, errorstats) and LATENCY HISTOGRAM."),
+        ("help", 2, "Show the subcommands."),
     ),
+    sub_flags={
+        **{sub: _CONFIG_FLAGS for sub in ("get", "set", "rewrite", "resetstat")},
+        "help": ("loading", "stale"),
+    },
+    sub_categories={**{sub: _ADMIN for sub in ("get", "set", "rewrite", "resetstat")}, "help": ("@slow",)},
+    secrets={"set": Secrets(start=2, pairs=_secret_option)},
 )
 def config(client: Client, args: list[bytes]) -> Any:
-    sub = check_subcommand("config", args)
-    if sub == b"get":
-        return _config_get(client, args)
-    if sub == b"set":
-        return _config_set(client, args)
-    if sub == b"rewrite":
-        return _config_rewrite(client)
-    if sub == b"resetstat":
-        reset_stats(client.app)
-        return "OK"
-    return [  # HELP
-        b"CONFIG GET <pattern> [<pattern> ...]",
-        b"CONFIG SET <name> <value> [<name> <value> ...]",
-        b"CONFIG REWRITE",
-        b"CONFIG RESETSTAT",
-    ]
+    return run_subcommand("config", _CONFIG, client, args)
 
 
 def _config_get(client: Client, args: list[bytes]) -> dict[bytes, bytes]:
@@ -243,7 +273,7 @@ def _config_set(client: Client, args: list[bytes]) -> str:
 _rewriting = asyncio.Lock()  # one CONFIG REWRITE at a time: the last one started is the file's
 
 
-def _config_rewrite(client: Client) -> Any:
+def _config_rewrite(client: Client, args: list[bytes]) -> Any:
     app = client.app
     if not app.config.config_file:
         raise CommandError(errors.CONFIG_NO_FILE)
@@ -263,6 +293,15 @@ async def _rewrite(client: Client) -> str:
         except ConfigError as exc:
             raise CommandError(errors.CONFIG_REWRITE_FAILED.format(exc)) from None
     return "OK"
+
+
+_CONFIG: dict[bytes, Handler] = {
+    b"get": _config_get,
+    b"set": _config_set,
+    b"rewrite": _config_rewrite,
+    b"resetstat": _config_resetstat,
+    b"help": _config_help,
+}
 
 
 @command(
@@ -395,15 +434,15 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
         }
     if section == "commandstats":
         return {
-            f"cmdstat_{name}": f"calls={calls},usec={usec},usec_per_call={usec / calls:.2f},"
-            f"rejected_calls=0,failed_calls={failed}"
-            for name, (calls, usec, failed, _) in _command_counts(app).items()
-            if calls
+            f"cmdstat_{name}": f"calls={c.calls},usec={c.usec},usec_per_call={c.usec / c.calls if c.calls else 0:.2f},"
+            f"rejected_calls={c.rejected},failed_calls={c.failed}"
+            for name, c in _command_counts(app).items()
+            if c.calls or c.rejected
         }
     if section == "errorstats":
         kinds: dict[str, int] = {}
-        for _, _, _, errs in _command_counts(app).values():
-            for kind, n in errs.items():
+        for counts in _command_counts(app).values():
+            for kind, n in counts.errors.items():
                 kinds[kind] = kinds.get(kind, 0) + n
         return {f"errorstat_{kind}": f"count={n}" for kind, n in sorted(kinds.items()) if n}
     if section == "stats":
@@ -470,30 +509,18 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
     return {}
 
 
-CommandCounts = dict[str, tuple[int, int, int, dict[str, int]]]  # name -> calls, usec, failed, errors by kind
-
-
-def _command_counts(app: App) -> CommandCounts:
-    """Per command, from the counters /metrics exports (never reset: Prometheus wants them monotonic),
-    less what they were at the last CONFIG RESETSTAT."""
-    base: CommandCounts = app.info_baseline
-    out: CommandCounts = {}
-    for stats in app.metrics.commands.all():
-        calls, usec, errs = stats.calls, stats.total_ns // 1000, dict(stats.errors)
-        if stats.name in base:
-            b_calls, b_usec, _, b_errs = base[stats.name]
-            calls, usec = calls - b_calls, usec - b_usec
-            errs = {k: n - b_errs.get(k, 0) for k, n in errs.items()}
-        out[stats.name] = (calls, usec, sum(errs.values()), errs)
-    return out
+def _command_counts(app: App) -> dict[str, CommandCounts]:
+    """Per command, since the last CONFIG RESETSTAT (the counters /metrics exports are never reset:
+    Prometheus wants them monotonic; ``CommandStats.since_reset`` subtracts the snapshot)."""
+    return {stats.name: stats.since_reset() for stats in app.metrics.commands.all()}
 
 
 def reset_stats(app: App) -> None:
-    """CONFIG RESETSTAT: INFO's counters from zero (stats, commandstats, errorstats)."""
+    """CONFIG RESETSTAT, as Redis: INFO's counters (stats, commandstats with rejected and failed
+    calls, errorstats) and the LATENCY HISTOGRAM latencies from zero."""
     app.stats.reset()
     app.ops_rate.reset()
-    app.info_baseline = {}
-    app.info_baseline = _command_counts(app)
+    app.metrics.commands.reset_view()
 
 
 def _memory() -> dict[str, Any]:

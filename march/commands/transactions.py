@@ -4,17 +4,32 @@ EXEC runs the queued commands in order and replies with an array of their result
 place, as Redis does). A queued command that must wait for a store write lets other connections
 run meanwhile; that changes nothing for the guarantees (IDs stay unique and increasing), only
 "nothing else runs between them", which an ID service does not need.
+
+Redis' rules, as Redis 7.0 applies them (``tests/e2e/test_redis_rules.py`` runs each against a real
+redis-server):
+
+- a command flagged ``no_multi`` (SHUTDOWN) is refused inside MULTI with ``ERR Command not allowed
+  inside a transaction`` and dooms the transaction (``commands.dispatch``); WATCH inside MULTI gets
+  ``ERR WATCH inside MULTI is not allowed`` and does not; MONITOR is queued and answered at EXEC
+  with ``ERR MONITOR isn't allowed for DENY BLOCKING client`` (a transaction has one reply per command);
+- each command EXEC runs is counted, timed and, past ``slowlog_log_slower_than``, put in SLOWLOG
+  on its own (EXEC itself is ``skip_slowlog``: never there); MONITOR shows each as it runs, then EXEC.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
-from .registry import command
+from ..metrics import error_kind
+from .dispatch import as_error, call, monitored, show
+from .ops import MONITOR_STARTED
+from .registry import command, lookup, redacted
+from .server import NO_REPLY
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -55,33 +70,61 @@ def discard(client: Client, args: list[bytes]) -> Any:
     group="transactions",
 )
 def exec_(client: Client, args: list[bytes]) -> Any:
-    if client.multi is None:
-        raise CommandError(errors.EXEC_WITHOUT_MULTI)
     queued, failed = client.multi, client.multi_error
     client.multi = None
     client.multi_error = False
-    if failed:
-        raise CommandError(errors.EXECABORT)
-    return _run(client, queued)
+    if queued is None or failed:
+        _show_exec(client, args)
+        raise CommandError(errors.EXEC_WITHOUT_MULTI if queued is None else errors.EXECABORT)
+    return _run(client, queued, args)
 
 
-async def _run(client: Client, queued: list[list[bytes]]) -> list[Any]:
-    from .dispatch import as_error, call
-
+async def _run(client: Client, queued: list[list[bytes]], exec_args: list[bytes]) -> list[Any]:
+    app = client.app
     results: list[Any] = []
     for args in queued:
+        _show(client, args)
+        began = time.perf_counter_ns()
         try:
             value = call(client, args)
             if asyncio.iscoroutine(value):
                 value = await value
+            if value is MONITOR_STARTED or value is NO_REPLY:
+                # MONITOR (and MONITOR again on a monitor) inside a transaction: one reply per command
+                raise CommandError(errors.MONITOR_DENIED)
         except Exception as exc:  # in place, as Redis reports errors inside EXEC
             value = as_error(client, exc)
+        took = time.perf_counter_ns() - began
+        spec = lookup(args[0])
+        stats = app.metrics.commands.of(args[0])
+        stats.observe(took)
+        if isinstance(value, CommandError):
+            stats.error(error_kind(value.message))
+        if spec is not None and 0 <= app.config.slowlog_log_slower_than * 1000 <= took:
+            app.slowlog.add(redacted(args), took // 1000, client.addr, client.name, app.config.slowlog_max_len)
         results.append(value)
+    _show_exec(client, exec_args)
     return results
 
 
-@_transaction("watch", -2, keys=(1, -1, 1), summary="Refused: sequences only move forwards; retry instead.")
+def _show(client: Client, args: list[bytes]) -> None:
+    """MONITOR shows a queued command when EXEC runs it (unless it will not run, or is admin)."""
+    if client.app.monitors.feeds and monitored(client, args):
+        show(client, args)
+
+
+def _show_exec(client: Client, args: list[bytes]) -> None:
+    """EXEC shows itself once it has run (after the commands it ran), or failed, as in Redis."""
+    if client.app.monitors.feeds:
+        show(client, args)
+
+
+@_transaction(
+    "watch", -2, keys=(1, -1, 1), queued=False, summary="Refused: sequences only move forwards; retry instead."
+)
 def watch(client: Client, args: list[bytes]) -> Any:
+    if client.multi is not None:  # answered at once, and the transaction goes on, as in Redis
+        raise CommandError(errors.WATCH_IN_MULTI)
     raise CommandError(errors.WATCH_UNSUPPORTED)
 
 

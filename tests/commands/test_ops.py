@@ -77,8 +77,9 @@ def test_acl_categories_like_redis(mc: redis.Redis, rc: redis.Redis, name: str) 
 
 
 def test_redaction_of_every_password_bearing_command() -> None:
+    """From each command's declared secrets (``registry.Secrets``), as Redis redacts them."""
+    from march.commands.registry import redacted
     from march.diagnostics import REDACTED as R
-    from march.diagnostics import redacted
 
     assert redacted([b"AUTH", b"pw"]) == [b"AUTH", R]
     assert redacted([b"auth", b"user", b"pw"]) == [b"auth", R, R]
@@ -87,13 +88,68 @@ def test_redaction_of_every_password_bearing_command() -> None:
     ]  # fmt: skip
     hello_without_protover = [b"HELLO", b"AUTH", b"u", b"pw"]  # refused, but MONITOR and SLOWLOG see it
     assert redacted(hello_without_protover) == [b"HELLO", b"AUTH", R, R]
-    assert redacted([b"ACL", b"SETUSER", b"u", b"on", b">pw", b"#" + b"a" * 64, b"<old", b"!h", b"~*"]) == [
-        b"ACL", b"SETUSER", b"u", b"on", R, R, R, R, b"~*"
-    ]  # fmt: skip
-    assert redacted([b"CONFIG", b"SET", b"requirepass", b"pw", b"timeout", b"5"]) == [
-        b"CONFIG", b"SET", b"requirepass", R, b"timeout", b"5"
+    assert redacted([b"ACL", b"SETUSER", b"u", b"on", b">pw", b"(>pw2 ~k)", b"~*"]) == [b"ACL", b"SETUSER", *[R] * 5]
+    assert redacted([b"CONFIG", b"SET", b"requirepass", b"pw", b"timeout", b"5", b"etcd-password", b"e"]) == [
+        b"CONFIG", b"SET", b"requirepass", R, b"timeout", b"5", b"etcd-password", R
     ]  # fmt: skip
     assert redacted([b"INCR", b"auth"]) == [b"INCR", b"auth"]
+    assert redacted([b"ECHO", b"pw"]) == [b"ECHO", b"pw"]  # nothing declared: shown as sent
+
+
+def test_redaction_follows_the_commands_a_request_carries() -> None:
+    from march.commands.registry import redacted
+    from march.diagnostics import REDACTED as R
+
+    assert redacted([b"ACL", b"DRYRUN", b"u", b"AUTH", b"pw"]) == [b"ACL", b"DRYRUN", b"u", b"AUTH", R]
+    assert redacted([b"acl", b"dryrun", b"u", b"hello", b"3", b"auth", b"u", b"pw"])[-2:] == [R, R]
+    assert redacted([b"COMMAND", b"GETKEYS", b"AUTH", b"pw"]) == [b"COMMAND", b"GETKEYS", b"AUTH", R]
+    assert redacted([b"COMMAND", b"GETKEYS", b"INCR", b"k"]) == [b"COMMAND", b"GETKEYS", b"INCR", b"k"]
+    assert redacted([b"ACL", b"DRYRUN", b"u", b"CONFIG", b"SET", b"requirepass", b"pw"])[-1] == R
+    # what March does not know: every argument after the name (or after the unknown subcommand)
+    assert redacted([b"MIGRATE", b"h", b"1", b"k", b"0", b"10", b"AUTH", b"pw"]) == [b"MIGRATE", *[R] * 7]
+    assert redacted([b"COMMAND", b"GETKEYSANDFLAGS", b"AUTH", b"pw"]) == [b"COMMAND", b"GETKEYSANDFLAGS", R, R]
+    assert redacted([b"ACL", b"DRYRUN", b"u", b"NOSUCH", b"pw"]) == [b"ACL", b"DRYRUN", b"u", b"NOSUCH", R]
+    # nested thousands deep (max_args allows it): a loop, no recursion limit
+    deep = [b"ACL", b"DRYRUN", b"u"] * 1300 + [b"AUTH", b"pw"]
+    assert redacted(deep)[-2:] == [b"AUTH", R]
+    assert deep[-2:] == [b"AUTH", b"pw"]  # a copy: the request itself is untouched
+
+
+def test_container_tables_cover_their_subcommands() -> None:
+    """CLIENT, CONFIG, SLOWLOG and LATENCY run subcommands from one table each: every registered
+    subcommand (HELP included) has its handler; an unknown one gets Redis' error (test_redis_rules)."""
+    from march.commands import connection, ops, server
+    from march.commands.registry import REGISTRY
+
+    for name, table in [
+        ("client", connection._CLIENT),
+        ("config", server._CONFIG),
+        ("slowlog", ops._SLOWLOG),
+        ("latency", ops._LATENCY),
+    ]:
+        registered = {sub.encode() for sub, _, _ in REGISTRY[name].subcommands}
+        assert set(table) == registered and b"help" in registered, name
+
+
+def test_acl_log_entries_are_capped_and_still_parse() -> None:
+    """Object and user name cut as SLOWLOG cuts arguments; each client-info field cut with no space,
+    so clients still split it on spaces and '=' (redis-py's parse_client_info)."""
+    from redis._parsers.helpers import parse_client_info
+
+    from march.auth import LOG_SIZE, AclLog
+
+    log = AclLog()
+    info = f"id=7 addr=127.0.0.1:5 name={'n' * 5000} user=u lib-name={'l' * 300} lib-ver=1 resp=2"
+    for i in range(LOG_SIZE + 5):
+        log.add("key", "toplevel", f"{i:04d}" + "k" * 1_000_000, "u" * 10_000, info)
+    assert len(log.entries) == LOG_SIZE
+    entry = log.entries[0]
+    assert entry.subject == f"{LOG_SIZE + 4:04d}" + "k" * 124 + f"... ({1_000_004 - 128} more bytes)"
+    assert entry.username == "u" * 128 + f"... ({10_000 - 128} more bytes)"
+    parsed = parse_client_info(entry.client_info)
+    assert parsed["name"] == "n" * 128 + "..." and parsed["lib-name"] == "l" * 128 + "..."
+    assert parsed["id"] == 7 and parsed["user"] == "u" and parsed["resp"] == "2"
+    assert sum(len(e.subject) + len(e.username) + len(e.client_info) for e in log.entries) < 100_000
 
 
 def test_monitor_quoting_is_sdscatrepr() -> None:
