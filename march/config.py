@@ -66,6 +66,8 @@ class Config:
     timestamp_max_lead_ms: int = 1000
     worker_ttl: int = 30
     worker_margin: float = 10.0
+    worker_max_namespaces: int = 256
+    worker_max_holders: int = 1024
     enable_debug_command: bool = False
     etcd: str = ""
     etcd_prefix: str = "/march"
@@ -234,6 +236,17 @@ OPTIONS: tuple[Option, ...] = (
         "workers",
         live=True,
     ),
+    # A few namespaces per application; bounds what WORKER.ACQUIRE may leave in the store (with 1024
+    # holders each, 256 namespaces are at most 262,144 records, ~80 MB in etcd against its 2 GB quota).
+    Option(
+        "worker_max_namespaces",
+        "most worker namespaces with records; an ACQUIRE in one more is an error (a namespace goes once its "
+        "ids are free)",
+        "workers",
+        live=True,
+    ),
+    # 1024 is the whole 10-bit field; lower it to bound one namespace's records (an id above it is never used).
+    Option("worker_max_holders", "most worker ids held or resting in one namespace (1..1024)", "workers", live=True),
     # cluster
     Option(
         "etcd",
@@ -313,6 +326,8 @@ def _validate(c: Config) -> None:
     need(0 <= c.timestamp_max_lead_ms <= 86_400_000, "timestamp_max_lead_ms must be between 0 and 86400000")
     need(1 <= c.worker_ttl <= 86_400, "worker_ttl must be between 1 and 86400 seconds")
     need(c.worker_margin >= 0, "worker_margin must be >= 0")
+    need(1 <= c.worker_max_namespaces <= 65_536, "worker_max_namespaces must be between 1 and 65536")
+    need(1 <= c.worker_max_holders <= 1024, "worker_max_holders must be between 1 and 1024")
     need(c.timeout >= 0, "timeout must be >= 0")
     need(c.max_sequences >= 0, "max_sequences must be >= 0 (0: no limit)")
     need(c.max_multi_commands >= 1, "max_multi_commands must be >= 1")
