@@ -42,6 +42,8 @@ class Config:
     log_level: str = "info"
     log_format: str = "text"
     metrics_port: int = 0
+    metrics_max_connections: int = 16
+    metrics_timeout: float = 5.0
     slowlog_log_slower_than: int = 10000
     slowlog_max_len: int = 128
     shutdown_timeout: float = 5.0
@@ -175,6 +177,20 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "metrics_port",
         "port of the Prometheus /metrics endpoint on the bind address (0 = off)",
+        "observability",
+        restart=errors.RESTART_METRICS,
+    ),
+    # A scraper or two per node, plus people with curl; each one a render's worth of work at most.
+    Option(
+        "metrics_max_connections",
+        "most connections the metrics port serves at once; one more gets 503 and is closed",
+        "observability",
+        restart=errors.RESTART_METRICS,
+    ),
+    # A scrape on a healthy network takes milliseconds; a client slower than this holds nothing longer.
+    Option(
+        "metrics_timeout",
+        "seconds a metrics-port client has to send its request, and again to take the reply (then: closed)",
         "observability",
         restart=errors.RESTART_METRICS,
     ),
@@ -321,6 +337,8 @@ def _validate(c: Config) -> None:
     need(c.max_output_buffer >= 1 << 16, "max_output_buffer must be >= 65536")
     need(c.log_format in ("text", "json"), "log_format must be text or json")
     need(0 <= c.metrics_port <= 65535, "metrics_port must be between 0 and 65535")
+    need(1 <= c.metrics_max_connections <= 10_000, "metrics_max_connections must be between 1 and 10000")
+    need(0 < c.metrics_timeout <= 3600, "metrics_timeout must be between 0 (exclusive) and 3600 seconds")
     need(c.slowlog_log_slower_than >= -1, "slowlog_log_slower_than must be >= -1 (-1: off)")
     need(c.slowlog_max_len >= 0, "slowlog_max_len must be >= 0")
     need(0 <= c.timestamp_max_lead_ms <= 86_400_000, "timestamp_max_lead_ms must be between 0 and 86400000")
