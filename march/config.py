@@ -42,6 +42,8 @@ class Config:
     log_level: str = "info"
     log_format: str = "text"
     metrics_port: int = 0
+    metrics_max_connections: int = 16
+    metrics_timeout: float = 5.0
     slowlog_log_slower_than: int = 10000
     slowlog_max_len: int = 128
     shutdown_timeout: float = 5.0
@@ -66,6 +68,8 @@ class Config:
     timestamp_max_lead_ms: int = 1000
     worker_ttl: int = 30
     worker_margin: float = 10.0
+    worker_max_namespaces: int = 256
+    worker_max_holders: int = 1024
     enable_debug_command: bool = False
     etcd: str = ""
     etcd_prefix: str = "/march"
@@ -182,6 +186,20 @@ OPTIONS: tuple[Option, ...] = (
         "observability",
         restart=errors.RESTART_METRICS,
     ),
+    # A scraper or two per node, plus people with curl; each one a render's worth of work at most.
+    Option(
+        "metrics_max_connections",
+        "most connections the metrics port serves at once; one more gets 503 and is closed",
+        "observability",
+        restart=errors.RESTART_METRICS,
+    ),
+    # A scrape on a healthy network takes milliseconds; a client slower than this holds nothing longer.
+    Option(
+        "metrics_timeout",
+        "seconds a metrics-port client has to send its request, and again to take the reply (then: closed)",
+        "observability",
+        restart=errors.RESTART_METRICS,
+    ),
     Option(
         "slowlog_log_slower_than",
         "SLOWLOG records commands slower than this many microseconds (0 = every command, -1 = none)",
@@ -240,6 +258,17 @@ OPTIONS: tuple[Option, ...] = (
         "workers",
         live=True,
     ),
+    # A few namespaces per application; bounds what WORKER.ACQUIRE may leave in the store (with 1024
+    # holders each, 256 namespaces are at most 262,144 records, ~80 MB in etcd against its 2 GB quota).
+    Option(
+        "worker_max_namespaces",
+        "most worker namespaces with records; an ACQUIRE in one more is an error (a namespace goes once its "
+        "ids are free)",
+        "workers",
+        live=True,
+    ),
+    # 1024 is the whole 10-bit field; lower it to bound one namespace's records (an id above it is never used).
+    Option("worker_max_holders", "most worker ids held or resting in one namespace (1..1024)", "workers", live=True),
     # cluster
     Option(
         "etcd",
@@ -321,11 +350,15 @@ def _validate(c: Config) -> None:
     need(c.max_output_buffer >= 1 << 16, "max_output_buffer must be >= 65536")
     need(c.log_format in ("text", "json"), "log_format must be text or json")
     need(0 <= c.metrics_port <= 65535, "metrics_port must be between 0 and 65535")
+    need(1 <= c.metrics_max_connections <= 10_000, "metrics_max_connections must be between 1 and 10000")
+    need(0 < c.metrics_timeout <= 3600, "metrics_timeout must be between 0 (exclusive) and 3600 seconds")
     need(c.slowlog_log_slower_than >= -1, "slowlog_log_slower_than must be >= -1 (-1: off)")
     need(c.slowlog_max_len >= 0, "slowlog_max_len must be >= 0")
     need(0 <= c.timestamp_max_lead_ms <= 86_400_000, "timestamp_max_lead_ms must be between 0 and 86400000")
     need(1 <= c.worker_ttl <= 86_400, "worker_ttl must be between 1 and 86400 seconds")
     need(c.worker_margin >= 0, "worker_margin must be >= 0")
+    need(1 <= c.worker_max_namespaces <= 65_536, "worker_max_namespaces must be between 1 and 65536")
+    need(1 <= c.worker_max_holders <= 1024, "worker_max_holders must be between 1 and 1024")
     need(c.timeout >= 0, "timeout must be >= 0")
     need(c.max_sequences >= 0, "max_sequences must be >= 0 (0: no limit)")
     need(c.max_multi_commands >= 1, "max_multi_commands must be >= 1")

@@ -172,7 +172,11 @@ WORKER_NAMESPACE = "ERR worker namespace must be 1 to {} bytes"
 WORKER_TTL = "ERR worker TTL must be between 1 and 86400 seconds"
 WORKER_ID = "ERR worker id must be an integer between 0 and 1023"
 WORKER_UPTO = "ERR UPTO must be a non-negative integer (Unix milliseconds)"
-WORKER_NONE_FREE = "ERR no free worker id in namespace '{}': all 1024 are held (or resting after expiry)"
+WORKER_NONE_FREE = "ERR no free worker id in namespace '{}': {} are held or resting after expiry (worker_max_holders)"
+WORKER_NAMESPACES = (
+    "ERR max number of worker namespaces reached: {} (worker_max_namespaces); a namespace counts until its "
+    "ids are released or expired"
+)
 WORKER_NOT_HELD = "ERR worker id {} in namespace '{}' is not held with this token: stop issuing IDs with it"
 TRYAGAIN_WORKERS = "TRYAGAIN worker ids of namespace '{}' are changing, please retry"
 

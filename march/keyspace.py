@@ -38,8 +38,9 @@ write in flight has landed), then on the live generator (``apply_settings``). Th
 ids (``workers``, ``march.workers``) live beside the sequences, in the same store, under the same
 serving state, but are not sequences.
 
-Timestamp sequences read the wall clock through ``wall()``: ``time.time()`` moved by
-``wall_offset`` seconds, which only ``DEBUG CLOCK-OFFSET`` changes (tests of clock jumps).
+Timestamp sequences (and the worker ids' wall-clock figures) read the wall clock through
+``wall()``: ``time.time()`` moved by ``wall_offset`` seconds, which only ``DEBUG CLOCK-OFFSET``
+changes (tests of clock jumps).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class Keyspace:
         self._counted: tuple[Term, int] | None = None  # sequences in the store, as of this term (max_sequences)
         self.default_policy = _default_policy(config)
         self._altering = asyncio.Lock()  # SEQ.ALTER, one at a time
-        self.workers = Workers(config, store, state, wall)  # the group's worker ids (WORKER.*), beside its sequences
+        # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
+        self.workers = Workers(config, store, state, self.wall, clock)
         state.subscribe(self._on_change)
 
     # --- following the serving state -------------------------------------------------------------
@@ -127,6 +129,7 @@ class Keyspace:
         writes = [g.write for g in (*self.generators.values(), *self._retired) if g.write is not None]
         if writes:
             await asyncio.wait(writes, timeout=timeout)
+        await self.workers.drain()  # the worker sweepers of ended terms (cancelled at the step-down)
 
     # --- lookups -------------------------------------------------------------------------------
 

@@ -510,7 +510,7 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
         node.join(app.port, app.tls_port)
         march_log.set_node(node_id(app))
         if config.metrics_port:
-            metrics = MetricsServer(registry_for(app))
+            metrics = MetricsServer(registry_for(app), config.metrics_max_connections, config.metrics_timeout)
             try:
                 port = await metrics.start(config.bind, config.metrics_port)
             except OSError as exc:

@@ -1,7 +1,8 @@
 """DEBUG: test-only controls, refused unless ``enable_debug_command`` is on (as in Redis).
 
-- ``DEBUG CLOCK-OFFSET ms``: from now on, timestamp sequences read the wall clock moved by ``ms``
-  milliseconds (negative: into the past). This is how process-level tests jump the clock
+- ``DEBUG CLOCK-OFFSET ms``: from now on, timestamp sequences (and the worker ids' wall-clock
+  figures: the expiry times shown and stored, the age of a floor) read the wall clock moved by
+  ``ms`` milliseconds (negative: into the past). This is how process-level tests jump the clock
   backwards or forwards under load without touching the machine's clock. ``DEBUG CLOCK-OFFSET``
   alone replies the current offset. The offset is not persisted: a restart reads the real clock.
 

@@ -4,6 +4,10 @@ The protocol and its guarantees are ``march.workers``'. Here: argument parsing a
 The namespace is the commands' key (so cluster clients route them to the primary, and ACL key
 patterns apply to namespaces), but a namespace is not a sequence: it never appears in KEYS, SCAN,
 DBSIZE or SEQ.LIST. Every worker command is served by the primary only (a standby answers MOVED).
+
+ACL: WORKER.ACQUIRE, RENEW and RELEASE are in ``@worker`` alone, never ``@write``: holding worker
+ids is its own grant (``+@read +@write`` draws sequence IDs and nothing more); WORKER.LIST, which
+changes nothing and shows no token, is ``@worker`` and ``@read``.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def _upto(args: list[bytes], first: int) -> int:
     "worker.acquire",
     -2,
     ("write", "denyoom"),
-    ("@write", "@worker", "@slow"),
+    ("@worker", "@slow"),
     keys=(1, 1, 1),
     key_access="W",
     primary=True,
@@ -75,7 +79,7 @@ async def _acquire(client: Client, namespace: bytes, ttl: int | None) -> list[An
     "worker.renew",
     -4,
     ("write", "denyoom"),
-    ("@write", "@worker", "@slow"),
+    ("@worker", "@slow"),
     keys=(1, 1, 1),
     key_access="W",
     primary=True,
@@ -91,7 +95,7 @@ def worker_renew(client: Client, args: list[bytes]) -> Any:
     "worker.release",
     -4,
     ("write",),
-    ("@write", "@worker", "@slow"),
+    ("@worker", "@slow"),
     keys=(1, 1, 1),
     key_access="W",
     primary=True,
@@ -123,4 +127,4 @@ def worker_list(client: Client, args: list[bytes]) -> Any:
 
 async def _list(client: Client, namespace: bytes) -> list[Any]:
     held = await _workers(client).list(namespace)
-    return [[r.id, r.expires_ms, r.floor_ms, b"live" if live else b"expired"] for r, live in held]
+    return [[h.record.id, h.expires_ms, h.record.floor_ms, h.standing.value] for h in held]

@@ -15,6 +15,9 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
   JSON, see ``march.store.etcd``). ``n`` is the namespace's length in bytes and ``id`` has four
   digits, so one namespace's records are exactly one prefix, whatever bytes its name holds
   (``a`` never reads the records of ``a/b``).
+- ``<prefix>/workers-retired``: the highest floor of every worker record deleted so far (20
+  zero-padded digits), raised in the transaction that deletes one (outside ``workers/``, so a
+  listing of the namespaces never meets it).
 
 ``leader``, ``leader-handoff`` and ``nodes/*`` sort together, so one range read (and one watch)
 ``[leader, nodes_end)`` covers everything the election and the registry look at.
@@ -95,3 +98,12 @@ class KeyPaths:
 
     def worker(self, namespace: bytes, worker_id: int) -> bytes:
         return self.worker_namespace(namespace) + b"%04d" % worker_id
+
+    def worker_namespace_of(self, etcd_key: bytes) -> bytes:
+        """The namespace of a key under ``workers`` (the inverse of ``worker``)."""
+        length, _, rest = etcd_key[len(self.workers) :].partition(b":")
+        return rest[: int(length)]
+
+    @property
+    def workers_retired(self) -> bytes:
+        return self.prefix + b"/workers-retired"

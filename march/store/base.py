@@ -24,7 +24,13 @@ suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and t
   it writes ``record`` only if the guard holds and the stored record of that (namespace, id) is
   exactly ``expected`` (None: there is none), and says whether it wrote. Nothing else writes a
   worker record, so two concurrent ACQUIREs (or a new primary racing a deposed one) can never
-  both take one id.
+  both take one id. ``delete_worker(record, guard)`` is a compare-and-delete, guarded the same
+  way, that in the same atomic step raises the *retired floor* to at least the record's
+  ``floor_ms``: ``retired_worker_floor()`` is the highest floor of every record ever deleted, so
+  deleting a record never loses a floor (the next holder of any id starts above it).
+  ``worker_namespaces(after, limit)`` pages through the namespaces that have records (in an
+  order of the backend's own; a page may be short, ``[]`` is the end): how a new primary counts
+  them once per term.
 - ``load_users()`` / ``save_user(name, rules)``: the ACL users (``march.auth``), as their rules
   (passwords only hashed). Not guarded by leadership: any node may change a user, the last
   write wins. ``watch_users()`` yields after every change made elsewhere (etcd); a store that
@@ -109,9 +115,11 @@ class SequenceRecord:
 class WorkerRecord:
     """One worker id of one namespace, as the store keeps it (``march.workers``).
 
-    ``token`` names the holding (b"": released, free at once); ``expires_ms`` is the server's
-    wall clock (Unix ms) at which the holding ends; ``floor_ms`` the highest time any holder
-    declared it might have used (never decreases); ``ttl`` the seconds each renewal grants.
+    ``token`` names the holding (b"": released, free at once); ``expires_ms`` is the wall-clock
+    time (Unix ms) the primary that wrote it expected the holding to end: for operators only, never
+    used to decide (expiry runs on the primary's monotonic clock, see ``march.workers``);
+    ``floor_ms`` the highest time any holder declared it might have used (never decreases); ``ttl``
+    the seconds each renewal grants.
     """
 
     namespace: bytes
@@ -181,6 +189,22 @@ class Store(abc.ABC):
     async def save_worker(self, record: WorkerRecord, expected: WorkerRecord | None, guard: Guard) -> bool:
         """Store ``record`` iff the guard holds and the stored record of its (namespace, id) equals
         ``expected`` (None: absent). False: it did not (nothing written); GuardFailed: the guard failed."""
+
+    @abc.abstractmethod
+    async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
+        """Delete ``record`` iff the guard holds and the stored record of its (namespace, id) equals it,
+        raising the retired floor to at least ``record.floor_ms`` in the same atomic step. False: the
+        stored record differs or is gone (nothing changed); GuardFailed: the guard failed."""
+
+    @abc.abstractmethod
+    async def retired_worker_floor(self) -> int:
+        """The highest ``floor_ms`` of every worker record deleted so far, 0 if none (a linearizable read)."""
+
+    @abc.abstractmethod
+    async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
+        """Up to ``limit`` namespaces that have worker records, after ``after`` (the last namespace of the
+        previous page; None: from the start), in the backend's own order. A page may hold fewer than
+        ``limit`` while more follow; ``[]`` means there are no more."""
 
     @abc.abstractmethod
     async def load_users(self) -> dict[str, str]:

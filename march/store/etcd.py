@@ -25,7 +25,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ..etcd.api import Etcd, Get, Put, Range, created_at, value_below, value_is
+from ..etcd.api import Delete, Etcd, Get, Put, Range, Request, created_at, value_below, value_is
 from ..etcd.keys import KeyPaths, prefix_end
 from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull, WorkerRecord
 from .batch import Batcher
@@ -33,6 +33,7 @@ from .batch import Batcher
 _DIGITS = 20  # 2**63 has 19 digits: every ceiling fits, and the compare stays numeric
 MAX_OPS = 100  # records per transaction: compares are 2 + n, under etcd's default --max-txn-ops 128
 MAX_BYTES = 512 << 10  # bytes per transaction (estimated), well under etcd's default 1.5 MiB request limit
+_WORKER_ATTEMPTS = 32  # a delete reads the retired floor again each time another delete raised it meanwhile
 
 
 def encode_ceiling(ceiling: int) -> bytes:
@@ -350,6 +351,51 @@ class EtcdStore(Store):
         if not _holds(reply.ranges[0], guard):
             raise GuardFailed(f"worker {record.id} of {record.namespace!r}: this node no longer holds the leader key")
         return False
+
+    async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
+        """One transaction: the guard, the record exactly as given, and (when the record's floor is above
+        the retired floor just read) the retired floor unchanged; then delete the record and raise the
+        retired floor. A retired floor that moved in between is read again."""
+        key, retired = self.keys.worker(record.namespace, record.id), self.keys.workers_retired
+        value = encode_worker(record)
+        for _ in range(_WORKER_ATTEMPTS):
+            current = await self.etcd.get(retired, self.timeout)
+            compare = [*self._guard(guard), value_is(key, value)]
+            ops: list[Request] = [Delete(key)]
+            if record.floor_ms > (int(current.value) if current is not None else 0):
+                compare.append(value_is(retired, current.value) if current is not None else created_at(retired, 0))
+                ops.append(Put(retired, encode_ceiling(record.floor_ms)))
+            try:
+                reply = await self.etcd.txn(compare, ops, [Get(self.keys.leader), Get(key)], self.write_timeout)
+            except StoreError as exc:
+                self.note(exc)
+                raise
+            self.note(None)
+            if reply.succeeded:
+                return True
+            if not _holds(reply.ranges[0], guard):
+                raise GuardFailed(f"worker {record.id} of {record.namespace!r}: this node no longer leads")
+            found = reply.ranges[1]
+            if found is None or not found.kvs or found.kvs[0].value != value:
+                return False
+        raise StoreError(f"worker {record.id} of {record.namespace!r}: the retired floor kept changing")
+
+    async def retired_worker_floor(self) -> int:
+        found = await self.etcd.get(self.keys.workers_retired, self.timeout)
+        return 0 if found is None else int(found.value)
+
+    async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
+        """One keys-only read of up to ``limit`` keys; past each namespace's first key the rest of it
+        is skipped by the next page (which starts after the last namespace seen)."""
+        workers = self.keys.workers
+        start = workers if after is None else prefix_end(self.keys.worker_namespace(after))
+        found = await self.etcd.range(Get(start, prefix_end(workers), limit=limit, keys_only=True), self.timeout)
+        out: list[bytes] = []
+        for kv in found.kvs:
+            namespace = self.keys.worker_namespace_of(kv.key)
+            if not out or out[-1] != namespace:
+                out.append(namespace)
+        return out
 
     def facts(self) -> dict[str, Any]:
         return {"etcd_endpoint": self.etcd.endpoint, "etcd_prefix": self.keys.prefix.decode()}

@@ -25,6 +25,7 @@ class MemoryStore(Store):
         self.records: dict[bytes, SequenceRecord] = {}
         self.users: dict[str, str] = {}
         self.workers: dict[tuple[bytes, int], WorkerRecord] = {}
+        self.retired_floor = 0  # the highest floor of a deleted worker record
         self._sorted: list[bytes] = []
         self.guard: Guard = SINGLE_NODE
         self.delay = 0.0
@@ -129,6 +130,26 @@ class MemoryStore(Store):
             return False
         self.workers[at] = record
         return True
+
+    async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
+        await self._before_write(guard)
+        at = (record.namespace, record.id)
+        if self.workers.get(at) != record:
+            return False
+        del self.workers[at]
+        self.retired_floor = max(self.retired_floor, record.floor_ms)
+        return True
+
+    async def retired_worker_floor(self) -> int:
+        self.reads += 1
+        await self._pass_gate()
+        return self.retired_floor
+
+    async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
+        self.reads += 1
+        await self._pass_gate()
+        names = sorted({ns for ns, _ in self.workers if after is None or ns > after})
+        return names[:limit]
 
     async def _before_write(self, guard: Guard) -> None:
         self.attempts += 1

@@ -71,6 +71,10 @@ CREATE TABLE IF NOT EXISTS workers (
     ttl        INTEGER NOT NULL,
     PRIMARY KEY (namespace, id)
 );
+CREATE TABLE IF NOT EXISTS workers_retired (
+    one      INTEGER PRIMARY KEY CHECK (one = 1),
+    floor_ms INTEGER NOT NULL
+);
 """
 _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
 
@@ -288,6 +292,25 @@ class SqliteStore(Store):
         (result,) = await self._write(_swap_worker, [(record, expected)])
         return bool(result)
 
+    async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
+        (result,) = await self._write(_delete_worker, [record])
+        return bool(result)
+
+    async def retired_worker_floor(self) -> int:
+        row = await self._run(lambda: self._conn().execute("SELECT floor_ms FROM workers_retired").fetchone())
+        return 0 if row is None else int(row[0])
+
+    async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
+        return await self._run(self._worker_namespaces, after, limit)
+
+    def _worker_namespaces(self, after: bytes | None, limit: int) -> list[bytes]:
+        where = "" if after is None else " WHERE namespace > ?"
+        args = () if after is None else (after,)
+        rows = self._conn().execute(
+            f"SELECT DISTINCT namespace FROM workers{where} ORDER BY namespace LIMIT ?", (*args, limit)
+        )
+        return [bytes(row[0]) for row in rows]
+
     def facts(self) -> dict[str, Any]:
         return {"store_path": str(self.path)}
 
@@ -333,6 +356,26 @@ def _swap_worker(db: sqlite3.Connection, item: tuple[WorkerRecord, WorkerRecord 
     db.execute(
         "INSERT OR REPLACE INTO workers (namespace, id, token, expires_ms, floor_ms, ttl) VALUES (?, ?, ?, ?, ?, ?)",
         (record.namespace, record.id, record.token, record.expires_ms, record.floor_ms, record.ttl),
+    )
+    return True
+
+
+def _delete_worker(db: sqlite3.Connection, record: WorkerRecord) -> bool:
+    """Compare-and-delete one worker record, its floor kept as the retired floor, inside the write transaction."""
+    row = db.execute(
+        "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?",
+        (record.namespace, record.id),
+    ).fetchone()
+    if row is None:
+        return False
+    stored = WorkerRecord(record.namespace, record.id, bytes(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    if stored != record:
+        return False
+    db.execute("DELETE FROM workers WHERE namespace = ? AND id = ?", (record.namespace, record.id))
+    db.execute(
+        "INSERT INTO workers_retired (one, floor_ms) VALUES (1, ?) "
+        "ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)",
+        (record.floor_ms,),
     )
     return True
 

@@ -8,21 +8,31 @@ commands (they are primary-only).
 With processes (a real etcd, three march nodes, redis-py): acquire on the primary, ``kill -9``
 it, and the new primary refuses the same id while it is live, renews it for its holder, and a
 standby answers MOVED.
+
+Clocks across a takeover: the new primary judges expiry on its own monotonic clock from the moment
+it took over (every record live for TTL + margin from then), so its wall clock set two days ahead
+(in process, and with processes through ``DEBUG CLOCK-OFFSET`` on a real cluster) hands out no
+live id; and its sweeper deletes only free records, a deleted one's floor kept for the next holder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis
 from redis.exceptions import MovedError
+from support import wait_until
 from support.cluster import MarchCluster
+from support.etcd import EtcdCluster
 from support.sim import TTL, SimFactory, sims
 
 from march.generators.base import NotServing
 from march.store.base import GuardFailed, WorkerRecord
+from march.workers import Standing
 
 
 @pytest.fixture
@@ -56,14 +66,14 @@ async def test_a_new_primary_keeps_every_live_holding_and_its_floor(make_sim: Si
     fresh = await workers.acquire(b"app")
     assert fresh[0] == 3  # 0 and 1 are still live: never handed out twice
     assert await workers.renew(b"app", held[1][0], held[1][1], upto=4343) == 600  # the holder carries on
-    listed = {r.id: (r.floor_ms, live) for r, live in await workers.list(b"app")}
-    assert listed[0] == (0, True) and listed[1] == (4343, True)
+    listed = {h.record.id: (h.record.floor_ms, h.standing) for h in await workers.list(b"app")}
+    assert listed[0] == (0, Standing.LIVE) and listed[1] == (4343, Standing.LIVE)
     p.heal()
     with pytest.raises(GuardFailed):  # a late write of the old term is refused by etcd, whoever sends it
         await p.node.store.save_worker(WorkerRecord(b"app", 0, b"thief", 10**13, 0, 600), None, old_guard)
     with pytest.raises(GuardFailed):
         await q.node.store.save_worker(WorkerRecord(b"app", 4, b"thief", 10**13, 0, 600), None, old_guard)
-    assert [r.id for r, _ in await workers.list(b"app")] == [0, 1, 2, 3]
+    assert [h.record.id for h in await workers.list(b"app")] == [0, 1, 2, 3]
     await sim.advance(2 * TTL)
     assert sim.serving() == [q]
     assert sim.overlaps == []
@@ -114,3 +124,76 @@ def test_kill_the_primary_and_live_ids_stay_taken(march_cluster: MarchCluster) -
         assert c.execute_command("WORKER.RENEW", "svc", 1, held[1][1], "UPTO", 1) == 600
         listed = {row[0]: row[2] for row in c.execute_command("WORKER.LIST", "svc")}
         assert listed == {0: 9_999, 1: 1, 2: 0}
+
+
+async def test_a_new_primary_with_its_clock_ahead_counts_expiry_from_its_takeover(make_sim: SimFactory) -> None:
+    sim = await make_sim(3, worker_margin=1.0)
+    p = sim.primary
+    held = await p.keyspace.workers.acquire(b"svc", 20)
+    await p.keyspace.workers.renew(b"svc", held[0], held[1], upto=7_777)
+    short = await p.keyspace.workers.acquire(b"svc", 1)
+    p.cut()
+    await sim.until(lambda: any(n.serving for n in sim.nodes if n is not p), "a standby takes over", 3 * TTL)
+    q = next(n for n in sim.nodes if n is not p and n.serving)
+    took_over = sim.clock.now()
+    q.keyspace.wall_offset = 2 * 86_400  # the new primary's wall clock is two days ahead
+    workers = q.keyspace.workers
+    assert (await workers.acquire(b"svc", 600))[0] == 2  # neither 0 nor 1: both may be live
+    await sim.advance(took_over + 1 + 1.0 + 0.1 - sim.clock.now())  # the short one: TTL + margin from the takeover
+    assert (await workers.acquire(b"svc", 600))[0] == short[0]
+    assert (await workers.acquire(b"svc", 600))[0] == 3  # id 0 is still live (its TTL is 20 s)
+    q.keyspace.wall_offset = -2 * 86_400  # and two days behind: still nothing changes
+    await sim.advance(took_over + 20 + 1.0 + 0.1 - sim.clock.now())
+    again = await workers.acquire(b"svc", 600)
+    assert again[0] == held[0] and again[3] == 7_777  # free after TTL + margin from the takeover, floor kept
+    p.heal()
+    await sim.advance(TTL)
+    assert sim.overlaps == []
+
+
+async def test_the_sweeper_deletes_free_records_and_keeps_their_floors(make_sim: SimFactory) -> None:
+    sim = await make_sim(1, worker_margin=0.5)
+    p = sim.primary
+    workers = p.keyspace.workers
+    store = p.node.store
+    wall_ms = int(p.keyspace.wall() * 1000)
+    held = [await workers.acquire(b"gone%d" % i, 1) for i in range(3)]
+    await workers.release(b"gone0", held[0][0], held[0][1], upto=wall_ms - 120_000)  # old enough to go
+    await workers.renew(b"gone1", held[1][0], held[1][1], upto=wall_ms + 3_600_000)  # an hour ahead: kept
+    live = await workers.acquire(b"kept", 600)
+    await sim.advance(5.0)  # the sweeper's rounds run on the clock
+    assert await store.load_workers(b"gone0") == []
+    assert await store.load_workers(b"gone2") == []  # expired, never declared a floor
+    assert [r.id for r in await store.load_workers(b"gone1")] == [0]  # free, but its floor is in the future
+    assert [r.id for r in await store.load_workers(b"kept")] == [live[0]]  # live: never deleted
+    assert await store.retired_worker_floor() == wall_ms - 120_000
+    assert (await workers.acquire(b"gone0"))[3] == wall_ms - 120_000  # the deleted record's floor, kept
+    assert (await workers.acquire(b"gone1"))[3] == wall_ms + 3_600_000
+
+
+@pytest.mark.e2e
+def test_a_new_primary_with_its_clock_ahead_hands_out_no_live_id(etcd: EtcdCluster, tmp_path: Path) -> None:
+    debug = ["--enable-debug-command", "yes"]
+    with MarchCluster(tmp_path / "march", etcd.endpoints, extra_args=debug) as cluster:
+        primary = cluster.wait_settled(timeout=20)
+        with redis.Redis(port=primary.port, protocol=3) as c:
+            held = c.execute_command("WORKER.ACQUIRE", "svc", "TTL", 600)  # a raw client: it trusts the TTL
+        cluster.kill(primary)
+        new = cluster.wait_primary(timeout=20, exclude=[primary])
+        with redis.Redis(port=new.port, protocol=3) as c:
+            assert c.execute_command("DEBUG", "CLOCK-OFFSET", 2 * 86_400_000) == b"OK"
+            got = wait_until(lambda: _acquire_or_none(c), timeout=20, interval=0.1)
+            assert got[0] == 1  # id 0 may be live: the new primary never hands it out
+            assert c.execute_command("WORKER.RENEW", "svc", 0, held[1]) == 600
+            listed = {row[0]: row[3] for row in c.execute_command("WORKER.LIST", "svc")}
+            assert listed == {0: b"live", 1: b"live"}
+            assert time.time() * 1000 < c.execute_command("WORKER.LIST", "svc")[0][1] - 86_400_000
+
+
+def _acquire_or_none(c: redis.Redis) -> list[object] | None:
+    try:
+        reply = c.execute_command("WORKER.ACQUIRE", "svc", "TTL", 600)
+    except (redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError, MovedError):
+        return None  # the new primary is still settling
+    assert isinstance(reply, list)
+    return reply

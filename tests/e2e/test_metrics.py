@@ -2,10 +2,19 @@
 with prometheus-client's own parser. The counts must be exactly what the test did; histograms
 must be well formed; role, term and lease come from the serving state (a cluster on a real etcd
 for the lease and the leader change).
+
+What a scraper may cost (raw sockets): a silent client and one that never finishes its request
+are cut after ``metrics_timeout``; connections past ``metrics_max_connections`` get 503 at once;
+40 concurrent scrapes share at most two renders, each render's body identical for all who got it;
+and while a render runs (made to take 300 ms of CPU, as a large keyspace would), another client's
+INCRs keep being answered before the scrape's reply arrives.
 """
 
 from __future__ import annotations
 
+import socket
+import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -176,3 +185,181 @@ def _serving(port: int) -> Samples | None:
 def _with_term(port: int, term: float) -> Samples | None:
     samples = scrape(port)
     return samples if value(samples, "march_term") == term else None
+
+
+# --- what a scraper may cost: connections, time, renders, the loop --------------------------------
+
+# A march process whose /metrics render takes 300 ms of CPU (the time a render takes with ~100,000
+# active sequences, which a test cannot afford to create): only the render is slowed, everything
+# else is the real server started from the real command line.
+SLOW_RENDER = """
+import sys, time
+from prometheus_client.registry import Collector
+import march.server
+from march.cli import main
+
+class Slow(Collector):
+    def collect(self):
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:  # CPU, holding the GIL as a real render does
+            pass
+        return iter(())
+
+real = march.server.registry_for
+
+def slow_registry(app):
+    registry = real(app)
+    registry.register(Slow())
+    return registry
+
+march.server.registry_for = slow_registry
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+class SlowRenderMarch(MarchServer):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", SLOW_RENDER, *super().command()[3:]]
+
+
+def http_get(port: int, path: str = "/metrics") -> socket.socket:
+    """A connection with a GET sent, its reply unread."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def http_reply(s: socket.socket) -> tuple[bytes, bytes]:
+    """(status line, body) of the reply on ``s``; closes it."""
+    data = b""
+    with s:
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+def renders_in(body: bytes) -> float:
+    for line in body.decode().splitlines():
+        if line.startswith("march_metrics_renders_total "):
+            return float(line.split()[1])
+    raise AssertionError("no march_metrics_renders_total in the body")
+
+
+def closed_by_server(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_silent_and_slow_clients_are_cut_after_the_timeout(march_factory: Callable[..., MarchServer]) -> None:
+    port = free_port()
+    march_factory(extra_args=["--metrics-port", str(port), "--metrics-timeout", "0.5"])
+    wait_until(lambda: scrape(port), message="the metrics port is open")
+    silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+    dripping = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with silent, dripping:
+        dripping.sendall(b"GET /metr")  # a request head that never ends
+        silent.settimeout(10)
+        started = time.monotonic()
+        assert closed_by_server(silent)
+        assert closed_by_server(dripping)
+        assert time.monotonic() - started < 9  # by the 0.5 s timeout, not by the test's 10 s one
+    cut = wait_until(  # a body is rendered once a second at most: the next one counts them
+        lambda: _with(scrape(port), "march_metrics_closed_connections_total", 2, reason="cut"), message="2 cut"
+    )
+    assert value(cut, "march_metrics_connections") == 1  # the scrape itself
+
+
+def test_connections_over_the_limit_are_refused(march_factory: Callable[..., MarchServer]) -> None:
+    port = free_port()
+    march_factory(extra_args=["--metrics-port", str(port), "--metrics-max-connections", "3", "--metrics-timeout", "3"])
+    wait_until(lambda: scrape(port), message="the metrics port is open")
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+    try:
+        wait_until(lambda: _refused(port), timeout=10, message="a fourth connection refused")
+        status, body = _refused_reply(port)
+        assert status == b"HTTP/1.1 503 Service Unavailable" and body == b"too many connections to metrics port\n"
+    finally:
+        for s in idle:
+            s.close()
+    wait_until(
+        lambda: (
+            (got := _served(port)) is not None
+            and value(got, "march_metrics_closed_connections_total", reason="refused") >= 2
+        ),
+        message="served again once the idle ones are gone, the refusals counted",
+    )
+
+
+def _served(port: int) -> Samples | None:
+    """A scrape, or None while the port still refuses (503)."""
+    try:
+        return scrape(port)
+    except urllib.error.HTTPError as refused:
+        refused.close()
+        assert refused.code == 503
+        return None
+
+
+def _with(samples: Samples, name: str, expected: float, **labels: str) -> Samples | None:
+    return samples if value(samples, name, **labels) == expected else None
+
+
+def _refused_reply(port: int) -> tuple[bytes, bytes]:
+    return http_reply(http_get(port))
+
+
+def _refused(port: int) -> bool:
+    return _refused_reply(port)[0].endswith(b"503 Service Unavailable")
+
+
+def test_concurrent_scrapes_share_one_render(tmp_path: Path) -> None:
+    port = free_port()
+    server = SlowRenderMarch.in_dir(
+        tmp_path, extra_args=["--metrics-port", str(port), "--metrics-max-connections", "64"]
+    )
+    with serving(server, during="the scrape flood", clean_exit=True):
+        wait_until(lambda: http_reply(http_get(port, "/"))[0].endswith(b"200 OK"), message="the metrics port is open")
+        scrapers = [http_get(port) for _ in range(40)]  # all sent within the first render's 300 ms
+        replies = [http_reply(s) for s in scrapers]
+    assert all(status == b"HTTP/1.1 200 OK" for status, _ in replies)
+    by_render: dict[float, set[bytes]] = {}
+    for _, body in replies:
+        by_render.setdefault(renders_in(body), set()).add(body)
+    assert len(by_render) <= 2, sorted(by_render)  # 40 scrapes, at most 2 renders (one may have just ended)
+    assert all(len(bodies) == 1 for bodies in by_render.values())  # each render's body, byte for byte, to all
+
+
+def test_incr_is_answered_while_a_scrape_renders(tmp_path: Path) -> None:
+    port = free_port()
+    server = SlowRenderMarch.in_dir(tmp_path, extra_args=["--metrics-port", str(port)])
+    with serving(server, during="the slow scrape", clean_exit=True), RespConn(server.port) as c:
+        assert c.call("INCR", "busy") == 1
+        wait_until(lambda: http_reply(http_get(port, "/"))[0].endswith(b"200 OK"), message="the metrics port is open")
+        scraper = http_get(port)  # its render holds the CPU for 300 ms
+        scraper.setblocking(False)
+        answered = 0  # INCRs sent after the GET and answered before its reply arrived
+        while True:
+            try:
+                first = scraper.recv(65536)
+                break
+            except BlockingIOError:
+                pass
+            assert c.call("INCR", "busy") == answered + 2
+            answered += 1
+        scraper.setblocking(True)
+        scraper.settimeout(10)
+        rest = b""
+        while chunk := scraper.recv(65536):
+            rest += chunk
+        scraper.close()
+        assert (first + rest).startswith(b"HTTP/1.1 200 OK")
+        assert answered >= 10, f"only {answered} INCRs were answered while the scrape rendered"

@@ -2,7 +2,8 @@
 
 - 8 clients acquiring at once on separate connections get 400 distinct ids, the lowest ones;
 - the ACL category ``@worker`` grants exactly the WORKER commands, and key patterns apply to
-  namespaces (``~app*``); ``ACL CAT worker`` lists them;
+  namespaces (``~app*``); ``ACL CAT worker`` lists them; ``@write`` holds none of them, so a
+  ``+@read +@write`` user draws IDs but cannot hold (or release, or renew) a worker id;
 - WORKER.ACQUIRE inside MULTI/EXEC and on a RESP2 connection;
 - namespaces never show in DBSIZE, KEYS or SCAN.
 """
@@ -57,6 +58,20 @@ def test_acl_category_and_key_patterns(march_server: MarchServer) -> None:
             raise AssertionError("+@worker granted INCR")
         except redis.exceptions.NoPermissionError:
             pass
+    with redis.Redis(port=march_server.port, protocol=3) as admin:
+        write = {c.decode() for c in admin.execute_command("ACL", "CAT", "write")}
+        assert not {name for name in write if name.startswith("worker.")}, write
+        admin.execute_command("ACL", "SETUSER", "rw", "on", ">pw", "~*", "+@read", "+@write")
+        admin.execute_command("SEQ.CREATE", "app1:ids")
+    with redis.Redis(port=march_server.port, protocol=3, username="rw", password="pw") as c:
+        assert c.execute_command("INCR", "app1:ids") == 1
+        assert c.execute_command("WORKER.LIST", "app1") == []  # WORKER.LIST reads: it is @read too
+        for args in (("WORKER.ACQUIRE", "app1"), ("WORKER.RENEW", "app1", 0, "t"), ("WORKER.RELEASE", "app1", 0, "t")):
+            try:
+                c.execute_command(*args)
+                raise AssertionError(f"+@read +@write granted {args[0]}")
+            except redis.exceptions.NoPermissionError:
+                pass
     with redis.Redis(port=march_server.port, protocol=3, username="seq", password="pw") as c:
         try:
             c.execute_command("WORKER.ACQUIRE", "app1")

@@ -317,6 +317,37 @@ async def test_a_txn_runs_one_branch_at_one_revision(env: Env) -> None:
     assert (await e.get(b)) == KV(b, b"s", won.revision, won.revision, 1, 0)  # the success branch did not run
 
 
+async def test_a_compare_and_delete_that_raises_another_key(env: Env) -> None:
+    """What ``EtcdStore.delete_worker`` sends: delete a key only if its value is exactly the one read,
+    and create (or raise, comparing its value) another key in the same revision; a repeat finds the
+    key gone (a VALUE compare never matches a missing key) and the failure branch's reads say why."""
+    e, rec, floor = env.etcd, env.k("rec"), env.k("floor")
+    await e.put(rec, b"held")
+    start = await env.revision()
+    ops: list[Request] = [Delete(rec), Put(floor, b"00000000000000000500")]
+    reads: list[Request] = [Get(rec), Get(floor)]
+    stale = await e.txn([value_is(rec, b"other"), created_at(floor, 0)], ops, reads)
+    assert not stale.succeeded and stale.revision == start
+    first = stale.ranges[0]
+    assert first is not None and kv_of(first) == [(rec, b"held")]
+    done = await e.txn([value_is(rec, b"held"), created_at(floor, 0)], ops, reads)
+    assert done.succeeded and done.revision == start + 1  # the delete and the put: one revision
+    assert await e.get(rec) is None
+    assert await e.get(floor) == KV(floor, b"00000000000000000500", done.revision, done.revision, 1, 0)
+    again = await e.txn([value_is(rec, b"held")], [Delete(rec)], reads)
+    assert not again.succeeded and again.revision == done.revision
+    gone, kept = again.ranges
+    assert gone is not None and gone.kvs == [] and kept is not None and kept.kvs[0].value.endswith(b"500")
+    await e.put(rec, b"held")
+    raced = await e.txn([value_is(rec, b"held"), created_at(floor, 0)], ops, reads)  # the floor exists now
+    assert not raced.succeeded
+    raised = await e.txn(
+        [value_is(rec, b"held"), value_is(floor, b"00000000000000000500")],
+        [Delete(rec), Put(floor, b"00000000000000000900")],
+    )
+    assert raised.succeeded and (await e.get(floor) or KV(b"", b"", 0, 0, 0, 0)).value.endswith(b"900")
+
+
 async def test_a_txn_that_writes_nothing_keeps_the_revision(env: Env) -> None:
     e, key = env.etcd, env.k("a")
     rev = await e.put(key, b"v")

@@ -28,7 +28,11 @@ What it pins down, identically on every backend:
   present -> only with the exact stored record), so of two concurrent ACQUIREs of one id exactly
   one wins; records round-trip by (namespace, id), one namespace never sees another's (even one
   whose name extends it, with ``/`` or NUL), they survive a new store object, are never listed or
-  counted as sequences, and a guard that does not hold is ``GuardFailed``.
+  counted as sequences, and a guard that does not hold is ``GuardFailed``. ``delete_worker`` is a
+  compare-and-delete (only the exact stored record; of concurrent deletes one wins) that keeps the
+  highest floor ever deleted as ``retired_worker_floor`` (never lowered, durable, also when many
+  deletes race), refused to a guard that does not hold; ``worker_namespaces`` pages through every
+  namespace with records exactly once, whatever the page size, and nothing else.
 - Calls made together are batched yet each gets its own answer: 1,000 concurrent creates and
   saves all land (on etcd in a few transactions, not one each), two saves of one key in one loop
   turn both get a correct answer, and one failing item does not fail its neighbours.
@@ -37,6 +41,7 @@ What it pins down, identically on every backend:
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -645,3 +650,94 @@ async def test_save_worker_needs_the_guard(subject: Subject) -> None:
     with pytest.raises(GuardFailed):  # a deposed primary can never take an id again
         await store.save_worker(worker(b"ns", 0, b"thief"), held, guard)
     assert await store.save_worker(worker(b"ns", 0, b"heir"), held, new)
+
+
+async def test_delete_worker_is_a_compare_and_delete_that_keeps_the_floor(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    assert await store.retired_worker_floor() == 0
+    held = worker(b"ns", 0, b"a" * 32, 5_000, 500, 30)
+    assert await store.save_worker(held, None, guard)
+    for other in (worker(b"ns", 0, b"a" * 32, 4_000, 500, 30), worker(b"ns", 0, b"b", 5_000, 500, 30)):
+        assert await store.delete_worker(other, guard) is False  # not what is stored: nothing changes
+    assert await store.delete_worker(worker(b"ns", 1), guard) is False  # no such record
+    assert await store.load_workers(b"ns") == [held]
+    assert await store.retired_worker_floor() == 0
+    assert await store.delete_worker(held, guard) is True
+    assert await store.load_workers(b"ns") == []
+    assert await store.retired_worker_floor() == 500  # the floor outlives its record
+    assert await store.delete_worker(held, guard) is False  # gone already
+    lower = worker(b"other", 7, b"", 1, 300)
+    assert await store.save_worker(lower, None, guard)
+    assert await store.delete_worker(lower, guard)
+    assert await store.retired_worker_floor() == 500  # never lowered
+    higher = worker(b"ns", 0, b"c", 1, 10**13)
+    assert await store.save_worker(higher, None, guard)
+    assert await store.delete_worker(higher, guard)
+    fresh = await subject.reopen()
+    assert await fresh.retired_worker_floor() == 10**13
+    assert await fresh.load_workers(b"ns") == []
+    assert await fresh.count() == 0
+
+
+async def test_concurrent_deletes_one_wins_and_the_highest_floor_is_kept(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    held = worker(b"ns", 3, b"t", 1, 40)
+    assert await store.save_worker(held, None, guard)
+    results = await asyncio.gather(*(store.delete_worker(held, guard) for _ in range(5)))
+    assert sorted(results) == [False] * 4 + [True]
+    many = [worker(b"ns", i, b"t%d" % i, 1, 1_000 + i) for i in range(20)]
+    for record in many:
+        assert await store.save_worker(record, None, guard)
+    random.Random(7).shuffle(many)  # each raises the retired floor the others compare: they read it again
+    assert await asyncio.gather(*(store.delete_worker(r, guard) for r in many)) == [True] * 20
+    assert await store.retired_worker_floor() == 1_019
+    assert await store.load_workers(b"ns") == []
+
+
+async def test_delete_worker_needs_the_guard(subject: Subject) -> None:
+    subject.needs_guard()
+    store, guard = subject.store, subject.guard
+    held = worker(b"ns", 0, floor=77)
+    assert await store.save_worker(held, None, guard)
+    for wrong in subject.wrong_guards():
+        with pytest.raises(GuardFailed):
+            await store.delete_worker(held, wrong)
+    await subject.end_term()
+    new = await subject.new_term()
+    with pytest.raises(GuardFailed):  # a deposed primary can never delete a record
+        await store.delete_worker(held, guard)
+    assert await store.load_workers(b"ns") == [held]
+    assert await store.retired_worker_floor() == 0
+    assert await store.delete_worker(held, new)
+    assert await store.retired_worker_floor() == 77
+
+
+async def test_worker_namespaces_page_through_each_namespace_once(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    assert await store.worker_namespaces() == []
+    names = [b"a", b"a/b", b"a/0001", b"a\x00", b"ab", b"\xff", b"b" * 300, b"z"]
+    ids = {ns: (0, 5, 1023) if n % 2 else tuple(range(70)) for n, ns in enumerate(names)}  # some span pages
+    for ns, held in ids.items():
+        for i in held:
+            assert await store.save_worker(worker(ns, i), None, guard)
+    await store.save_user("u", "on")  # other records are never namespaces
+    assert await store.create(rec(b"seq", 10), guard)
+    for limit in (1, 2, 3, 100):
+        assert sorted(await every_namespace(store, limit)) == sorted(names), f"limit {limit}"  # each once
+    for i in ids[b"a/b"]:
+        assert await store.delete_worker(worker(b"a/b", i), guard)
+    assert sorted(await every_namespace(store, 100)) == sorted(n for n in names if n != b"a/b")
+
+
+async def every_namespace(store: Store, limit: int) -> list[bytes]:
+    """Page through ``worker_namespaces`` (a page may be short; [] is the end)."""
+    seen: list[bytes] = []
+    after: bytes | None = None
+    for _ in range(1000):
+        page = await store.worker_namespaces(after, limit)
+        assert len(page) <= limit
+        if not page:
+            return seen
+        seen += page
+        after = page[-1]
+    raise AssertionError("worker_namespaces never ended")

@@ -13,7 +13,8 @@ How it stays unique without asking the server per ID:
   server confirmed. So even a holder that was paused past its lease cannot overlap the next one.
 - It stops (raises `WorkerLost`) once its own deadline passes: the monotonic SEND time of the last
   successful renew plus the TTL, minus a safety margin, which is before the server's expiry (the
-  server counts from when it received the renew). A renew that then succeeds lets it go on (the
+  server counts on its monotonic clock from when it began writing the renew, or from its own
+  start after a failover or restart: never earlier than our send). A renew that then succeeds lets it go on (the
   token still held means nobody took the id); a refused token ends it for good.
 - Within one generator IDs strictly increase even when the wall clock goes back: the time used is
   max(last time, wall clock); when the 4096 sequence values of a millisecond run out it moves to the
