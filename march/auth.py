@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -49,6 +50,7 @@ CATEGORIES = (
     "geo", "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous", "connection",
     "transaction", "scripting", "create", "floor", "worker",
 )  # fmt: skip
+_GONE_KEPT = 4096  # deletions remembered until the watch passes them: a late write-back of one is refused
 LOG_SIZE = 128  # ACL LOG entries kept (Redis' acllog-max-len default)
 LOG_GROUP_SECONDS = 60  # a repeat of the same denial within this long counts in the same entry
 
@@ -326,18 +328,35 @@ def split_rules(text: str) -> list[str]:
 
 
 class Users:
-    """Every user by name; ``default`` always exists."""
+    """Every user by name; ``default`` always exists.
+
+    Each installed user carries the store revision of the record it was built from (0: the
+    built-in ``default``). ``take`` installs a record only if it is newer than what is known of
+    that name, so records arriving out of order (a command's own write and the watch that
+    reports it, a reload read page by page) never put an older state back. ``watched`` is how
+    far the watch has delivered: every change at or below it is already here. A deletion is
+    remembered (``_gone``, bounded) until the watch has passed it.
+    """
 
     def __init__(self, table: dict[str, CommandSpec], loaded: bool = True) -> None:
         self.table = table
         self.users: dict[str, User] = {}
+        self.revisions: dict[str, int] = {}  # name -> revision of the stored record installed
+        self._gone: OrderedDict[str, int] = OrderedDict()  # name -> revision of its deletion, newest last
+        self.watched = 0
+        self._names: list[str] | None = None  # sorted names (ACL LIST, USERS), rebuilt after a name comes or goes
         self.loaded = loaded  # False until read from the store (a cluster node that started before etcd)
         self.reset_default()
 
     def reset_default(self) -> None:
         user = self.users.get(DEFAULT) or User(DEFAULT)
         user.apply(["reset", *DEFAULT_RULES.split()], self.table)
-        self.users[DEFAULT] = user
+        self._put(user)
+
+    def _put(self, user: User) -> None:
+        if user.name not in self.users:
+            self._names = None
+        self.users[user.name] = user
 
     def get(self, name: str) -> User | None:
         return self.users.get(name)
@@ -346,23 +365,64 @@ class Users:
     def default(self) -> User:
         return self.users[DEFAULT]
 
-    def preview(self, name: str, rules: Iterable[str]) -> User:
-        """The user ``name`` would be after ``rules`` (ACL SETUSER), not installed; CommandError if invalid."""
-        base = self.users.get(name)
-        user = base.copy() if base is not None else User(name)
-        user.apply(rules, self.table)
+    def build(self, name: str, rules: str | None) -> User:
+        """A user as stored (``rules``), or as a user that is not stored starts: nothing for a new
+        one, the built-in rules for ``default``. Not installed; CommandError if unreadable."""
+        user = User(name)
+        if rules is not None:
+            user.apply(["reset", *split_rules(rules)], self.table)
+        elif name == DEFAULT:
+            user.apply(DEFAULT_RULES.split(), self.table)
         return user
 
     def check(self, described: dict[str, str]) -> None:
         """Raise CommandError if any of ``described`` (name -> rules) is invalid."""
         for name, rules in described.items():
-            User(name).apply(["reset", *split_rules(rules)], self.table)
+            self.build(name, rules)
+
+    def known(self, name: str) -> int:
+        """The newest revision of ``name`` applied here (or passed by the watch)."""
+        return max(self.revisions.get(name, 0), self._gone.get(name, 0), self.watched)
+
+    def take(self, name: str, rules: str | None, revision: int) -> tuple[bool, User | None]:
+        """Install the stored record of ``name`` (``rules`` None: deleted) if it is newer than what
+        is known here. Returns (changed here, the user removed). Updated in place: connections
+        see the change at once. A record this version cannot read is skipped (the user keeps what
+        it had)."""
+        if revision <= self.known(name):
+            return False, None
+        if rules is None:
+            self._gone[name] = revision
+            self._gone.move_to_end(name)
+            while len(self._gone) > _GONE_KEPT:
+                self._gone.popitem(last=False)
+            self.revisions.pop(name, None)
+            return True, self.remove(name)
+        self._gone.pop(name, None)
+        self.revisions[name] = revision
+        try:
+            self.install(name, rules)
+        except CommandError:
+            return False, None
+        return True, None
+
+    def advance(self, revision: int) -> None:
+        """The watch has delivered every change up to ``revision``."""
+        if revision > self.watched:
+            self.watched = revision
+            while self._gone and next(iter(self._gone.values())) <= revision:
+                self._gone.popitem(last=False)
+
+    def missing(self, stored: set[str], revision: int) -> list[str]:
+        """Users here that a read of the store at ``revision`` did not find, and that changed here
+        at or before it: deleted in the store meanwhile (a reload removes them)."""
+        return [n for n in self.users if n not in stored and self.revisions.get(n, 0) <= revision]
 
     def install(self, name: str, rules: str) -> User:
         """Make user ``name`` exactly ``rules`` (updated in place: its connections see it at once)."""
         user = self.users.get(name) or User(name)
         user.apply(["reset", *split_rules(rules)], self.table)
-        self.users[name] = user
+        self._put(user)
         return user
 
     def remove(self, name: str) -> User | None:
@@ -370,11 +430,14 @@ class Users:
         if name == DEFAULT:
             self.reset_default()
             return None
-        return self.users.pop(name, None)
+        gone = self.users.pop(name, None)
+        if gone is not None:
+            self._names = None
+        return gone
 
     def replace(self, described: dict[str, str]) -> list[User]:
-        """Make the users exactly ``described`` (name -> rules: the store's view); the users removed.
-        A record this version cannot read is skipped (the user keeps what it had)."""
+        """Make the users exactly ``described`` (name -> rules), all at once (tests and tools; a
+        server installs the store's records one by one with ``take``); the users removed."""
         self.loaded = True
         removed = [u for n in list(self.users) if n not in described and (u := self.remove(n)) is not None]
         if DEFAULT not in described:
@@ -392,8 +455,17 @@ class Users:
             return None
         return user
 
+    def names(self) -> list[str]:
+        """Every user name, sorted (kept between changes: listing 10,000 users sorts once)."""
+        if self._names is None:
+            self._names = sorted(self.users)
+        return self._names
+
     def __iter__(self) -> Iterator[User]:
-        return iter(sorted(self.users.values(), key=lambda u: u.name))
+        return (self.users[n] for n in list(self.names()) if n in self.users)
+
+    def __len__(self) -> int:
+        return len(self.users)
 
 
 # --- the ACL file --------------------------------------------------------------------------------

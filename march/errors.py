@@ -104,6 +104,8 @@ ACL_GENPASS_BITS = (
     "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
 )
 ACL_SELECTORS = "ERR ACL selectors are not supported by March: grant keys and commands on the user itself"
+# (March's own) a read-modify-write of one user lost its race too many times in a row: nothing was written
+ACL_CHANGING = "TRYAGAIN user '{}' kept changing while this command applied to it; nothing was changed, try again"
 
 # --- transactions ------------------------------------------------------------------------------
 MULTI_NESTED = "ERR MULTI calls can not be nested"
