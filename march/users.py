@@ -68,6 +68,7 @@ class SharedUsers:
         # connections and lets clients waiting for ``default`` in. Not called for other changes.
         self.changed: Callable[[list[User]], None] = lambda _: None
         self._task: asyncio.Task[None] | None = None
+        self._warned = False  # the requirepass warning is logged once, not at every reload
 
     # --- life -----------------------------------------------------------------------------------
 
@@ -152,7 +153,8 @@ class SharedUsers:
             accepted = self.users.build(DEFAULT, stored.rules).check_password(password.encode())
         except CommandError:
             accepted = False
-        if not accepted:
+        if not accepted and not self._warned:
+            self._warned = True
             log.warning(
                 "requirepass differs from the stored default user's password: the stored one holds "
                 "(change it with ACL SETUSER default or CONFIG SET requirepass)"
