@@ -44,11 +44,13 @@ if TYPE_CHECKING:
 
 DEFAULT = "default"
 DEFAULT_RULES = "on nopass ~* &* +@all"  # the default user before any password: everything, as in Redis
-# The categories ACL CAT lists: Redis' own (clients expect them) and March's own three.
+# The categories ACL CAT lists: Redis' own (clients expect them) and March's own: create, floor,
+# worker, seqadmin (a sequence's settings: SEQ.ALTER) and app (what client libraries send besides
+# the data commands: handshake, MULTI/EXEC, CLUSTER topology, COMMAND; see the README).
 CATEGORIES = (
     "keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap", "hyperloglog",
     "geo", "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous", "connection",
-    "transaction", "scripting", "create", "floor", "worker",
+    "transaction", "scripting", "create", "floor", "worker", "seqadmin", "app",
 )  # fmt: skip
 _GONE_KEPT = 4096  # deletions remembered until the watch passes them: a late write-back of one is refused
 LOG_SIZE = 128  # ACL LOG entries kept (Redis' acllog-max-len default)

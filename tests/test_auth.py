@@ -121,6 +121,48 @@ def test_march_categories_split_drawing_creating_and_raising_floors() -> None:
         assert denied(app, *cmd) is not None, cmd
 
 
+def granted(u: User) -> set[str]:
+    """Every command and subcommand ``u`` may run (``cmd`` or ``cmd|sub``)."""
+    out = set()
+    for name, spec in REGISTRY.items():
+        if spec.subcommands:
+            out |= {f"{name}|{sub}" for sub, _, _ in spec.subcommands if u.may_run(name, sub)}
+        elif u.may_run(name):
+            out.add(name)
+    return out
+
+
+def test_read_write_grants_drawing_and_reading_nothing_more() -> None:
+    # Every command in the registry, checked: refused commands (an error whatever the grant) and
+    # WORKER.* (a category of their own) aside, +@read +@write is exactly this.
+    app = granted(user("+@read", "+@write"))
+    ours = {c for c in app if REGISTRY[c.split("|")[0]].group != "refused" and not c.startswith("worker.")}
+    assert ours == {
+        "incr", "incrby",  # draw IDs
+        "get", "mget", "exists", "type", "ttl", "pttl", "keys", "scan", "dbsize",  # read
+        "seq.info", "seq.decode", "seq.list",
+    }  # fmt: skip
+    assert "seq.alter" not in app and "seq.create" not in app and "set" not in app
+
+
+def test_the_app_category_is_what_client_libraries_send() -> None:
+    assert granted(user("+@app")) == {
+        "ping", "echo", "select", "hello", "auth", "quit", "reset",  # handshake
+        "client|id", "client|setname", "client|getname", "client|setinfo", "client|info", "client|no-touch",
+        "multi", "exec", "discard", "watch", "unwatch",  # redis-py transaction=True, ioredis multi()
+        "cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "cluster|myid", "cluster|keyslot",
+        "command|count", "command|info", "command|docs", "command|list", "command|getkeys",  # RedisCluster
+        "readonly", "readwrite", "asking",
+    }  # fmt: skip
+
+
+def test_seq_alter_is_seqadmin() -> None:
+    ops = user("+@seqadmin", "~*")
+    assert denied(ops, "SEQ.ALTER", "k", "MINBATCH", "5") is None
+    assert denied(user("+@all", "-@seqadmin", "~*"), "SEQ.ALTER", "k", "MINBATCH", "5") == ("command", "seq.alter")
+    assert granted(ops) == {"seq.alter"}
+
+
 def test_key_patterns_read_and_write() -> None:
     u = user("+@all", "~orders:*", "%R~stats:*", "%W~sink:*")
     assert denied(u, "INCR", "orders:eu") is None and denied(u, "GET", "orders:eu") is None

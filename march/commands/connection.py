@@ -31,7 +31,7 @@ _FREE_FAILURES = 3  # failed AUTHs on one connection answered at once; after tha
 _FIRST_DELAY = 0.05  # seconds, doubling with each further failure...
 _MAX_DELAY = 2.0  # ...up to this: a guessing client gets a handful of tries per second, at most
 
-_CONN = ("@fast", "@connection")
+_CONN = ("@fast", "@connection", "@app")
 # Commands a client may send before it has authenticated.
 _handshake = partial(
     command,
@@ -183,7 +183,7 @@ _CLIENT_SUBS = (
     "client",
     -2,
     ("noscript", "loading", "stale"),
-    ("@slow", "@connection"),
+    ("@slow", "@connection", "@app"),
     summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
     group="connection",
     subcommands=_CLIENT_SUBS,

@@ -91,7 +91,7 @@ def _docs(spec: CommandSpec) -> dict[bytes, Any]:
     "command",
     -1,
     ("loading", "stale"),
-    ("@slow", "@connection"),
+    ("@slow", "@connection", "@app"),
     summary="The command table: COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS cmd args...].",
     group="server",
     subcommands=(
