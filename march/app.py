@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from . import log as march_log
-from .auth import AclLog
+from .auth import AclLog, AuthThrottle
 from .config import OPTIONS, Config
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
 from .metrics import NodeMetrics
@@ -109,6 +109,7 @@ class App:
         self.keyspace = node.group.keyspace
         self.users = node.users
         self.acl_log = AclLog()
+        self.auth_throttle = AuthThrottle()  # failed AUTHs per address and per user, across connections
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
         self.ops_rate = OpsRate(lambda: self.stats.commands)

@@ -31,7 +31,7 @@ import hashlib
 import hmac
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -468,6 +468,110 @@ class Users:
 
     def __len__(self) -> int:
         return len(self.users)
+
+
+# --- AUTH throttling ------------------------------------------------------------------------------
+
+THROTTLE_FREE = 3  # failures of one address or user answered at once; after that, attempts are spaced...
+THROTTLE_FIRST = 0.05  # ...this many seconds apart, doubling with each further failure...
+THROTTLE_MAX = 2.0  # ...up to this: one address, or one user from anywhere, gets at most a guess every 2 s
+THROTTLE_QUEUE = 4.0  # an attempt that would wait longer than this (others are queued before it) is refused
+THROTTLE_FORGET = 60.0  # seconds without a failure after which an address or user starts afresh
+THROTTLE_ENTRIES = 10_000  # records per table (addresses, users, known pairs): the oldest go first
+
+
+def _spacing(failures: int) -> float:
+    """Seconds between two checked attempts of an address or user with this many failures."""
+    return min(THROTTLE_MAX, THROTTLE_FIRST * 2 ** (failures - THROTTLE_FREE))
+
+
+@dataclass
+class _Tries:
+    failures: int = 0
+    pending: int = 0  # attempts admitted and not yet checked (counted as failures when spacing the next)
+    last: float = 0.0  # when this address or user last tried
+    next_at: float = 0.0  # the earliest time its next attempt is checked
+
+
+class AuthThrottle:
+    """Failed AUTHs counted per source address and per user, across connections, so that opening
+    connection after connection gains no guesses. After ``THROTTLE_FREE`` failures of an address
+    (or of a user, from anywhere) its attempts are checked one at a time, ``THROTTLE_FIRST``
+    seconds apart doubling with each failure to ``THROTTLE_MAX``; attempts made at once queue
+    (each counted as if the ones before it failed), and one whose turn is further than
+    ``THROTTLE_QUEUE`` away is refused without being checked. So one address, or one user, gets at
+    most one guess every ``THROTTLE_MAX`` seconds however many connections it opens.
+
+    Another tenant guessing a user's password would slow that user's own logins too: an
+    (address, user) pair that has authenticated before is not held back by that user's failures
+    from elsewhere (only by its own address's). A success clears its address's failures. Every
+    table is bounded (``THROTTLE_ENTRIES``, the least recently touched go first): a flood of
+    addresses or user names costs bounded memory. ``clock`` is monotonic seconds (injected).
+
+    Each ``admit`` that returns a wait is followed by ``failed``, ``succeeded`` or (the connection
+    went away before its turn) ``abandoned``.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, entries: int = THROTTLE_ENTRIES) -> None:
+        self.clock = clock
+        self.entries = entries
+        self._addrs: OrderedDict[str, _Tries] = OrderedDict()
+        self._users: OrderedDict[str, _Tries] = OrderedDict()
+        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def _get(self, table: OrderedDict[str, _Tries], key: str, now: float) -> _Tries:
+        tries = table.get(key)
+        if tries is None or (now - tries.last > THROTTLE_FORGET and tries.next_at <= now):
+            tries = table[key] = _Tries(last=now)
+        table.move_to_end(key)
+        while len(table) > self.entries:
+            table.popitem(last=False)
+        return tries
+
+    def _records(self, addr: str, user: str, now: float) -> list[_Tries]:
+        records = [self._get(self._addrs, addr, now)]
+        if (addr, user) not in self._known:
+            records.append(self._get(self._users, user, now))
+        return records
+
+    def admit(self, addr: str, user: str) -> float | None:
+        """Seconds until this attempt may be checked (0: now), its turn taken; None: refused (too many before it)."""
+        now = self.clock()
+        records = self._records(addr, user, now)
+        turn = max([now, *(r.next_at for r in records if r.failures + r.pending >= THROTTLE_FREE)])
+        if turn - now > THROTTLE_QUEUE:
+            return None
+        for r in records:
+            tried = r.failures + r.pending + 1  # as if this one fails too
+            if tried >= THROTTLE_FREE:
+                r.next_at = max(r.next_at, turn + _spacing(tried))
+            r.pending += 1
+            r.last = now
+        return turn - now
+
+    def failed(self, addr: str, user: str) -> None:
+        now = self.clock()
+        for r in self._records(addr, user, now):
+            r.pending = max(0, r.pending - 1)
+            r.failures += 1
+            r.last = now
+            if r.failures >= THROTTLE_FREE:
+                r.next_at = max(r.next_at, now + _spacing(r.failures))
+
+    def abandoned(self, addr: str, user: str) -> None:
+        for r in self._records(addr, user, self.clock()):
+            r.pending = max(0, r.pending - 1)
+
+    def succeeded(self, addr: str, user: str) -> None:
+        self.abandoned(addr, user)
+        self._addrs.pop(addr, None)
+        self._known[(addr, user)] = None
+        self._known.move_to_end((addr, user))
+        while len(self._known) > self.entries:
+            self._known.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._addrs) + len(self._users) + len(self._known)
 
 
 # --- the ACL file --------------------------------------------------------------------------------

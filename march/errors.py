@@ -35,6 +35,7 @@ TIMEOUT_NOT_INTEGER = "ERR timeout is not an integer or out of range"
 HELLO_PROTOVER = "ERR Protocol version is not an integer or out of range"
 HELLO_OPTION = "ERR Syntax error in HELLO option '{}'"
 CLIENT_NAME = "ERR Client names cannot contain spaces, newlines or special characters."
+CLIENT_NAME_TOO_LONG = "ERR Client names are at most {} bytes"  # (March's own: Redis has no limit)
 CLIENT_INFO_VALUE = "ERR {} cannot contain spaces, newlines or special characters."
 CLIENT_OPTION = "ERR Unrecognized option '{}'"
 NO_SUCH_CLIENT = "ERR No such client"
@@ -60,6 +61,10 @@ PROTO_TOO_BIG_BULK_COUNT = "too big bulk count string"
 # --- authentication ----------------------------------------------------------------------------
 NOAUTH = "NOAUTH Authentication required."
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+# (March's own) an AUTH refused unchecked: too many failures from this address or for this user just now
+AUTH_THROTTLED = (
+    "WRONGPASS too many failed AUTH attempts from this address or for this user; try again in a few seconds"
+)
 AUTH_NOT_CONFIGURED = (
     "ERR AUTH <password> called without any password configured for the default user. "
     "Are you sure your configuration is correct?"

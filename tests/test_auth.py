@@ -17,6 +17,7 @@ from march.auth import (
     DEFAULT,
     LOG_SIZE,
     AclLog,
+    AuthThrottle,
     User,
     Users,
     format_acl_file,
@@ -282,3 +283,82 @@ def test_subcommands_with_their_own_categories() -> None:
     admin = user("+@admin", "~*")
     assert denied(admin, "CLIENT", "KILL", "ID", "1") is None and denied(admin, "ACL", "LIST") is None
     assert denied(admin, "CLIENT", "ID") == ("command", "client|id")
+
+
+# --- AUTH throttling ------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def guess(t: AuthThrottle, clock: Clock, addr: str, user: str) -> float | None:
+    """One failed attempt: the wait it was given (None: refused unchecked); the clock moves to its turn."""
+    wait = t.admit(addr, user)
+    if wait is not None:
+        clock.now += wait
+        t.failed(addr, user)
+        wait = round(wait, 6)
+    return wait
+
+
+def test_failures_space_attempts_per_address_across_connections() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    waits = [guess(t, clock, "10.0.0.1", f"user{i}") for i in range(9)]  # any user: the address counts
+    assert waits == [0, 0, 0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6]
+    assert guess(t, clock, "10.0.0.1", "x") == 2.0  # at most one guess every 2 s, from then on
+    assert guess(t, clock, "10.0.0.2", "y") == 0  # another address is not held back
+
+
+def test_concurrent_attempts_queue_and_the_queue_is_bounded() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    for _ in range(12):
+        guess(t, clock, "10.0.0.1", "u")
+    turns = [t.admit("10.0.0.1", "u") for _ in range(4)]  # four connections at the same moment
+    assert [rounded(w) for w in turns] == [2.0, 4.0, None, None]  # one per spacing; past THROTTLE_QUEUE: refused
+    # A burst from nothing (twenty connections at once): each attempt counted as if those before it failed.
+    fresh = AuthThrottle(clock)
+    burst = [rounded(fresh.admit("10.0.0.5", "u")) for _ in range(20)]
+    assert burst == [0, 0, 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15] + [None] * 11
+
+
+def rounded(wait: float | None) -> float | None:
+    return None if wait is None else round(wait, 6)
+
+
+def test_one_user_guessed_from_many_addresses_is_throttled_but_its_known_address_is_not() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    t.succeeded("10.0.0.9", "app")  # the application logged in from here before
+    waits = [guess(t, clock, f"192.0.2.{i}", "app") for i in range(8)]  # a new address each time
+    assert waits == [0, 0, 0, 0.05, 0.1, 0.2, 0.4, 0.8]
+    assert t.admit("10.0.0.9", "app") == 0  # the application's own address: not held back by them
+    assert t.admit("10.0.0.8", "app") is not None and t.admit("10.0.0.8", "app") > 0  # a new one is
+
+
+def test_failures_are_forgotten_and_a_success_clears_its_address() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    for _ in range(6):
+        guess(t, clock, "10.0.0.1", "u")
+    clock.now += 61  # THROTTLE_FORGET
+    assert guess(t, clock, "10.0.0.1", "u") == 0
+    for _ in range(6):
+        guess(t, clock, "10.0.0.1", "v")
+    t.succeeded("10.0.0.1", "w")
+    assert t.admit("10.0.0.1", "z") == 0
+
+
+def test_the_tables_stay_bounded_under_a_flood() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock, entries=1000)
+    for i in range(20_000):
+        guess(t, clock, f"addr{i}", f"user{i}")
+        t.succeeded(f"addr{i}", f"other{i}")
+    assert len(t) <= 3 * 1000
