@@ -482,7 +482,7 @@ THROTTLE_ENTRIES = 10_000  # records per table (addresses, users, known pairs): 
 
 def _spacing(failures: int) -> float:
     """Seconds between two checked attempts of an address or user with this many failures."""
-    return min(THROTTLE_MAX, THROTTLE_FIRST * 2 ** (failures - THROTTLE_FREE))
+    return min(THROTTLE_MAX, THROTTLE_FIRST * 2.0 ** (failures - THROTTLE_FREE))
 
 
 @dataclass
