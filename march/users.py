@@ -106,10 +106,18 @@ class SharedUsers:
 
     async def _load(self) -> None:
         snapshot = await self.store.load_users()
-        if not snapshot.records and self.config.aclfile:
+        seeding = not snapshot.records
+        if seeding and self.config.aclfile:
             seeded = await self._seed(self._read_aclfile())
             snapshot = UserRecords(seeded, snapshot.revision)
         await self._seed_default(snapshot)
+        if seeding and all(r.name != DEFAULT for r in snapshot.records):
+            # Another node seeded at the same moment and its default was written after our read: take
+            # it now, not when the watch brings it (meanwhile default would have its built-in rules,
+            # no password).
+            stored = await self.store.load_user(DEFAULT)
+            if stored is not None:
+                snapshot.records.append(stored)
         await self._install(snapshot)
 
     def _read_aclfile(self) -> dict[str, str]:
@@ -148,7 +156,11 @@ class SharedUsers:
             revision = await self.store.save_user(DEFAULT, rules.describe(), 0)
             if revision is not None:
                 snapshot.records.append(UserRecord(DEFAULT, rules.describe(), revision))
-            return
+                return
+            stored = await self.store.load_user(DEFAULT)  # another node stored one meanwhile: that one holds
+            if stored is None:
+                return
+            snapshot.records.append(stored)
         try:
             accepted = self.users.build(DEFAULT, stored.rules).check_password(password.encode())
         except CommandError:

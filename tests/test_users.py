@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from support.aio import finish, until
@@ -128,3 +129,34 @@ async def test_acl_list_of_many_users_is_sliced() -> None:
     await finish(probe)
     assert len(lines) == 5001 and lines[0].startswith(b"user default ")
     assert turns >= 5000 // LIST_SLICE - 1
+
+
+async def test_a_node_seeding_requirepass_while_another_does_never_leaves_default_open(etcd: FakeEtcd) -> None:
+    clients: dict[str, Any] = {}
+
+    def client(purpose: str) -> Any:
+        clients[purpose] = etcd.client(f"n-{purpose}")
+        return clients[purpose]
+
+    n = Node(
+        Config(etcd="fake:2379", etcd_prefix=PREFIX, node_id="n", requirepass="mine"), clock=etcd.clock, etcd=client
+    )
+    data = clients["data"]
+    read = data.range
+    theirs = f"on #{hash_password(b'theirs')} ~* resetchannels +@all"
+
+    async def racing(get: Any, timeout: float | None = None) -> Any:
+        found = await read(get, timeout)
+        if get.key == KEYS.users:  # another node seeds its default right after this node's read
+            await etcd.client("other").put(KEYS.user("default"), theirs.encode())
+        return found
+
+    data.range = racing
+    seen: list[tuple[bool, bool]] = []  # (nopass, takes "theirs") when the node first knows its users
+    n.shared_users.changed = lambda _: seen.append((n.users.default.nopass, n.users.default.check_password(b"theirs")))
+    try:
+        await finish(n.open())
+        await until(lambda: n.users.loaded, "the users")
+        assert seen[0] == (False, True), "default was open (or not the stored one) when the node let clients in"
+    finally:
+        await finish(n.stop(), 5.0)
