@@ -90,8 +90,8 @@ class SharedUsers:
     async def _follow(self) -> None:
         while True:
             try:
-                await self._load()
-                watch = self.store.watch_users()  # from right after what _load read: no change is missed
+                read = await self._load()
+                watch = self.store.watch_users(read)  # from right after what _load read: no change is missed
                 if watch is None:
                     return
                 try:
@@ -104,7 +104,8 @@ class SharedUsers:
                 log.debug("users: %s", exc)
             await self.clock.sleep(RETRY)
 
-    async def _load(self) -> None:
+    async def _load(self) -> int:
+        """Read (and seed) the users and install them; the revision they were read at."""
         snapshot = await self.store.load_users()
         seeding = not snapshot.records
         if seeding and self.config.aclfile:
@@ -119,6 +120,7 @@ class SharedUsers:
             if stored is not None:
                 snapshot.records.append(stored)
         await self._install(snapshot)
+        return snapshot.revision
 
     def _read_aclfile(self) -> dict[str, str]:
         path = self.config.aclfile

@@ -116,6 +116,8 @@ def auth(client: Client, args: list[bytes]) -> Any:
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
     if len(args) == 2:
+        if not client.app.users.loaded:  # (default is unknown yet, not password-less)
+            raise CommandError(errors.CLUSTERDOWN)
         if client.app.users.default.nopass:
             raise CommandError(errors.AUTH_NOT_CONFIGURED)
         return _authenticate(client, b"default", args[1])

@@ -34,7 +34,7 @@ suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and t
   revision is still ``expected`` and returns the new revision, or None when it changed meanwhile
   (nothing written: read again, apply again). ``load_users()`` reads every user (a page at a
   time) as ``UserRecords``: the records and a revision at or below which every change is in
-  them. ``watch_users()`` then yields the changes made after that revision, in revision order
+  them. ``watch_users(after)`` yields the changes made after revision ``after``, in revision order
   (each a ``UserRecord``; ``rules`` None for a deletion), until it breaks (StoreError); a store
   that only one server uses has nothing to watch (None).
 
@@ -216,8 +216,9 @@ class Store(abc.ABC):
         """Store user ``name`` as ``rules`` (None: delete it) iff its stored revision is ``expected``
         (0: it does not exist); the new revision, or None if it changed (nothing written)."""
 
-    def watch_users(self) -> AsyncIterator[list[UserRecord]] | None:
-        """The changes to the users after the last ``load_users``, in order (None: nothing else writes them)."""
+    def watch_users(self, after: int) -> AsyncIterator[list[UserRecord]] | None:
+        """The changes to the users after revision ``after`` (what ``load_users`` named), in order
+        (None: nothing else writes them)."""
         return None
 
     def describe(self) -> dict[str, Any]:

@@ -101,7 +101,6 @@ class EtcdStore(Store):
         # with a greater ceiling (an abandoned write that lands later is harmless).
         self.write_timeout = min(timeout, write_timeout)
         self._meta: dict[bytes, bytes] = {}  # key -> the JSON part of its value, written back unchanged
-        self._users_revision = 0  # the etcd revision of the last load_users
         size = self._size
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(
             self._load_batch, MAX_OPS, MAX_BYTES, lambda k: size(k, b"")
@@ -171,7 +170,6 @@ class EtcdStore(Store):
             if not page.more or not page.kvs:
                 break
             start = page.kvs[-1].key + b"\0"
-        self._users_revision = first  # a watch started later begins right after this read
         return UserRecords(records, first)
 
     async def load_user(self, name: str) -> UserRecord | None:
@@ -184,10 +182,10 @@ class EtcdStore(Store):
         reply = await self.etcd.txn([modified_at(key, expected)], [write], [], self.write_timeout)
         return reply.revision if reply.succeeded else None
 
-    async def watch_users(self) -> AsyncIterator[list[UserRecord]]:
-        """The changes to ``<prefix>/users/`` since the last ``load_users`` (none is missed in
-        between), each with its revision, until the watch breaks (StoreError)."""
-        start = self._users_revision + 1 if self._users_revision else 0
+    async def watch_users(self, after: int) -> AsyncIterator[list[UserRecord]]:
+        """The changes to ``<prefix>/users/`` after revision ``after`` (what ``load_users`` named:
+        none is missed in between), each with its revision, until the watch breaks (StoreError)."""
+        start = after + 1 if after else 0
         async for events in self.etcd.watch_events(self.keys.users, prefix_end(self.keys.users), start):
             yield [self._user_record(e.key, e.value, e.revision) for e in events]
 

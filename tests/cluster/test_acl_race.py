@@ -38,6 +38,7 @@ pytestmark = pytest.mark.e2e
 ROUNDS = int(os.environ.get("MARCH_ACL_RACE_ROUNDS", "10"))
 WRONGPASS = RespError(errors.WRONGPASS)
 THROTTLED = RespError(errors.AUTH_THROTTLED)
+CLUSTERDOWN = RespError(errors.CLUSTERDOWN)
 
 
 @pytest.fixture
@@ -71,13 +72,14 @@ def getuser(conn: RespConn, name: str) -> dict[bytes, object] | None:
 
 def authenticates(node: ClusterNode, user: str, password: str, timeout: float = 30.0) -> bool:
     """One AUTH, checked: failed AUTHs are throttled per address (they all come from 127.0.0.1), so
-    an attempt refused unchecked is made again once its turn may have come."""
+    an attempt refused unchecked is made again once its turn may have come (and one made before
+    the node has read its users)."""
     replies: list[object] = []
 
     def checked() -> bool:
         with RespConn(node.port) as c:  # a fresh connection each time
             replies.append(c.call("AUTH", user, password))
-        return replies[-1] != THROTTLED
+        return replies[-1] not in (THROTTLED, CLUSTERDOWN)  # (CLUSTERDOWN: the node has not read its users yet)
 
     wait_until(checked, timeout, 0.5, f"a checked AUTH of {user} on {node.name}")
     assert replies[-1] in ("OK", WRONGPASS), replies[-1]
@@ -175,6 +177,8 @@ def test_a_new_default_password_holds_on_every_node_and_across_restarts(tmp_path
     c = MarchCluster(tmp_path / "march", etcd.endpoints, extra_args=["--requirepass", "old-pass"])
     try:
         c.start_nodes(c.nodes)  # (not start(): it finds the primary through INFO, which needs the password here)
+        for n in c.nodes:  # each has read (or seeded) the users
+            wait_until(lambda n=n: authenticates(n, "default", "old-pass"), 10, 0.01, f"old password on {n.name}")
         with RespConn(c.nodes[0].port) as adm:
             assert adm.call("AUTH", "old-pass") == "OK"
             assert adm.call("ACL", "SETUSER", "default", "resetpass", ">new-pass") == "OK"

@@ -723,7 +723,7 @@ async def test_watch_users_yields_each_later_change_with_its_revision(subject: S
     before = await store.save_user("a", "on", 0)
     assert before is not None
     read = await store.load_users()
-    watch = store.watch_users()
+    watch = store.watch_users(read.revision)
     if watch is None:
         assert subject.name in ("memory", "sqlite")  # one server per store: nothing else changes the users
         return
