@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from . import log as march_log
-from .auth import AclLog
+from .auth import AclLog, AuthThrottle
 from .config import OPTIONS, Config
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
 from .metrics import NodeMetrics
@@ -109,6 +109,7 @@ class App:
         self.keyspace = node.group.keyspace
         self.users = node.users
         self.acl_log = AclLog()
+        self.auth_throttle = AuthThrottle()  # failed AUTHs per address and per user, across connections
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
         self.ops_rate = OpsRate(lambda: self.stats.commands)
@@ -131,7 +132,7 @@ class App:
         state = node.group.state
         self.hot: Mapping[bytes, Hot] = hot if state.serving else {}
         state.subscribe(self._follow)
-        node.on_users_changed = self._users_changed
+        node.shared_users.changed = self._users_changed
 
     def _users_changed(self, removed: list[User]) -> None:
         """Deleted users' connections are closed, as in Redis; connections that were waiting for the
@@ -169,22 +170,13 @@ class App:
         old, self.config = self.config, new
         changed = {o.name for o in OPTIONS if getattr(old, o.name) != getattr(new, o.name)}
         self.config_changed |= changed
-        self.node.config = new  # the node re-applies requirepass whenever it reloads the users
+        self.node.config = self.node.shared_users.config = new  # (requirepass itself: stored by CONFIG SET)
         self.keyspace.reconfigure(new)
         if "max_clients" in changed:
             from .server import _clients_the_fd_limit_allows as fd_limited  # (server imports app)
 
             self.max_clients = fd_limited(new.max_clients)
-        if "requirepass" in changed:
-            self._set_default_password(new.requirepass)
         if changed & {"log_level", "log_format", "requirepass"}:  # (a new password is redacted from logs)
             march_log.apply(new)
         if "slowlog_max_len" in changed:  # a shorter SLOWLOG drops its oldest entries now
             self.slowlog.resize(new.slowlog_max_len)  # (slowlog_log_slower_than: read per request)
-
-    def _set_default_password(self, password: str) -> None:
-        """As Redis' ``CONFIG SET requirepass``: the default user's only password, or none ("")."""
-        from .commands.registry import REGISTRY  # (the commands import app)
-
-        self.users.default.apply(["resetpass", ">" + password] if password else ["resetpass", "nopass"], REGISTRY)
-        self._users_changed([])  # with no password now, connections waiting to authenticate get in

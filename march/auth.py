@@ -30,7 +30,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,12 +45,15 @@ if TYPE_CHECKING:
 
 DEFAULT = "default"
 DEFAULT_RULES = "on nopass ~* &* +@all"  # the default user before any password: everything, as in Redis
-# The categories ACL CAT lists: Redis' own (clients expect them) and March's own three.
+# The categories ACL CAT lists: Redis' own (clients expect them) and March's own: create, floor,
+# worker, seqadmin (a sequence's settings: SEQ.ALTER) and app (what client libraries send besides
+# the data commands: handshake, MULTI/EXEC, CLUSTER topology, COMMAND; see the README).
 CATEGORIES = (
     "keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap", "hyperloglog",
     "geo", "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous", "connection",
-    "transaction", "scripting", "create", "floor", "worker",
+    "transaction", "scripting", "create", "floor", "worker", "seqadmin", "app",
 )  # fmt: skip
+_GONE_KEPT = 4096  # deletions remembered until the watch passes them: a late write-back of one is refused
 LOG_SIZE = 128  # ACL LOG entries kept (Redis' acllog-max-len default)
 LOG_GROUP_SECONDS = 60  # a repeat of the same denial within this long counts in the same entry
 
@@ -327,18 +331,35 @@ def split_rules(text: str) -> list[str]:
 
 
 class Users:
-    """Every user by name; ``default`` always exists."""
+    """Every user by name; ``default`` always exists.
+
+    Each installed user carries the store revision of the record it was built from (0: the
+    built-in ``default``). ``take`` installs a record only if it is newer than what is known of
+    that name, so records arriving out of order (a command's own write and the watch that
+    reports it, a reload read page by page) never put an older state back. ``watched`` is how
+    far the watch has delivered: every change at or below it is already here. A deletion is
+    remembered (``_gone``, bounded) until the watch has passed it.
+    """
 
     def __init__(self, table: dict[str, CommandSpec], loaded: bool = True) -> None:
         self.table = table
         self.users: dict[str, User] = {}
+        self.revisions: dict[str, int] = {}  # name -> revision of the stored record installed
+        self._gone: OrderedDict[str, int] = OrderedDict()  # name -> revision of its deletion, newest last
+        self.watched = 0
+        self._names: list[str] | None = None  # sorted names (ACL LIST, USERS), rebuilt after a name comes or goes
         self.loaded = loaded  # False until read from the store (a cluster node that started before etcd)
         self.reset_default()
 
     def reset_default(self) -> None:
         user = self.users.get(DEFAULT) or User(DEFAULT)
         user.apply(["reset", *DEFAULT_RULES.split()], self.table)
-        self.users[DEFAULT] = user
+        self._put(user)
+
+    def _put(self, user: User) -> None:
+        if user.name not in self.users:
+            self._names = None
+        self.users[user.name] = user
 
     def get(self, name: str) -> User | None:
         return self.users.get(name)
@@ -347,23 +368,64 @@ class Users:
     def default(self) -> User:
         return self.users[DEFAULT]
 
-    def preview(self, name: str, rules: Iterable[str]) -> User:
-        """The user ``name`` would be after ``rules`` (ACL SETUSER), not installed; CommandError if invalid."""
-        base = self.users.get(name)
-        user = base.copy() if base is not None else User(name)
-        user.apply(rules, self.table)
+    def build(self, name: str, rules: str | None) -> User:
+        """A user as stored (``rules``), or as a user that is not stored starts: nothing for a new
+        one, the built-in rules for ``default``. Not installed; CommandError if unreadable."""
+        user = User(name)
+        if rules is not None:
+            user.apply(["reset", *split_rules(rules)], self.table)
+        elif name == DEFAULT:
+            user.apply(DEFAULT_RULES.split(), self.table)
         return user
 
     def check(self, described: dict[str, str]) -> None:
         """Raise CommandError if any of ``described`` (name -> rules) is invalid."""
         for name, rules in described.items():
-            User(name).apply(["reset", *split_rules(rules)], self.table)
+            self.build(name, rules)
+
+    def known(self, name: str) -> int:
+        """The newest revision of ``name`` applied here (or passed by the watch)."""
+        return max(self.revisions.get(name, 0), self._gone.get(name, 0), self.watched)
+
+    def take(self, name: str, rules: str | None, revision: int) -> tuple[bool, User | None]:
+        """Install the stored record of ``name`` (``rules`` None: deleted) if it is newer than what
+        is known here. Returns (changed here, the user removed). Updated in place: connections
+        see the change at once. A record this version cannot read is skipped (the user keeps what
+        it had)."""
+        if revision <= self.known(name):
+            return False, None
+        if rules is None:
+            self._gone[name] = revision
+            self._gone.move_to_end(name)
+            while len(self._gone) > _GONE_KEPT:
+                self._gone.popitem(last=False)
+            self.revisions.pop(name, None)
+            return True, self.remove(name)
+        self._gone.pop(name, None)
+        self.revisions[name] = revision
+        try:
+            self.install(name, rules)
+        except CommandError:
+            return False, None
+        return True, None
+
+    def advance(self, revision: int) -> None:
+        """The watch has delivered every change up to ``revision``."""
+        if revision > self.watched:
+            self.watched = revision
+            while self._gone and next(iter(self._gone.values())) <= revision:
+                self._gone.popitem(last=False)
+
+    def missing(self, stored: set[str], revision: int) -> list[str]:
+        """Users here that a read of the store at ``revision`` did not find, and that changed here
+        at or before it: deleted in the store meanwhile (a reload removes them)."""
+        return [n for n in self.users if n not in stored and self.revisions.get(n, 0) <= revision]
 
     def install(self, name: str, rules: str) -> User:
         """Make user ``name`` exactly ``rules`` (updated in place: its connections see it at once)."""
         user = self.users.get(name) or User(name)
         user.apply(["reset", *split_rules(rules)], self.table)
-        self.users[name] = user
+        self._put(user)
         return user
 
     def remove(self, name: str) -> User | None:
@@ -371,11 +433,14 @@ class Users:
         if name == DEFAULT:
             self.reset_default()
             return None
-        return self.users.pop(name, None)
+        gone = self.users.pop(name, None)
+        if gone is not None:
+            self._names = None
+        return gone
 
     def replace(self, described: dict[str, str]) -> list[User]:
-        """Make the users exactly ``described`` (name -> rules: the store's view); the users removed.
-        A record this version cannot read is skipped (the user keeps what it had)."""
+        """Make the users exactly ``described`` (name -> rules), all at once (tests and tools; a
+        server installs the store's records one by one with ``take``); the users removed."""
         self.loaded = True
         removed = [u for n in list(self.users) if n not in described and (u := self.remove(n)) is not None]
         if DEFAULT not in described:
@@ -393,8 +458,121 @@ class Users:
             return None
         return user
 
+    def names(self) -> list[str]:
+        """Every user name, sorted (kept between changes: listing 10,000 users sorts once)."""
+        if self._names is None:
+            self._names = sorted(self.users)
+        return self._names
+
     def __iter__(self) -> Iterator[User]:
-        return iter(sorted(self.users.values(), key=lambda u: u.name))
+        return (self.users[n] for n in list(self.names()) if n in self.users)
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+
+# --- AUTH throttling ------------------------------------------------------------------------------
+
+THROTTLE_FREE = 3  # failures of one address or user answered at once; after that, attempts are spaced...
+THROTTLE_FIRST = 0.05  # ...this many seconds apart, doubling with each further failure...
+THROTTLE_MAX = 2.0  # ...up to this: one address, or one user from anywhere, gets at most a guess every 2 s
+THROTTLE_QUEUE = 4.0  # an attempt that would wait longer than this (others are queued before it) is refused
+THROTTLE_FORGET = 60.0  # seconds without a failure after which an address or user starts afresh
+THROTTLE_ENTRIES = 10_000  # records per table (addresses, users, known pairs): the oldest go first
+
+
+def _spacing(failures: int) -> float:
+    """Seconds between two checked attempts of an address or user with this many failures."""
+    return min(THROTTLE_MAX, THROTTLE_FIRST * 2.0 ** (failures - THROTTLE_FREE))
+
+
+@dataclass
+class _Tries:
+    failures: int = 0
+    pending: int = 0  # attempts admitted and not yet checked (counted as failures when spacing the next)
+    last: float = 0.0  # when this address or user last tried
+    next_at: float = 0.0  # the earliest time its next attempt is checked
+
+
+class AuthThrottle:
+    """Failed AUTHs counted per source address and per user, across connections, so that opening
+    connection after connection gains no guesses. After ``THROTTLE_FREE`` failures of an address
+    (or of a user, from anywhere) its attempts are checked one at a time, ``THROTTLE_FIRST``
+    seconds apart doubling with each failure to ``THROTTLE_MAX``; attempts made at once queue
+    (each counted as if the ones before it failed), and one whose turn is further than
+    ``THROTTLE_QUEUE`` away is refused without being checked. So one address, or one user, gets at
+    most one guess every ``THROTTLE_MAX`` seconds however many connections it opens.
+
+    Another tenant guessing a user's password would slow that user's own logins too: an
+    (address, user) pair that has authenticated before is not held back by that user's failures
+    from elsewhere (only by its own address's). A success clears its address's failures. Every
+    table is bounded (``THROTTLE_ENTRIES``, the least recently touched go first): a flood of
+    addresses or user names costs bounded memory. ``clock`` is monotonic seconds (injected).
+
+    Each ``admit`` that returns a wait is followed by ``failed``, ``succeeded`` or (the connection
+    went away before its turn) ``abandoned``.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, entries: int = THROTTLE_ENTRIES) -> None:
+        self.clock = clock
+        self.entries = entries
+        self._addrs: OrderedDict[str, _Tries] = OrderedDict()
+        self._users: OrderedDict[str, _Tries] = OrderedDict()
+        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def _get(self, table: OrderedDict[str, _Tries], key: str, now: float) -> _Tries:
+        tries = table.get(key)
+        if tries is None or (now - tries.last > THROTTLE_FORGET and tries.next_at <= now):
+            tries = table[key] = _Tries(last=now)
+        table.move_to_end(key)
+        while len(table) > self.entries:
+            table.popitem(last=False)
+        return tries
+
+    def _records(self, addr: str, user: str, now: float) -> list[_Tries]:
+        records = [self._get(self._addrs, addr, now)]
+        if (addr, user) not in self._known:
+            records.append(self._get(self._users, user, now))
+        return records
+
+    def admit(self, addr: str, user: str) -> float | None:
+        """Seconds until this attempt may be checked (0: now), its turn taken; None: refused (too many before it)."""
+        now = self.clock()
+        records = self._records(addr, user, now)
+        turn = max([now, *(r.next_at for r in records if r.failures + r.pending >= THROTTLE_FREE)])
+        if turn - now > THROTTLE_QUEUE:
+            return None
+        for r in records:
+            tried = r.failures + r.pending + 1  # as if this one fails too
+            if tried >= THROTTLE_FREE:
+                r.next_at = max(r.next_at, turn + _spacing(tried))
+            r.pending += 1
+            r.last = now
+        return turn - now
+
+    def failed(self, addr: str, user: str) -> None:
+        now = self.clock()
+        for r in self._records(addr, user, now):
+            r.pending = max(0, r.pending - 1)
+            r.failures += 1
+            r.last = now
+            if r.failures >= THROTTLE_FREE:
+                r.next_at = max(r.next_at, now + _spacing(r.failures))
+
+    def abandoned(self, addr: str, user: str) -> None:
+        for r in self._records(addr, user, self.clock()):
+            r.pending = max(0, r.pending - 1)
+
+    def succeeded(self, addr: str, user: str) -> None:
+        self.abandoned(addr, user)
+        self._addrs.pop(addr, None)
+        self._known[(addr, user)] = None
+        self._known.move_to_end((addr, user))
+        while len(self._known) > self.entries:
+            self._known.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._addrs) + len(self._users) + len(self._known)
 
 
 # --- the ACL file --------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ TIMEOUT_NOT_INTEGER = "ERR timeout is not an integer or out of range"
 HELLO_PROTOVER = "ERR Protocol version is not an integer or out of range"
 HELLO_OPTION = "ERR Syntax error in HELLO option '{}'"
 CLIENT_NAME = "ERR Client names cannot contain spaces, newlines or special characters."
+CLIENT_NAME_TOO_LONG = "ERR Client names are at most {} bytes"  # (March's own: Redis has no limit)
 CLIENT_INFO_VALUE = "ERR {} cannot contain spaces, newlines or special characters."
 CLIENT_OPTION = "ERR Unrecognized option '{}'"
 NO_SUCH_CLIENT = "ERR No such client"
@@ -60,6 +61,10 @@ PROTO_TOO_BIG_BULK_COUNT = "too big bulk count string"
 # --- authentication ----------------------------------------------------------------------------
 NOAUTH = "NOAUTH Authentication required."
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+# (March's own) an AUTH refused unchecked: too many failures from this address or for this user just now
+AUTH_THROTTLED = (
+    "WRONGPASS too many failed AUTH attempts from this address or for this user; try again in a few seconds"
+)
 AUTH_NOT_CONFIGURED = (
     "ERR AUTH <password> called without any password configured for the default user. "
     "Are you sure your configuration is correct?"
@@ -81,6 +86,7 @@ NOPERM_COMMAND = "NOPERM this user has no permissions to run the '{}' command"
 NOPERM_KEY = "NOPERM this user has no permissions to access one of the keys used as arguments"
 NOPERM_CREATE = "NOPERM this user has no permissions to create the sequence '{}' (needs +seq.create or +@create)"
 NOPERM_FLOOR = "NOPERM this user has no permissions to raise the floor of '{}' (needs +set or +@floor)"
+NOPERM_SETTINGS = "NOPERM this user has no permissions to choose the settings of '{}' (needs +seq.alter or +@seqadmin)"
 DRYRUN_COMMAND = "This user has no permissions to run the '{}' command"
 DRYRUN_KEY = "This user has no permissions to access the '{}' key"
 ACL_MODIFIER = "ERR Error in ACL SETUSER modifier '{}': {}"
@@ -104,6 +110,8 @@ ACL_GENPASS_BITS = (
     "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
 )
 ACL_SELECTORS = "ERR ACL selectors are not supported by March: grant keys and commands on the user itself"
+# (March's own) a read-modify-write of one user lost its race too many times in a row: nothing was written
+ACL_CHANGING = "TRYAGAIN user '{}' kept changing while this command applied to it; nothing was changed, try again"
 
 # --- transactions ------------------------------------------------------------------------------
 MULTI_NESTED = "ERR MULTI calls can not be nested"
@@ -143,7 +151,7 @@ TS_NODE = "ERR NODE {} does not fit the {}-bit node field (0..{})"
 TS_EPOCH = "ERR EPOCH must be milliseconds since 1970-01-01, not negative"
 TS_EPOCH_FUTURE = "ERR EPOCH {} is in the future (the clock says {})"
 TS_UNIT = "ERR UNIT must be between 1 and 86400000 milliseconds"
-TS_LOOKAHEAD = "ERR LOOKAHEAD must be between 1 and 86400000 milliseconds"
+TS_LOOKAHEAD = "ERR LOOKAHEAD must be between {} and {} milliseconds"
 TS_EXHAUSTED = "ERR timestamp sequence '{}' has run out of time bits: its layout ends at {}"
 TS_LAYOUT_ENDED = "ERR this layout has already run out of time bits: it ends at {}"
 TS_FLOOR = "ERR {} is above every ID this layout can make for node {}"
@@ -162,7 +170,7 @@ LEAD_CAP_TOO_LARGE = (
     "ERR INCRBY {} can never fit timestamp sequence '{}': its lead cap (MAXLEAD {} ms) allows at most {} IDs "
     "in one request"
 )
-TS_MAXLEAD = "ERR MAXLEAD must be between 0 (no cap) and 86400000 milliseconds"
+TS_MAXLEAD = "ERR MAXLEAD must be between {} and {} milliseconds"
 ALTER_NOTHING = "ERR SEQ.ALTER needs at least one of MINBATCH, MAXBATCH, MAXLEAD"
 ALTER_MAXLEAD_PLAIN = "WRONGTYPE MAXLEAD applies to timestamp sequences only; '{}' is a plain sequence"
 ALTER_BATCH_TIMESTAMP = (

@@ -54,7 +54,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from . import errors
-from .config import Config
+from .config import Config, clamp_setting, setting_bounds
 from .errors import CommandError
 from .generators import timestamp
 from .generators.base import BatchPolicy, Clock, NotServing, WallClock, monotonic
@@ -260,7 +260,8 @@ class Keyspace:
             raise CommandError(errors.MAX_SEQUENCES.format(limit))
 
     def policy_for(self, settings: Mapping[str, Any]) -> BatchPolicy:
-        changes = {k: int(settings[k]) for k in ("min_batch", "max_batch") if k in settings}
+        # clamped: a record stored before the bounds existed (MAXBATCH 2^62) gets today's largest
+        changes = {k: clamp_setting(k, int(settings[k])) for k in ("min_batch", "max_batch") if k in settings}
         return dataclasses.replace(self.default_policy, **changes) if changes else self.default_policy
 
     def lookahead_ms(self, settings: Mapping[str, Any]) -> int:
@@ -300,8 +301,11 @@ class Keyspace:
     # --- SEQ.ALTER -------------------------------------------------------------------------------
 
     def max_lead_ms(self, settings: Mapping[str, Any]) -> int:
-        """A timestamp sequence's lead cap: its own (MAXLEAD) or the configured default (0: none)."""
-        return int(settings.get("max_lead", self.config.timestamp_max_lead_ms))
+        """A timestamp sequence's lead cap: its own (MAXLEAD, clamped into today's bounds: a record
+        stored with 0, "no cap", gets the largest cap) or the configured default."""
+        if "max_lead" in settings:
+            return clamp_setting("max_lead", int(settings["max_lead"]))
+        return self.config.timestamp_max_lead_ms
 
     def apply_settings(self, gen: Generator) -> None:
         """Give a live generator what its settings (``gen.settings``) and the config say now."""
@@ -326,8 +330,8 @@ class Keyspace:
                 raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
             settings = {**gen.settings, **changes}
             policy = self.policy_for(settings)
-            if not 1 <= policy.min_batch <= policy.max_batch <= MAX_ID:
-                raise CommandError(errors.BATCH_RANGE.format(MAX_ID))
+            if policy.min_batch > policy.max_batch:  # (each within its bounds: checked by the command)
+                raise CommandError(errors.BATCH_RANGE.format(int(setting_bounds("max_batch").high)))
             term = self._term()
             if self.generators.get(key) is not gen:  # the term changed since it was read: run again
                 raise NotServing(term.ended or "the term changed")

@@ -15,15 +15,13 @@ nothing here knows a socket or a command.
   (``march.cluster.registry``). Either refusal is an ``IdentityConflict``: ``failed`` is set,
   ``failure`` says why, and the server stops and exits with status 1.
 
-**Users** (``march.auth``) come from the store: the stored users, or (when the store has none)
-those of ``aclfile``; then ``requirepass``, if set, is the ``default`` user's password. A single
-node loads them when its store opens, before it listens. A cluster node may start before etcd
-answers: it listens at once with every user unknown (``default`` off: no client is
-authenticated, every AUTH fails) until it has read them, retrying, and then follows every change
-made on any node through an etcd watch (``_follow_users``), so a user created on the primary can
-authenticate on a standby within moments. ``take_users`` applies a change here (ACL
-SETUSER/DELUSER, the watch); ``on_users_changed`` lets the server close the connections of a
-deleted user and let password-less clients in once the users are known.
+**Users** (``march.auth``) are the store's (``march.users.SharedUsers``: seeding from ``aclfile``
+and ``requirepass``, compare-and-set changes, following other nodes' changes one user at a time).
+A single node reads them when its store opens, before it listens. A cluster node may start
+before etcd answers: it listens at once with every user unknown (``default`` off: no client is
+authenticated, every AUTH answers CLUSTERDOWN) until it has read them, retrying, and then
+follows every change made on any node through an etcd watch, so a user created on the primary
+can authenticate on a standby within moments.
 
 ``stop`` is the orderly end: step down (a primary gives the leader key back at once), wait for
 store writes in flight (bounded), close the store and the clients.
@@ -34,30 +32,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
-from .auth import User, Users, parse_acl_file
+from .auth import Users
 from .clock import SYSTEM, Clock
 from .cluster.identity import ClusterIdentity
 from .cluster.member import ClusterMember
 from .cluster.registry import NodeInfo
 from .commands.registry import REGISTRY
 from .config import Config
-from .errors import CommandError
 from .etcd.api import Etcd
 from .etcd.client import TLS, GrpcEtcd
 from .etcd.keys import KeyPaths
 from .group import Group
 from .keyspace import Keyspace
 from .serving import Cause, ServingState
-from .store.base import SINGLE_NODE, IdentityConflict, Store, StoreError
+from .store.base import SINGLE_NODE, IdentityConflict, Store
 from .store.etcd import EtcdStore
 from .store.sqlite import SqliteStore
+from .users import SharedUsers
 
 log = logging.getLogger("march")
 
-_USERS_RETRY = 0.5  # seconds between attempts to read the users while etcd does not answer
 EtcdFactory = Callable[[str], Etcd]  # purpose ("lease", "control", "data") -> a client of its own
 
 
@@ -84,8 +80,7 @@ class Node:
         self.users = Users(REGISTRY, loaded=not config.cluster)
         if config.cluster:
             self.users.default.apply(["off"], REGISTRY)  # nobody gets in until the users are read
-        self.on_users_changed: Callable[[list[User]], None] = lambda _: None
-        self._users_task: asyncio.Task[None] | None = None
+        self.shared_users = SharedUsers(store, self.users, config, clock, follow=config.cluster)
         self.failure: IdentityConflict | None = None  # why this node may not take part (then it stops)
         self.failed = asyncio.Event()
 
@@ -106,65 +101,11 @@ class Node:
     async def open(self) -> None:
         """Open the store (a locked or unwritable data dir fails here, before listening); load the users."""
         await self.store.open()
-        if self.config.cluster:
-            self._users_task = asyncio.get_running_loop().create_task(self._follow_users())
-            return
         try:
-            await self._load_users()
+            await self.shared_users.open()
         except BaseException:
             await self.store.close()
             raise
-
-    async def _load_users(self) -> None:
-        stored = await self.store.load_users()
-        if not stored and self.config.aclfile:
-            seed = self._read_aclfile()
-            for name, rules in seed.items():
-                await self.store.save_user(name, rules)
-            stored = seed
-        self.take_users(stored, replace=True)
-
-    def _read_aclfile(self) -> dict[str, str]:
-        path = self.config.aclfile
-        try:
-            described = parse_acl_file(Path(path).read_text())
-            self.users.check(described)
-        except (OSError, ValueError, CommandError) as exc:
-            raise StoreError(f"aclfile {path}: {getattr(exc, 'message', None) or exc}") from None
-        return described
-
-    def take_users(self, changes: Mapping[str, str | None], replace: bool = False) -> None:
-        """Apply user changes here (name -> rules, None: deleted); ``replace``: these are all the users."""
-        if replace:
-            removed = self.users.replace({n: r for n, r in changes.items() if r is not None})
-            if self.config.requirepass:  # the default user's password, whatever the store says
-                self.users.default.apply(["resetpass", ">" + self.config.requirepass], REGISTRY)
-        else:
-            removed = []
-            for name, rules in changes.items():
-                if rules is None:
-                    gone = self.users.remove(name)
-                    removed += [gone] if gone is not None else []
-                else:
-                    self.users.install(name, rules)
-        self.on_users_changed(removed)
-
-    async def _follow_users(self) -> None:
-        """Cluster mode: read the users (retrying until etcd answers), then reload them after every
-        change, for the node's life. A broken watch is followed by a full read and a new watch."""
-        while True:
-            watch = self.store.watch_users()
-            try:
-                await self._load_users()
-                if watch is not None:
-                    async for _ in watch:
-                        self.take_users(await self.store.load_users(), replace=True)
-            except StoreError as exc:
-                log.debug("users: %s", exc)
-            finally:
-                if watch is not None:
-                    await watch.aclose()  # type: ignore[attr-defined]
-            await self.clock.sleep(_USERS_RETRY)
 
     def join(self, port: int, tls_port: int = 0) -> None:
         """Cluster mode: register as ``advertise`` (default bind:port; TLS clients are sent to the
@@ -203,10 +144,7 @@ class Node:
     async def stop(self) -> None:
         """Step down (handing the primary role over at once), wait for writes in flight, close."""
         timeout = self.config.store_timeout
-        if self._users_task is not None:
-            self._users_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._users_task
+        await self.shared_users.close()
         member = self.group.member
         if member is not None:
             await member.stop(min(2.0, timeout))

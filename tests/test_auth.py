@@ -17,6 +17,7 @@ from march.auth import (
     DEFAULT,
     LOG_SIZE,
     AclLog,
+    AuthThrottle,
     User,
     Users,
     format_acl_file,
@@ -119,6 +120,48 @@ def test_march_categories_split_drawing_creating_and_raising_floors() -> None:
     for cmd in (["FAILOVER"], ["SHUTDOWN"], ["CONFIG", "GET", "x"], ["ACL", "SETUSER", "x"], ["DEBUG", "CLOCK-OFFSET"]):
         assert denied(admin, *cmd) is None, cmd
         assert denied(app, *cmd) is not None, cmd
+
+
+def granted(u: User) -> set[str]:
+    """Every command and subcommand ``u`` may run (``cmd`` or ``cmd|sub``)."""
+    out = set()
+    for name, spec in REGISTRY.items():
+        if spec.subcommands:
+            out |= {f"{name}|{sub}" for sub, _, _ in spec.subcommands if u.may_run(name, sub)}
+        elif u.may_run(name):
+            out.add(name)
+    return out
+
+
+def test_read_write_grants_drawing_and_reading_nothing_more() -> None:
+    # Every command in the registry, checked: refused commands (an error whatever the grant) and
+    # WORKER.* (a category of their own) aside, +@read +@write is exactly this.
+    app = granted(user("+@read", "+@write"))
+    ours = {c for c in app if REGISTRY[c.split("|")[0]].group != "refused" and not c.startswith("worker.")}
+    assert ours == {
+        "incr", "incrby",  # draw IDs
+        "get", "mget", "exists", "type", "ttl", "pttl", "keys", "scan", "dbsize",  # read
+        "seq.info", "seq.decode", "seq.list",
+    }  # fmt: skip
+    assert "seq.alter" not in app and "seq.create" not in app and "set" not in app
+
+
+def test_the_app_category_is_what_client_libraries_send() -> None:
+    assert granted(user("+@app")) == {
+        "ping", "echo", "select", "hello", "auth", "quit", "reset",  # handshake
+        "client|id", "client|setname", "client|getname", "client|setinfo", "client|info", "client|no-touch",
+        "multi", "exec", "discard", "watch", "unwatch",  # redis-py transaction=True, ioredis multi()
+        "cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "cluster|myid", "cluster|keyslot",
+        "command|count", "command|info", "command|docs", "command|list", "command|getkeys",  # RedisCluster
+        "readonly", "readwrite", "asking",
+    }  # fmt: skip
+
+
+def test_seq_alter_is_seqadmin() -> None:
+    ops = user("+@seqadmin", "~*")
+    assert denied(ops, "SEQ.ALTER", "k", "MINBATCH", "5") is None
+    assert denied(user("+@all", "-@seqadmin", "~*"), "SEQ.ALTER", "k", "MINBATCH", "5") == ("command", "seq.alter")
+    assert granted(ops) == {"seq.alter"}
 
 
 def test_key_patterns_read_and_write() -> None:
@@ -240,3 +283,82 @@ def test_subcommands_with_their_own_categories() -> None:
     admin = user("+@admin", "~*")
     assert denied(admin, "CLIENT", "KILL", "ID", "1") is None and denied(admin, "ACL", "LIST") is None
     assert denied(admin, "CLIENT", "ID") == ("command", "client|id")
+
+
+# --- AUTH throttling ------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def guess(t: AuthThrottle, clock: Clock, addr: str, user: str) -> float | None:
+    """One failed attempt: the wait it was given (None: refused unchecked); the clock moves to its turn."""
+    wait = t.admit(addr, user)
+    if wait is not None:
+        clock.now += wait
+        t.failed(addr, user)
+        wait = round(wait, 6)
+    return wait
+
+
+def test_failures_space_attempts_per_address_across_connections() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    waits = [guess(t, clock, "10.0.0.1", f"user{i}") for i in range(9)]  # any user: the address counts
+    assert waits == [0, 0, 0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6]
+    assert guess(t, clock, "10.0.0.1", "x") == 2.0  # at most one guess every 2 s, from then on
+    assert guess(t, clock, "10.0.0.2", "y") == 0  # another address is not held back
+
+
+def test_concurrent_attempts_queue_and_the_queue_is_bounded() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    for _ in range(12):
+        guess(t, clock, "10.0.0.1", "u")
+    turns = [t.admit("10.0.0.1", "u") for _ in range(4)]  # four connections at the same moment
+    assert [rounded(w) for w in turns] == [2.0, 4.0, None, None]  # one per spacing; past THROTTLE_QUEUE: refused
+    # A burst from nothing (twenty connections at once): each attempt counted as if those before it failed.
+    fresh = AuthThrottle(clock)
+    burst = [rounded(fresh.admit("10.0.0.5", "u")) for _ in range(20)]
+    assert burst == [0, 0, 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15] + [None] * 11
+
+
+def rounded(wait: float | None) -> float | None:
+    return None if wait is None else round(wait, 6)
+
+
+def test_one_user_guessed_from_many_addresses_is_throttled_but_its_known_address_is_not() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    t.succeeded("10.0.0.9", "app")  # the application logged in from here before
+    waits = [guess(t, clock, f"192.0.2.{i}", "app") for i in range(8)]  # a new address each time
+    assert waits == [0, 0, 0, 0.05, 0.1, 0.2, 0.4, 0.8]
+    assert t.admit("10.0.0.9", "app") == 0  # the application's own address: not held back by them
+    assert t.admit("10.0.0.8", "app") is not None and t.admit("10.0.0.8", "app") > 0  # a new one is
+
+
+def test_failures_are_forgotten_and_a_success_clears_its_address() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    for _ in range(6):
+        guess(t, clock, "10.0.0.1", "u")
+    clock.now += 61  # THROTTLE_FORGET
+    assert guess(t, clock, "10.0.0.1", "u") == 0
+    for _ in range(6):
+        guess(t, clock, "10.0.0.1", "v")
+    t.succeeded("10.0.0.1", "w")
+    assert t.admit("10.0.0.1", "z") == 0
+
+
+def test_the_tables_stay_bounded_under_a_flood() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock, entries=1000)
+    for i in range(20_000):
+        guess(t, clock, f"addr{i}", f"user{i}")
+        t.succeeded(f"addr{i}", f"other{i}")
+    assert len(t) <= 3 * 1000

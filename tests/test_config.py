@@ -166,6 +166,9 @@ def test_bool_is_not_an_int(tmp_path: Path) -> None:
         ({"store_timeout": 0.0}, "store_timeout"),
         ({"max_incrby": 0}, "max_incrby"),
         ({"max_incrby": 1 << 63}, "max_incrby"),
+        ({"max_batch": 1 << 62}, "max_batch"),
+        ({"max_wait": float("inf")}, "max_wait"),
+        ({"timestamp_max_lead_ms": 0}, "timestamp_max_lead_ms"),
         ({"shutdown_timeout": -1.0}, "shutdown_timeout"),
     ],
 )
@@ -265,9 +268,67 @@ def test_every_option_is_live_or_says_why_not() -> None:
 
 def test_reference_table_has_a_live_column() -> None:
     lines = config_mod.reference_table().splitlines()
-    assert lines[0] == "| option (TOML / env / flag) | default | live | meaning |"
+    assert lines[0] == "| option (TOML / env / flag) | default | range | live | meaning |"
     rows = {line.split("`")[1]: line for line in lines[2:]}
     assert "| yes |" in rows["max_batch"] and "| restart |" in rows["bind"]
+    assert "| 1 .. 1000000000 |" in rows["max_batch"] and "| - |" in rows["bind"]
+    assert "| 100 .. 60000 |" in rows["timestamp_max_lead_ms"]
+
+
+def test_every_number_has_bounds_that_hold_its_default() -> None:
+    for o in OPTIONS:
+        if o.type in (int, float):
+            assert o.bounds is not None, f"{o.name} has no bounds"
+            assert o.bounds.low <= o.default <= o.bounds.high, o.name
+            assert o.bounds.why, o.name
+        else:
+            assert o.bounds is None, o.name
+
+
+@pytest.mark.parametrize("raw", ["inf", "-inf", "nan", "1e400"])
+@pytest.mark.parametrize("name", ["max_wait", "batch_interval", "store_timeout", "timeout", "watermark"])
+def test_floats_must_be_finite_from_every_source(tmp_path: Path, name: str, raw: str) -> None:
+    with pytest.raises(ConfigError, match=f"{name} must be a finite number"):
+        load(None, {"MARCH_" + name.upper(): raw}, {})
+    with pytest.raises(ConfigError, match=f"{name} must be a finite number"):
+        load(None, {}, {name: raw})
+    with pytest.raises(ConfigError, match=f"{name} must be a finite number"):
+        load(write_toml(tmp_path, f"{name} = {raw if raw != '1e400' else 'inf'}\n"), {}, {})
+    with pytest.raises(ConfigError, match=f"{name} must be a finite number"):
+        Config(**{name: float(raw)})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("min_batch", 1 << 62, "min_batch must be between 1 and 1000000000"),
+        ("max_batch", 1_000_000_001, "max_batch must be between 1 and 1000000000"),
+        ("max_incrby", 1 << 40, "max_incrby must be between 1 and 1000000000"),
+        ("timestamp_max_lead_ms", 0, "timestamp_max_lead_ms must be between 100 and 60000"),
+        ("timestamp_max_lead_ms", 60_001, "timestamp_max_lead_ms must be between 100 and 60000"),
+        ("max_wait", 3600.0, "max_wait must be between 0.001 and 60"),
+        ("lease_ttl", 61, "lease_ttl must be between 2 and 60"),
+    ],
+)
+def test_bounds_say_the_range_and_why_from_every_source(name: str, value: object, message: str) -> None:
+    for build in (
+        lambda: Config(**{name: value}),  # type: ignore[arg-type]
+        lambda: load(None, {"MARCH_" + name.upper(): str(value)}, {}),
+        lambda: load(None, {}, {name: str(value)}),
+    ):
+        with pytest.raises(ConfigError, match=message) as info:
+            build()
+        assert "(" in str(info.value)  # the reason comes with it
+
+
+def test_sequence_settings_share_the_bounds_of_their_options() -> None:
+    assert config_mod.setting_bounds("min_batch") == config_mod._BY_NAME["min_batch"].bounds
+    assert config_mod.setting_bounds("max_lead") == config_mod._BY_NAME["timestamp_max_lead_ms"].bounds
+    assert config_mod.setting_bounds("lookahead") == config_mod._BY_NAME["timestamp_lookahead_ms"].bounds
+    assert config_mod.clamp_setting("max_batch", 1 << 62) == config_mod.MAX_BATCH
+    assert config_mod.clamp_setting("max_lead", 0) == config_mod.LEAD_MAX_MS  # stored "no cap": the largest cap
+    assert config_mod.clamp_setting("max_lead", 5) == config_mod.LEAD_MIN_MS
+    assert config_mod.clamp_setting("min_batch", 500) == 500
 
 
 @pytest.mark.parametrize("name", ["max-batch", "max_batch", "MAX-BATCH", "Max_Batch"])

@@ -25,6 +25,7 @@ from march.clock import SYSTEM
 from march.config import Config
 from march.errors import CommandError
 from march.generators.base import NotServing
+from march.generators.layout import preset
 from march.keyspace import PAGE, Keyspace
 from march.serving import Cause, ServingState
 from march.store.base import SINGLE_NODE, SequenceRecord, StoreError
@@ -446,3 +447,19 @@ async def test_a_cursor_past_the_end_finishes_the_scan(ks: Keyspace, store: Memo
 def test_the_single_node_lease_never_ends() -> None:
     state = serving_state()
     assert state.serving and state.valid() and state.deadline == math.inf
+
+
+async def test_settings_stored_before_the_bounds_are_clamped_into_them(ks: Keyspace, store: MemoryStore) -> None:
+    # A batch of 2^62 (set through SEQ.ALTER before it was @seqadmin and bounded) and MAXLEAD 0 ("no cap").
+    huge = {"min_batch": 1 << 62, "max_batch": 1 << 62}
+    store.records[b"old"] = SequenceRecord(b"old", "sequence", 1 << 62, huge)
+    gen = await finish(ks.activate(b"old"))
+    assert gen is not None
+    info = gen.info()
+    assert (info["min_batch"], info["max_batch"]) == (1_000_000_000, 1_000_000_000)
+    ts = await finish(ks.create(b"ts", start=0, settings=preset("snowflake").to_settings(), kind="timestamp"))
+    store.records[b"ts2"] = SequenceRecord(
+        b"ts2", "timestamp", store.records[b"ts"].ceiling, {**ts.settings, "max_lead": 0}
+    )
+    old_ts = await finish(ks.activate(b"ts2"))
+    assert old_ts is not None and old_ts.info()["max_lead_ms"] == 60_000  # the largest cap, never "none"

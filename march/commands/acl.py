@@ -3,17 +3,23 @@
 ``ACL SETUSER``, ``DELUSER``, ``GETUSER``, ``LIST``, ``USERS``, ``WHOAMI``, ``CAT``, ``LOG``,
 ``DRYRUN``, ``GENPASS``, ``LOAD``, ``SAVE``, ``HELP``, with Redis' replies and error texts.
 
-Users live in the store beside the sequences (``Store.save_user``), so they survive restarts and
-failovers; in cluster mode every node follows them through an etcd watch (``march.node``). A
-change is written to the store first and takes effect here once it is durable; ``ACL SETUSER``
-is all or nothing (an invalid rule changes nothing). Deleting a user closes its connections, as
-in Redis. ``LOAD``/``SAVE`` need ``aclfile``: ``LOAD`` makes the stored users exactly the
-file's, ``SAVE`` writes the current ones to it.
+Users live in the store beside the sequences, and the store's copy is the one that counts
+(``march.users``): ``SETUSER``/``DELUSER``/``LOAD`` read the stored user with its revision, apply
+the rules to it and write it back with a compare on that revision (retrying a lost race), so a
+change made at once on another node is never lost and a revoked password never comes back. A
+change is durable before it is reported, and then holds here at once and on every other node
+within the watch delay. ``ACL SETUSER`` is all or nothing (an invalid rule changes nothing).
+Deleting a user closes its connections, as in Redis. ``LOAD``/``SAVE`` need ``aclfile``: ``LOAD``
+makes the stored users exactly the file's, ``SAVE`` writes the current ones to it. Replies and
+work that grow with the number of users (``LIST``, ``USERS``, ``SAVE``, ``LOAD``) are made
+``LIST_SLICE`` users per event-loop step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +30,8 @@ from .registry import REGISTRY, Secrets, check_subcommand, command, lookup
 
 if TYPE_CHECKING:
     from ..client import Client
+
+LIST_SLICE = 500  # users described per event-loop step (~2 ms): ACL LIST of 10,000 users lets others run between
 
 _SUBS = (
     ("setuser", -3, "Create or modify a user with the given rules."),
@@ -67,14 +75,12 @@ def acl(client: Client, args: list[bytes]) -> Any:
         rules = [a.decode("utf-8", "surrogateescape") for a in args[3:]]
         if any(r.startswith("(") for r in rules):
             raise CommandError(errors.ACL_SELECTORS)
-        preview = users.preview(name, rules)  # raises on an invalid rule: nothing changes
-        return _store_then(client, {name: preview.describe()})
+        return _setuser(client, name, rules)
     if sub == b"deluser":
         names = [_username(a) for a in args[2:]]
         if auth.DEFAULT in names:
             raise CommandError(errors.ACL_DELETE_DEFAULT)
-        present = {n for n in names if users.get(n) is not None}
-        return _store_then(client, dict.fromkeys(present), len(present))
+        return client.app.node.shared_users.delete(names)
     if sub == b"getuser":
         user = users.get(args[2].decode("utf-8", "surrogateescape"))
         if user is None:
@@ -88,9 +94,9 @@ def acl(client: Client, args: list[bytes]) -> Any:
             b"selectors": [],
         }
     if sub == b"list":
-        return [f"user {u.name} {u.describe()}".encode() for u in users]
+        return _sliced(users, lambda u: f"user {u.name} {u.describe()}".encode())
     if sub == b"users":
-        return [u.name.encode() for u in users]
+        return _sliced(users, lambda u: u.name.encode())
     if sub == b"whoami":
         return client.user.name.encode()
     if sub == b"cat":
@@ -131,13 +137,20 @@ def _username(raw: bytes) -> str:
     return name
 
 
-async def _store_then(client: Client, changes: dict[str, str | None], reply: Any = "OK") -> Any:
-    """Write ``changes`` (name -> rules, None: delete) to the store, then take them here."""
-    app = client.app
-    for name, rules in changes.items():
-        await app.store.save_user(name, rules)
-    app.node.take_users(changes)
-    return reply
+async def _setuser(client: Client, name: str, rules: list[str]) -> str:
+    await client.app.node.shared_users.set_user(name, rules)
+    return "OK"
+
+
+async def _sliced(users: auth.Users, line: Callable[[auth.User], bytes]) -> list[bytes]:
+    """``line(user)`` for every user by name, ``LIST_SLICE`` users per loop step."""
+    names = list(users.names())
+    out: list[bytes] = []
+    for i in range(0, len(names), LIST_SLICE):
+        if i:
+            await asyncio.sleep(0)
+        out += [line(u) for n in names[i : i + LIST_SLICE] if (u := users.get(n)) is not None]
+    return out
 
 
 def _log(client: Client, args: list[bytes]) -> Any:
@@ -182,22 +195,40 @@ def _aclfile(client: Client) -> Path:
 
 def _load(client: Client) -> Any:
     path = _aclfile(client)
+    return _load_file(client, path)
+
+
+async def _load_file(client: Client, path: Path) -> str:
+    shared = client.app.node.shared_users
     try:
-        described = auth.parse_acl_file(path.read_text())
-        client.app.users.check(described)
+        text = await asyncio.to_thread(path.read_text)
+        parsed = auth.parse_acl_file(text)
+        described: dict[str, str] = {}
+        names = list(parsed)
+        for i in range(0, len(names), LIST_SLICE):  # checking 10,000 users takes a while: in slices
+            if i:
+                await asyncio.sleep(0)
+            described |= shared.normalize({n: parsed[n] for n in names[i : i + LIST_SLICE]})
     except (OSError, ValueError, CommandError) as exc:
         raise CommandError(errors.ACL_FILE.format(getattr(exc, "message", None) or exc)) from None
-    changes: dict[str, str | None] = {n: None for n in client.app.users.users if n not in described}
-    changes.update(described)
-    return _store_then(client, changes)
+    await shared.load(described)
+    return "OK"
 
 
 def _save(client: Client) -> Any:
-    path = _aclfile(client)
+    return _save_file(client, _aclfile(client))
+
+
+async def _save_file(client: Client, path: Path) -> str:
+    lines = await _sliced(client.app.users, lambda u: f"user {u.name} {u.describe()}\n".encode())
     try:
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(auth.format_acl_file(client.app.users))
-        tmp.replace(path)
+        await asyncio.to_thread(_write_atomically, path, b"".join(lines))
     except OSError as exc:
         raise CommandError(errors.ACL_FILE.format(exc)) from None
     return "OK"
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

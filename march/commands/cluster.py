@@ -62,7 +62,7 @@ def _endpoint(n: NodeInfo) -> list[Any]:
     "cluster",
     -2,
     ("stale",),
-    ("@slow",),
+    ("@slow", "@app"),  # read-only topology: what every cluster client asks first
     summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT.",
     group="cluster",
     subcommands=_CLUSTER_SUBS,
@@ -149,9 +149,9 @@ for _name, _summary in (
     ("readwrite", "Accepted for cluster clients (the default mode)."),
     ("asking", "Accepted for cluster clients; March never migrates slots."),
 ):
-    command(_name, 1, ("fast", "loading", "stale"), ("@fast", "@connection"), summary=_summary, group="cluster")(
-        _accept
-    )
+    command(
+        _name, 1, ("fast", "loading", "stale"), ("@fast", "@connection", "@app"), summary=_summary, group="cluster"
+    )(_accept)
 
 
 @command(

@@ -3,8 +3,12 @@
 AUTH and HELLO ... AUTH check a user's password (``march.auth``): ``AUTH password`` is the
 ``default`` user's (``requirepass``), ``AUTH user password`` any user's. A failure is WRONGPASS,
 counted in INFO (``acl_access_denied_auth``), recorded in ACL LOG (never the password) and
-logged (the first on a connection, then every hundredth); after three on one connection each
-further one is answered later and later (50 ms doubling to 2 s), so guessing is slow. HELLO reports
+logged (the first on a connection, then every hundredth). Failures are throttled per source
+address and per user across connections (``auth.AuthThrottle``): after three, attempts wait
+their turn (50 ms apart, doubling to 2 s), and one that would wait longer than a few seconds is
+refused unchecked, so reconnecting gains a guesser nothing. ``HELLO ... SETNAME`` goes through
+the ACL check of ``CLIENT SETNAME`` and the same name rules (at most ``MAX_CLIENT_NAME`` bytes,
+no spaces or special characters), checked before HELLO changes anything. HELLO reports
 ``server: redis`` and a Redis version (the command set March follows) because clients and tools
 branch on them; INFO shows March's own version.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -22,6 +27,7 @@ from ..app import REDIS_COMPAT_VERSION
 from ..errors import CommandError
 from ..resp import Verbatim
 from .args import parse_int
+from .dispatch import refuse
 from .registry import Handler, Secrets, command, run_subcommand
 
 if TYPE_CHECKING:
@@ -29,11 +35,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("march")
 
-_FREE_FAILURES = 3  # failed AUTHs on one connection answered at once; after that each waits longer
-_FIRST_DELAY = 0.05  # seconds, doubling with each further failure...
-_MAX_DELAY = 2.0  # ...up to this: a guessing client gets a handful of tries per second, at most
+# A name shows in every CLIENT LIST line and log line of its connection: 256 bytes hold a host,
+# a pod and a process id (Redis has no limit; one client's name must not cost every listing).
+MAX_CLIENT_NAME = 256
 
-_CONN = ("@fast", "@connection")
+_CONN = ("@fast", "@connection", "@app")
 # Commands a client may send before it has authenticated.
 _handshake = partial(
     command,
@@ -56,31 +62,55 @@ def echo(client: Client, args: list[bytes]) -> Any:
 
 
 def _authenticate(client: Client, name: bytes, password: bytes) -> Any:
-    """AUTH name password: "OK", or WRONGPASS (counted, logged, and slower after a few in a row)."""
+    """AUTH name password: "OK", WRONGPASS, or (throttled, see ``auth.AuthThrottle``) a coroutine
+    that waits for this attempt's turn and then answers one of them."""
     app = client.app
     if not app.users.loaded:
         raise CommandError(errors.CLUSTERDOWN)  # nobody is known yet (etcd has not answered since the start)
-    user = app.users.authenticate(name.decode("utf-8", "replace"), password)
+    username = name.decode("utf-8", "replace")
+    host = client.addr.rpartition(":")[0]
+    wait = app.auth_throttle.admit(host, username)
+    if wait is None:  # others from this address (or for this user) are queued far ahead: not even checked
+        _failed(client, username, logged=False)  # (unchecked: a flood of these writes no log lines)
+        raise CommandError(errors.AUTH_THROTTLED)
+    if wait > 0:
+        return _check_later(client, username, password, wait)
+    return _check(client, username, password)
+
+
+def _check(client: Client, username: str, password: bytes) -> str:
+    app = client.app
+    host = client.addr.rpartition(":")[0]
+    user = app.users.authenticate(username, password)
     if user is not None:
         client.login(user)
         client.auth_failures = 0
+        app.auth_throttle.succeeded(host, username)
         return "OK"
+    app.auth_throttle.failed(host, username)
+    _failed(client, username)
+    raise CommandError(errors.WRONGPASS)
+
+
+def _failed(client: Client, username: str, logged: bool = True) -> None:
+    """Count, record (ACL LOG) and log (not every one) a failed AUTH; never the password."""
+    app = client.app
     client.auth_failures += 1
     app.stats.denied_auth += 1
-    username = name.decode("utf-8", "replace")
     app.acl_log.add("auth", "multi" if client.multi is not None else "toplevel", "AUTH", username, client.info_line())
     failures = client.auth_failures
-    if failures == 1 or failures % 100 == 0:  # never the password; not one line per attempt
+    if logged and (failures == 1 or failures % 100 == 0):
         log.warning("AUTH failed for user %r from %s (%d on this connection)", username, client.addr, failures)
-    if failures <= _FREE_FAILURES:
-        raise CommandError(errors.WRONGPASS)
-    return _refuse_later(min(_MAX_DELAY, _FIRST_DELAY * 2 ** (failures - _FREE_FAILURES - 1)))
 
 
-async def _refuse_later(delay: float) -> Any:
-    """Guessing passwords on one connection gets slower and slower (the connection waits, others don't)."""
-    await asyncio.sleep(delay)
-    raise CommandError(errors.WRONGPASS)
+async def _check_later(client: Client, username: str, password: bytes, wait: float) -> str:
+    """This attempt's turn comes after ``wait`` seconds (this connection waits, others don't)."""
+    try:
+        await asyncio.sleep(wait)
+    except BaseException:  # the connection went away before its turn
+        client.app.auth_throttle.abandoned(client.addr.rpartition(":")[0], username)
+        raise
+    return _check(client, username, password)
 
 
 @_handshake(
@@ -93,6 +123,8 @@ def auth(client: Client, args: list[bytes]) -> Any:
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
     if len(args) == 2:
+        if not client.app.users.loaded:  # (default is unknown yet, not password-less)
+            raise CommandError(errors.CLUSTERDOWN)
         if client.app.users.default.nopass:
             raise CommandError(errors.AUTH_NOT_CONFIGURED)
         return _authenticate(client, b"default", args[1])
@@ -129,13 +161,26 @@ def hello(client: Client, args: list[bytes]) -> Any:
             i += 2
         else:
             raise CommandError(errors.HELLO_OPTION.format(args[i].decode("utf-8", "replace")))
+    if name is not None:
+        _check_name(name)  # before anything changes
     if auth_pair is not None:
         result = _authenticate(client, *auth_pair)
-        if result != "OK":
-            return result  # a failure answered later (throttled): WRONGPASS
+        if result != "OK":  # its turn comes later (throttled): the rest of HELLO after it
+            return _hello_after(client, result, proto, name)
+    return _hello_rest(client, proto, name)
+
+
+async def _hello_after(client: Client, authenticated: Awaitable[str], proto: int, name: bytes | None) -> Any:
+    await authenticated
+    return _hello_rest(client, proto, name)
+
+
+def _hello_rest(client: Client, proto: int, name: bytes | None) -> Any:
     if not client.authenticated:
         raise CommandError(errors.HELLO_NOAUTH if client.app.users.loaded else errors.CLUSTERDOWN)
     if name is not None:
+        if not client.user.may_run("client", "setname"):  # the check CLIENT SETNAME gets
+            raise refuse(client, "command", "client|setname")
         _set_name(client, name)
     client.proto = proto
     return {
@@ -173,9 +218,16 @@ def reset(client: Client, args: list[bytes]) -> Any:
     return "RESET"
 
 
-def _set_name(client: Client, name: bytes) -> None:
+def _check_name(name: bytes) -> None:
+    if len(name) > MAX_CLIENT_NAME:
+        raise CommandError(errors.CLIENT_NAME_TOO_LONG.format(MAX_CLIENT_NAME))
     if any(c <= 32 or c > 126 for c in name):
         raise CommandError(errors.CLIENT_NAME)
+
+
+def _set_name(client: Client, name: bytes) -> None:
+    """CLIENT SETNAME and HELLO ... SETNAME: one check (the ACL's on client|setname is the caller's)."""
+    _check_name(name)
     client.name = name.decode()
 
 
@@ -406,7 +458,7 @@ _CLIENT: dict[bytes, Handler] = {
     "client",
     -2,
     (),
-    ("@slow", "@connection"),
+    ("@slow", "@connection", "@app"),
     summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
     group="connection",
     subcommands=_CLIENT_SUBS,

@@ -175,6 +175,12 @@ def may_raise_floor(client: Client, key: bytes) -> None:
     _may(client, "set", key, errors.NOPERM_FLOOR)
 
 
+def may_change_settings(client: Client, key: bytes) -> None:
+    """NOPERM unless the user may change ``key``'s settings (SEQ.ALTER on it): SEQ.CREATE with its own
+    MINBATCH/MAXBATCH/LOOKAHEAD/MAXLEAD needs it."""
+    _may(client, "seq.alter", key, errors.NOPERM_SETTINGS)
+
+
 def _may(client: Client, command: str, key: bytes, text: str) -> None:
     user = client.user
     if user.unrestricted or (user.may_run(command) and user.may_access(key, write=True)):

@@ -9,10 +9,16 @@
   sequence. Layout options override the preset's fields (snowflake when no preset is named); a
   layout that differs from its preset is shown as ``custom``. ``FLOOR id``: every ID is > id
   (migration). ``MAXLEAD ms``: the time in its IDs runs at most this far ahead of real time
-  (0: no cap; default ``timestamp_max_lead_ms``; see ``march.generators.timestamp``).
+  (within the bounds of ``timestamp_max_lead_ms``, 100..60000; default that option; see
+  ``march.generators.timestamp``). Its own MINBATCH/MAXBATCH/LOOKAHEAD/MAXLEAD need the right to
+  SEQ.ALTER the key too (``@seqadmin``), as START/FLOOR need the right to SET it.
 - ``SEQ.ALTER key [MINBATCH n] [MAXBATCH n] [MAXLEAD ms]``: change one sequence's settings,
   durably (guarded like a ceiling write), at once on its live generator. MINBATCH/MAXBATCH apply
   to plain sequences, MAXLEAD to timestamp sequences (the other kind: WRONGTYPE). Primary only.
+  ACL category ``@seqadmin``, not ``@write``: the limits of a shared sequence are an
+  administrator's, an application that draws IDs never changes them.
+- Every setting is checked against the bounds declared beside its server option in
+  ``march.config`` (one validator for the config file, flags, environment, CONFIG SET and here).
 - ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits;
   for a timestamp sequence its layout, logical time and its lead on the clock, saved bound, carries).
 - ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
@@ -31,13 +37,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..config import MAX_ID
+from ..config import MAX_ID, setting_bounds
 from ..errors import CommandError
 from ..generators import layout as layouts
 from ..generators.timestamp import KIND as TIMESTAMP
-from ..generators.timestamp import MAX_LEAD_MS, MAX_LOOKAHEAD_MS, TimestampGenerator
+from ..generators.timestamp import TimestampGenerator
 from .args import key_text, parse_int
-from .dispatch import may_create, may_raise_floor
+from .dispatch import may_change_settings, may_create, may_raise_floor
 from .registry import command
 
 if TYPE_CHECKING:
@@ -119,17 +125,18 @@ def seq_create(client: Client, args: list[bytes]) -> Any:
                 raise CommandError(errors.START_RANGE)
             start = value
         elif opt == b"minbatch":
-            settings["min_batch"] = value
+            settings["min_batch"] = _batch(value)
         elif opt == b"maxbatch":
-            settings["max_batch"] = value
+            settings["max_batch"] = _batch(value)
         else:
             raise CommandError(errors.SYNTAX)
     lo = settings.get("min_batch", min(config.min_batch, settings.get("max_batch", config.min_batch)))
     hi = settings.get("max_batch", max(config.max_batch, lo))
-    if not 1 <= lo <= hi <= MAX_ID:
-        raise CommandError(errors.BATCH_RANGE.format(MAX_ID))
+    if lo > hi:
+        raise CommandError(errors.BATCH_RANGE.format(_BATCH.high))
     if settings:
         settings = {"min_batch": lo, "max_batch": hi}
+        may_change_settings(client, args[1])  # its own batch bounds: what SEQ.ALTER sets
     if start != 1:
         may_raise_floor(client, args[1])  # a first ID above 1 raises a floor
     return _create(client, args[1], start, settings)
@@ -167,14 +174,13 @@ def _create_timestamp(client: Client, args: list[bytes]) -> Any:
                 raise CommandError(errors.SET_NEGATIVE)
             start = floor + 1
         elif opt == b"lookahead":
-            lookahead = parse_int(value)
-            if not 1 <= lookahead <= MAX_LOOKAHEAD_MS:
-                raise CommandError(errors.TS_LOOKAHEAD)
-            settings["lookahead"] = lookahead
+            settings["lookahead"] = _ms("lookahead", value, errors.TS_LOOKAHEAD)
         elif opt == b"maxlead":
             settings["max_lead"] = _max_lead(value)
         else:
             raise CommandError(errors.SYNTAX)
+    if settings:
+        may_change_settings(client, args[1])  # its own LOOKAHEAD/MAXLEAD: what SEQ.ALTER sets
     base = layouts.preset(preset)
     layout = dataclasses.replace(base, node=node, **changes)  # validates: bits, order, unit, node
     if layout != dataclasses.replace(base, node=node):
@@ -187,18 +193,34 @@ def _create_timestamp(client: Client, args: list[bytes]) -> Any:
     return _create(client, args[1], start, settings, TIMESTAMP)
 
 
-def _max_lead(arg: bytes) -> int:
-    value = parse_int(arg, errors.TS_MAXLEAD)
-    if not 0 <= value <= MAX_LEAD_MS:
-        raise CommandError(errors.TS_MAXLEAD)
+_BATCH = setting_bounds("min_batch")  # MINBATCH and MAXBATCH: those of min_batch/max_batch (march.config)
+
+
+def _batch(value: int) -> int:
+    if not _BATCH.low <= value <= _BATCH.high:
+        raise CommandError(errors.BATCH_RANGE.format(int(_BATCH.high)))
     return value
+
+
+def _ms(setting: str, arg: bytes, text: str) -> int:
+    """A per-sequence time setting within the bounds of the option it overrides (``march.config``)."""
+    bounds = setting_bounds(setting)
+    error = text.format(int(bounds.low), int(bounds.high))
+    value = parse_int(arg, error)
+    if not bounds.low <= value <= bounds.high:
+        raise CommandError(error)
+    return value
+
+
+def _max_lead(arg: bytes) -> int:
+    return _ms("max_lead", arg, errors.TS_MAXLEAD)
 
 
 @command(
     "seq.alter",
     -2,
     ("write",),
-    ("@write", "@slow"),
+    ("@seqadmin", "@slow"),  # not @write: +@read +@write draws IDs and never changes a sequence's limits
     keys=(1, 1, 1),
     primary=True,
     summary="SEQ.ALTER key [MINBATCH n] [MAXBATCH n] [MAXLEAD ms]: change a sequence's settings, durably and at once.",
@@ -208,16 +230,13 @@ def seq_alter(client: Client, args: list[bytes]) -> Any:
     changes: dict[str, int] = {}
     for opt, arg in _option_pairs(args, 2):
         if opt in (b"minbatch", b"maxbatch"):
-            changes["min_batch" if opt == b"minbatch" else "max_batch"] = parse_int(arg)
+            changes["min_batch" if opt == b"minbatch" else "max_batch"] = _batch(parse_int(arg))
         elif opt == b"maxlead":
             changes["max_lead"] = _max_lead(arg)
         else:
             raise CommandError(errors.SYNTAX)
     if not changes:
         raise CommandError(errors.ALTER_NOTHING)
-    for name in ("min_batch", "max_batch"):
-        if name in changes and not 1 <= changes[name] <= MAX_ID:
-            raise CommandError(errors.BATCH_RANGE.format(MAX_ID))
     return _alter(client, args[1], changes)
 
 

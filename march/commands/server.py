@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..app import REDIS_COMPAT_VERSION, VERSION
-from ..config import ConfigError, find_option, parse_value, rewrite_file
+from ..config import Config, ConfigError, find_option, parse_value, rewrite_file
 from ..errors import CommandError
 from ..glob import compile_glob
 from ..metrics import CommandCounts
@@ -103,7 +103,7 @@ def _docs(spec: CommandSpec) -> dict[bytes, Any]:
     "command",
     -1,
     ("loading", "stale"),
-    ("@slow", "@connection"),
+    ("@slow", "@connection", "@app"),
     summary="The command table: COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS cmd args...].",
     group="server",
     subcommands=(
@@ -228,7 +228,7 @@ def _config_get(client: Client, args: list[bytes]) -> dict[bytes, bytes]:
 _PERSISTENCE = {b"save": b"", b"appendonly": b"no"}
 
 
-def _config_set(client: Client, args: list[bytes]) -> str:
+def _config_set(client: Client, args: list[bytes]) -> Any:
     """All or nothing, as in Redis 7: every name known, live and given once, every value parsed,
     the whole new Config validated (``Config.__post_init__``) before anything is applied."""
     if len(args) % 2:
@@ -266,6 +266,14 @@ def _config_set(client: Client, args: list[bytes]) -> str:
     except ConfigError as exc:  # e.g. min_batch above max_batch: blame the option the message names
         blamed = next((g for n, g in given.items() if n in str(exc)), next(iter(given.values())))
         raise CommandError(errors.CONFIG_SET_INVALID.format(blamed, exc)) from None
+    if "requirepass" in changes:  # the stored default user's password, first: what OK reports holds on every node
+        return _set_requirepass(client, new)
+    client.app.reconfigure(new)
+    return "OK"
+
+
+async def _set_requirepass(client: Client, new: Config) -> str:
+    await client.app.node.shared_users.set_default_password(new.requirepass)
     client.app.reconfigure(new)
     return "OK"
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 _transaction = partial(
     command,
     flags=("noscript", "loading", "stale", "fast", "allow_busy"),
-    categories=("@fast", "@transaction"),
+    categories=("@fast", "@transaction", "@app"),
     group="transactions",
 )
 
@@ -64,7 +64,7 @@ def discard(client: Client, args: list[bytes]) -> Any:
     "exec",
     1,
     ("noscript", "loading", "stale", "skip_slowlog"),
-    ("@slow", "@transaction"),
+    ("@slow", "@transaction", "@app"),
     queued=False,
     summary="Execute the queued commands of a transaction.",
     group="transactions",

@@ -12,7 +12,9 @@ What every implementation must do, as etcd does:
   never matches a ``VALUE`` compare (etcd's rule: a missing key has no value to compare).
 - A key put with a lease goes when the lease expires or is revoked (one delete event each).
 - ``keep_alive`` returns the TTL etcd granted again, or a number <= 0 when the lease is gone.
-- ``watch`` yields the revision of every batch of changes in its range until it breaks.
+- ``watch`` yields the revision of every batch of changes in its range until it breaks;
+  ``watch_events`` yields the changes themselves (``Event``: key, new value or None for a delete,
+  revision), in revision order, so a follower applies one changed key instead of reading them all.
 
 Errors (the classes live in ``march.store.base`` so that stores can raise them too): anything
 that may pass (unreachable, timed out, leader change) is ``StoreError``; a request etcd will never
@@ -128,6 +130,15 @@ class Range:
 
 
 @dataclass(frozen=True)
+class Event:
+    """One change seen by a watch: ``key`` now holds ``value`` (None: deleted) as of ``revision``."""
+
+    key: bytes
+    value: bytes | None
+    revision: int
+
+
+@dataclass(frozen=True)
 class TxnResult:
     """``succeeded``: every compare held. ``ranges[i]``: the result of the i-th op that ran if it
     was a ``Get``, else None. ``revision``: the store's revision after the transaction."""
@@ -175,6 +186,10 @@ class Etcd(Protocol):
 
     def watch(self, start: bytes, end: bytes, start_revision: int = 0) -> AsyncIterator[int]:
         """The revision of each batch of changes in ``[start, end)``, until the stream breaks (StoreError)."""
+        ...
+
+    def watch_events(self, start: bytes, end: bytes, start_revision: int = 0) -> AsyncIterator[list[Event]]:
+        """The changes in ``[start, end)``, a batch at a time in revision order, until the stream breaks."""
         ...
 
     async def close(self) -> None: ...

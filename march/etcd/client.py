@@ -35,7 +35,7 @@ import grpc
 from aetcd import rpc
 
 from ..store.base import StoreError, StoreFull, StoreRejected
-from .api import KV, Compare, Get, Op, Put, Range, Request, Target, TxnResult
+from .api import KV, Compare, Event, Get, Op, Put, Range, Request, Target, TxnResult
 
 log = logging.getLogger("march.etcd")
 
@@ -360,6 +360,21 @@ class GrpcEtcd:
                     raise StoreError(f"etcd {ch.endpoint}: watch canceled: {reply.cancel_reason}")
                 if reply.events:
                     yield int(reply.header.revision)
+        raise StoreError(f"etcd {ch.endpoint}: watch stream ended")
+
+    async def watch_events(self, start: bytes, end: bytes, start_revision: int = 0) -> AsyncIterator[list[Event]]:
+        ch = await self._channel()
+        create = rpc.WatchCreateRequest(key=start, range_end=end, start_revision=start_revision)
+        call = ch.watch.Watch(iter([rpc.WatchRequest(create_request=create)]), metadata=ch.metadata)
+        async with contextlib.aclosing(self._replies(call, ch)) as replies:
+            async for reply in replies:
+                if reply.canceled:
+                    raise StoreError(f"etcd {ch.endpoint}: watch canceled: {reply.cancel_reason}")
+                if reply.events:
+                    yield [
+                        Event(e.kv.key, None if e.type == rpc.Event.DELETE else e.kv.value, int(e.kv.mod_revision))
+                        for e in reply.events
+                    ]
         raise StoreError(f"etcd {ch.endpoint}: watch stream ended")
 
     async def _replies(self, call: Any, ch: _Channel) -> AsyncGenerator[Any, None]:

@@ -53,18 +53,21 @@ import bisect
 import collections
 import contextlib
 import itertools
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..clock import Clock, Timer
 from ..store.base import StoreError, StoreFull, StoreRejected
-from .api import KV, Compare, Delete, Get, Op, Put, Range, Request, Target, TxnResult
+from .api import KV, Compare, Delete, Event, Get, Op, Put, Range, Request, Target, TxnResult
 
 T = TypeVar("T")
 
 MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 MAX_REQUEST_BYTES = 1536 * 1024  # etcd's default --max-request-bytes (1.5 MiB)
+
+
+Changes = Mapping[bytes, KV | None]  # one revision's changed keys: what each holds then (None: deleted)
 
 
 @dataclass
@@ -201,8 +204,9 @@ class FakeEtcd(_Switches):
         self._sorted: list[bytes] = []
         self._leases: dict[int, _Lease] = {}
         self._lease_ids = itertools.count(0x7E57_0000_0001)
-        # Every change batch so far: (revision, keys), for watches that start in the past.
-        self._history: list[tuple[int, frozenset[bytes]]] = []
+        # Every change batch so far: (revision, {key: what it holds then, None: deleted}), for
+        # watches that start in the past.
+        self._history: list[tuple[int, Changes]] = []
         self._clients: list[FakeEtcdClient] = []
         self.calls: collections.Counter[str] = collections.Counter()
         self.full = False
@@ -285,7 +289,7 @@ class FakeEtcd(_Switches):
         if not changed:
             return
         self.revision += 1
-        keys = frozenset(changed)
+        keys = {k: self._data.get(k) for k in sorted(changed)}
         self._history.append((self.revision, keys))
         for c in self._clients:
             c._notify(self.revision, keys)
@@ -369,7 +373,7 @@ class FakeEtcd(_Switches):
             changed.update(self._remove(key, b""))
         self._commit(changed)
 
-    def _history_since(self, start_revision: int) -> list[tuple[int, frozenset[bytes]]]:
+    def _history_since(self, start_revision: int) -> list[tuple[int, Changes]]:
         i = bisect.bisect_left(self._history, start_revision, key=lambda h: h[0])
         return self._history[i:]
 
@@ -381,11 +385,11 @@ class _Watch:
         self.start = start
         self.end = end
         self.since = since  # the first revision it reports
-        self.pending: collections.deque[int] = collections.deque()
+        self.pending: collections.deque[tuple[int, Changes]] = collections.deque()
         self.broken = ""
         self.wake = asyncio.Event()
 
-    def touches(self, keys: frozenset[bytes]) -> bool:
+    def touches(self, keys: Changes) -> bool:
         return any(_in_range(k, self.start, self.end) for k in keys)
 
 
@@ -517,6 +521,25 @@ class FakeEtcdClient(_Switches):
     # --- watch ---------------------------------------------------------------------------------
 
     async def watch(self, start: bytes, end: bytes, start_revision: int = 0) -> AsyncGenerator[int, None]:
+        async with contextlib.aclosing(self._batches(start, end, start_revision)) as batches:
+            async for revision, _ in batches:
+                yield revision
+
+    async def watch_events(
+        self, start: bytes, end: bytes, start_revision: int = 0
+    ) -> AsyncGenerator[list[Event], None]:
+        async with contextlib.aclosing(self._batches(start, end, start_revision)) as batches:
+            async for revision, keys in batches:
+                yield [
+                    Event(k, None if kv is None else kv.value, revision)
+                    for k, kv in keys.items()
+                    if _in_range(k, start, end)
+                ]
+
+    async def _batches(
+        self, start: bytes, end: bytes, start_revision: int
+    ) -> AsyncGenerator[tuple[int, Changes], None]:
+        """Every change batch that touches ``[start, end)`` (from ``start_revision``), until the watch breaks."""
         self.calls["watch"] += 1
         self.server.calls["watch"] += 1
         cut = self._cut()
@@ -524,7 +547,7 @@ class FakeEtcdClient(_Switches):
             raise StoreError(cut)
         w = _Watch(start, end, start_revision)
         if start_revision > 0:
-            w.pending.extend(rev for rev, keys in self.server._history_since(start_revision) if w.touches(keys))
+            w.pending.extend(h for h in self.server._history_since(start_revision) if w.touches(h[1]))
         self._watches.append(w)
         try:
             while True:
@@ -538,10 +561,10 @@ class FakeEtcdClient(_Switches):
         finally:
             self._watches.remove(w)
 
-    def _notify(self, revision: int, keys: frozenset[bytes]) -> None:
+    def _notify(self, revision: int, keys: Changes) -> None:
         for w in self._watches:
             if revision >= w.since and w.touches(keys):
-                w.pending.append(revision)
+                w.pending.append((revision, keys))
                 w.wake.set()
 
     def _break_watches(self, why: str) -> None:

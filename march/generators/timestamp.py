@@ -28,7 +28,8 @@ the *time field* (in layout units since the layout's epoch) that the store has c
   replies the server writes as consecutive integers), and otherwise returns None.
 - When the time field runs out (``layout.ends_ms``), requests get an error, never a wrapped ID.
 - **Bounded lead** (``max_lead``, ms; server default ``timestamp_max_lead_ms`` = 1000, per key
-  ``SEQ.CREATE ... MAXLEAD`` / ``SEQ.ALTER``; 0 = no cap): the time inside an ID may run at most
+  ``SEQ.CREATE ... MAXLEAD`` / ``SEQ.ALTER``, within the bounds ``march.config`` declares; 0 =
+  no cap is left to unit tests): the time inside an ID may run at most
   ``max_lead`` ahead of real time. Without a cap, a key flooded with INCRBY carries into the
   future without limit (a 3 s burst once put IDs 174 s ahead), and since the durable bound is
   persisted a lookahead past logical time, a later restart or failover then starts that far in
@@ -68,8 +69,6 @@ from .base import BatchPolicy, Clock, DurableBound, Lease, WallClock
 from .layout import Layout, iso
 
 KIND = "timestamp"
-MAX_LOOKAHEAD_MS = 86_400_000  # a day: a bound further ahead only makes restarts jump further
-MAX_LEAD_MS = 86_400_000  # the largest MAXLEAD (a day), as for the lookahead
 MAX_STRETCH = 20  # a burst may push the bound at most 20 lookaheads ahead: a restart jumps no further
 
 

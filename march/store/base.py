@@ -31,10 +31,18 @@ suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and t
   ``worker_namespaces(after, limit)`` pages through the namespaces that have records (in an
   order of the backend's own; a page may be short, ``[]`` is the end): how a new primary counts
   them once per term.
-- ``load_users()`` / ``save_user(name, rules)``: the ACL users (``march.auth``), as their rules
-  (passwords only hashed). Not guarded by leadership: any node may change a user, the last
-  write wins. ``watch_users()`` yields after every change made elsewhere (etcd); a store that
-  only one server uses has nothing to watch (None).
+- ACL users (``march.auth``), a record family of their own, each kept as its rules (passwords
+  only hashed) with a *revision* that changes with every write (etcd: the key's mod revision;
+  SQLite and memory: a counter); 0 means "no such user". Not guarded by leadership: any node
+  may change a user, but only through a compare-and-set, so no change is ever built on a stale
+  copy. ``load_user(name)`` is a linearizable read of one ``UserRecord`` (None: absent);
+  ``save_user(name, rules, expected)`` writes ``rules`` (None: deletes) only if the stored
+  revision is still ``expected`` and returns the new revision, or None when it changed meanwhile
+  (nothing written: read again, apply again). ``load_users()`` reads every user (a page at a
+  time) as ``UserRecords``: the records and a revision at or below which every change is in
+  them. ``watch_users(after)`` yields the changes made after revision ``after``, in revision order
+  (each a ``UserRecord``; ``rules`` None for a deletion), until it breaks (StoreError); a store
+  that only one server uses has nothing to watch (None).
 
 Calls made in the same event-loop turn may be sent together (one etcd transaction, one SQLite
 transaction): many first requests after a failover cost a few store round trips, not one each.
@@ -130,6 +138,25 @@ class WorkerRecord:
     ttl: int
 
 
+@dataclass(frozen=True)
+class UserRecord:
+    """One ACL user as the store keeps it: its rules (``march.auth``; None: deleted, in a watch
+    event) and the revision of the write that made it so (the compare of ``save_user``)."""
+
+    name: str
+    rules: str | None
+    revision: int
+
+
+@dataclass(frozen=True)
+class UserRecords:
+    """Every stored user, and a revision such that every change at or below it is in ``records``
+    (a follower watches from the next one; changes after it may be in ``records`` too)."""
+
+    records: list[UserRecord]
+    revision: int
+
+
 class Store(abc.ABC):
     """Durable state of one March deployment."""
 
@@ -207,15 +234,21 @@ class Store(abc.ABC):
         ``limit`` while more follow; ``[]`` means there are no more."""
 
     @abc.abstractmethod
-    async def load_users(self) -> dict[str, str]:
-        """Every stored user: name -> rules."""
+    async def load_users(self) -> UserRecords:
+        """Every stored user, with the revision a watch of later changes starts after."""
 
     @abc.abstractmethod
-    async def save_user(self, name: str, rules: str | None) -> None:
-        """Store user ``name`` as ``rules`` (None: delete it)."""
+    async def load_user(self, name: str) -> UserRecord | None:
+        """Linearizable read of one user (None: no such user)."""
 
-    def watch_users(self) -> AsyncIterator[None] | None:
-        """An iterator that yields after each change to the users (None: nothing else writes them)."""
+    @abc.abstractmethod
+    async def save_user(self, name: str, rules: str | None, expected: int) -> int | None:
+        """Store user ``name`` as ``rules`` (None: delete it) iff its stored revision is ``expected``
+        (0: it does not exist); the new revision, or None if it changed (nothing written)."""
+
+    def watch_users(self, after: int) -> AsyncIterator[list[UserRecord]] | None:
+        """The changes to the users after revision ``after`` (what ``load_users`` named), in order
+        (None: nothing else writes them)."""
         return None
 
     def describe(self) -> dict[str, Any]:

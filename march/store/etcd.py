@@ -25,15 +25,26 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ..etcd.api import Delete, Etcd, Get, Put, Range, Request, created_at, value_below, value_is
+from ..etcd.api import Delete, Etcd, Get, Put, Range, Request, created_at, modified_at, value_below, value_is
 from ..etcd.keys import KeyPaths, prefix_end
-from .base import Guard, GuardFailed, SequenceRecord, Store, StoreError, StoreFull, WorkerRecord
+from .base import (
+    Guard,
+    GuardFailed,
+    SequenceRecord,
+    Store,
+    StoreError,
+    StoreFull,
+    UserRecord,
+    UserRecords,
+    WorkerRecord,
+)
 from .batch import Batcher
 
 _DIGITS = 20  # 2**63 has 19 digits: every ceiling fits, and the compare stays numeric
 MAX_OPS = 100  # records per transaction: compares are 2 + n, under etcd's default --max-txn-ops 128
 MAX_BYTES = 512 << 10  # bytes per transaction (estimated), well under etcd's default 1.5 MiB request limit
 _WORKER_ATTEMPTS = 32  # a delete reads the retired floor again each time another delete raised it meanwhile
+USERS_PAGE = 500  # users per range read: ~100 KB, far below gRPC's 4 MiB reply limit, whatever the user count
 
 
 def encode_ceiling(ceiling: int) -> bytes:
@@ -91,7 +102,6 @@ class EtcdStore(Store):
         # with a greater ceiling (an abandoned write that lands later is harmless).
         self.write_timeout = min(timeout, write_timeout)
         self._meta: dict[bytes, bytes] = {}  # key -> the JSON part of its value, written back unchanged
-        self._users_revision = 0  # the etcd revision of the last load_users
         size = self._size
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(
             self._load_batch, MAX_OPS, MAX_BYTES, lambda k: size(k, b"")
@@ -142,25 +152,43 @@ class EtcdStore(Store):
         found = await self.etcd.range(Get(start, end, limit=limit, keys_only=True), self.timeout)
         return [self.keys.seq_name(kv.key) for kv in found.kvs]
 
-    async def load_users(self) -> dict[str, str]:
-        found = await self.etcd.range(Get(self.keys.users, prefix_end(self.keys.users)), self.timeout)
-        self._users_revision = found.revision  # a watch started later begins right after this read
-        prefix = len(self.keys.users)
-        return {kv.key[prefix:].decode("utf-8", "surrogateescape"): kv.value.decode() for kv in found.kvs}
+    def _user_record(self, key: bytes, rules: bytes | None, revision: int) -> UserRecord:
+        name = key[len(self.keys.users) :].decode("utf-8", "surrogateescape")
+        return UserRecord(name, None if rules is None else rules.decode(), revision)
 
-    async def save_user(self, name: str, rules: str | None) -> None:
+    async def load_users(self) -> UserRecords:
+        """Every user, a page at a time. The pages are read at successive revisions; the first one's
+        is where the watch starts (every later change comes through it, some twice: harmless, each
+        record carries its revision)."""
+        end = prefix_end(self.keys.users)
+        start = self.keys.users
+        records: list[UserRecord] = []
+        first = 0
+        while True:
+            page = await self.etcd.range(Get(start, end, limit=USERS_PAGE), self.timeout)
+            first = first or page.revision
+            records += [self._user_record(kv.key, kv.value, kv.mod_revision) for kv in page.kvs]
+            if not page.more or not page.kvs:
+                break
+            start = page.kvs[-1].key + b"\0"
+        return UserRecords(records, first)
+
+    async def load_user(self, name: str) -> UserRecord | None:
+        kv = await self.etcd.get(self.keys.user(name), self.timeout)
+        return None if kv is None else self._user_record(kv.key, kv.value, kv.mod_revision)
+
+    async def save_user(self, name: str, rules: str | None, expected: int) -> int | None:
         key = self.keys.user(name)
-        if rules is None:
-            await self.etcd.delete(key, self.write_timeout)
-        else:
-            await self.etcd.put(key, rules.encode(), 0, self.write_timeout)
+        write = Delete(key) if rules is None else Put(key, rules.encode())
+        reply = await self.etcd.txn([modified_at(key, expected)], [write], [], self.write_timeout)
+        return reply.revision if reply.succeeded else None
 
-    async def watch_users(self) -> AsyncIterator[None]:
-        """Yield after every change to ``<prefix>/users/`` since the last ``load_users`` (none is
-        missed in between), until the watch breaks (StoreError)."""
-        start = self._users_revision + 1 if self._users_revision else 0
-        async for _ in self.etcd.watch(self.keys.users, prefix_end(self.keys.users), start):
-            yield None
+    async def watch_users(self, after: int) -> AsyncIterator[list[UserRecord]]:
+        """The changes to ``<prefix>/users/`` after revision ``after`` (what ``load_users`` named:
+        none is missed in between), each with its revision, until the watch breaks (StoreError)."""
+        start = after + 1 if after else 0
+        async for events in self.etcd.watch_events(self.keys.users, prefix_end(self.keys.users), start):
+            yield [self._user_record(e.key, e.value, e.revision) for e in events]
 
     async def count(self) -> int:
         found = await self.etcd.range(Get(self.keys.seqs, prefix_end(self.keys.seqs), count_only=True), self.timeout)

@@ -15,7 +15,17 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .base import SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, StoreError, WorkerRecord
+from .base import (
+    SINGLE_NODE,
+    Guard,
+    GuardFailed,
+    SequenceRecord,
+    Store,
+    StoreError,
+    UserRecord,
+    UserRecords,
+    WorkerRecord,
+)
 
 
 class MemoryStore(Store):
@@ -23,7 +33,8 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self.records: dict[bytes, SequenceRecord] = {}
-        self.users: dict[str, str] = {}
+        self.users: dict[str, UserRecord] = {}
+        self.users_revision = 0  # the revision of the last user write
         self.workers: dict[tuple[bytes, int], WorkerRecord] = {}
         self.retired_floor = 0  # the highest floor of a deleted worker record
         self._sorted: list[bytes] = []
@@ -79,16 +90,25 @@ class MemoryStore(Store):
         await self._pass_gate()
         return len(self.records)
 
-    async def load_users(self) -> dict[str, str]:
+    async def load_users(self) -> UserRecords:
         await self._pass_gate()
-        return dict(self.users)
+        return UserRecords(sorted(self.users.values(), key=lambda r: r.name), self.users_revision)
 
-    async def save_user(self, name: str, rules: str | None) -> None:
+    async def load_user(self, name: str) -> UserRecord | None:
+        await self._pass_gate()
+        return self.users.get(name)
+
+    async def save_user(self, name: str, rules: str | None, expected: int) -> int | None:
         await self._pass_gate(read=False)
+        current = self.users.get(name)
+        if (current.revision if current is not None else 0) != expected:
+            return None
+        self.users_revision += 1
         if rules is None:
             self.users.pop(name, None)
         else:
-            self.users[name] = rules
+            self.users[name] = UserRecord(name, rules, self.users_revision)
+        return self.users_revision
 
     async def create(self, record: SequenceRecord, guard: Guard) -> bool:
         await self._before_write(guard)

@@ -43,6 +43,8 @@ from .base import (
     StoreError,
     StoreFull,
     StoreLocked,
+    UserRecord,
+    UserRecords,
     WorkerRecord,
 )
 from .batch import Batcher
@@ -59,8 +61,13 @@ CREATE TABLE IF NOT EXISTS sequences (
     settings TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS users (
-    name  TEXT PRIMARY KEY,
-    rules TEXT NOT NULL
+    name     TEXT PRIMARY KEY,
+    rules    TEXT NOT NULL,
+    revision INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS users_revision (
+    one      INTEGER PRIMARY KEY CHECK (one = 1),
+    revision INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS workers (
     namespace  BLOB NOT NULL,
@@ -148,6 +155,12 @@ class SqliteStore(Store):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(users)")}
+            if "revision" not in columns:  # a data dir from before user revisions: each user at revision 1
+                db.execute("ALTER TABLE users ADD COLUMN revision INTEGER NOT NULL DEFAULT 1")
+            db.execute(
+                "INSERT OR IGNORE INTO users_revision VALUES (1, (SELECT COALESCE(MAX(revision), 0) FROM users))"
+            )
         except BaseException:
             db.close()
             raise
@@ -215,19 +228,50 @@ class SqliteStore(Store):
     async def count(self) -> int:
         return await self._run(lambda: int(self._conn().execute("SELECT COUNT(*) FROM sequences").fetchone()[0]))
 
-    async def load_users(self) -> dict[str, str]:
-        rows = await self._run(lambda: self._conn().execute("SELECT name, rules FROM users").fetchall())
-        return {str(name): str(rules) for name, rules in rows}
+    async def load_users(self) -> UserRecords:
+        return await self._run(self._load_users)
 
-    async def save_user(self, name: str, rules: str | None) -> None:
-        await self._run(self._save_user, name, rules)
-
-    def _save_user(self, name: str, rules: str | None) -> None:
+    def _load_users(self) -> UserRecords:
         db = self._conn()
-        if rules is None:
-            db.execute("DELETE FROM users WHERE name = ?", (name,))
-        else:
-            db.execute("INSERT OR REPLACE INTO users (name, rules) VALUES (?, ?)", (name, rules))
+        db.execute("BEGIN")
+        try:
+            rows = db.execute("SELECT name, rules, revision FROM users ORDER BY name").fetchall()
+            revision = int(db.execute("SELECT revision FROM users_revision").fetchone()[0])
+        finally:
+            db.execute("COMMIT")
+        return UserRecords([UserRecord(str(n), str(r), int(v)) for n, r, v in rows], revision)
+
+    async def load_user(self, name: str) -> UserRecord | None:
+        row = await self._run(
+            lambda: self._conn().execute("SELECT rules, revision FROM users WHERE name = ?", (name,)).fetchone()
+        )
+        return None if row is None else UserRecord(name, str(row[0]), int(row[1]))
+
+    async def save_user(self, name: str, rules: str | None, expected: int) -> int | None:
+        return await self._run(self._save_user, name, rules, expected)
+
+    def _save_user(self, name: str, rules: str | None, expected: int) -> int | None:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT revision FROM users WHERE name = ?", (name,)).fetchone()
+            if (int(row[0]) if row is not None else 0) != expected:
+                db.execute("ROLLBACK")
+                return None
+            db.execute("UPDATE users_revision SET revision = revision + 1")
+            revision = int(db.execute("SELECT revision FROM users_revision").fetchone()[0])
+            if rules is None:
+                db.execute("DELETE FROM users WHERE name = ?", (name,))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO users (name, rules, revision) VALUES (?, ?, ?)", (name, rules, revision)
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return revision
 
     # --- writes (one transaction per batch) ------------------------------------------------------
 

@@ -179,6 +179,7 @@ def test_a_node_started_while_etcd_is_down_answers_clusterdown_until_it_knows_it
         assert held.call("PING") == CLUSTERDOWN
         assert held.call("AUTH", "app", APP_PASS) == CLUSTERDOWN
         assert held.call("AUTH", "app", "wrong") == CLUSTERDOWN
+        assert held.call("AUTH", "default-password") == CLUSTERDOWN  # not "no password configured"
         assert held.call("HELLO", "3", "AUTH", "app", APP_PASS) == CLUSTERDOWN
         assert held.call("HELLO", "3") == CLUSTERDOWN
         assert held.call("INCR", "orders:eu") == CLUSTERDOWN

@@ -371,19 +371,19 @@ def test_seq_alter_kinds_and_missing_keys(mc: redis.Redis, key: str) -> None:
         mc.execute_command("SEQ.ALTER", key, "MINBATCH", "5")
     mc.execute_command("INCR", key)
     with pytest.raises(redis.ResponseError, match="MAXLEAD applies to timestamp sequences only") as plain:
-        mc.execute_command("SEQ.ALTER", key, "MAXLEAD", "10")
+        mc.execute_command("SEQ.ALTER", key, "MAXLEAD", "100")
     assert str(plain.value).startswith("WRONGTYPE ")
     ts = key + ":ts"
     mc.execute_command("SEQ.CREATE", ts, "TIMESTAMP", "MAXLEAD", "250")
     assert mc.execute_command("SEQ.INFO", ts)[b"max_lead_ms"] == 250
     with pytest.raises(redis.ResponseError, match="MINBATCH and MAXBATCH apply to plain sequences only"):
         mc.execute_command("SEQ.ALTER", ts, "MINBATCH", "5")
-    for bad in ("-1", "86400001", "x"):
-        with pytest.raises(redis.ResponseError, match="MAXLEAD must be between 0"):
+    for bad in ("-1", "0", "99", "60001", "86400001", "x"):  # always a cap, within bounds (march.config)
+        with pytest.raises(redis.ResponseError, match="MAXLEAD must be between 100 and 60000 milliseconds"):
             mc.execute_command("SEQ.ALTER", ts, "MAXLEAD", bad)
-        with pytest.raises(redis.ResponseError, match="MAXLEAD must be between 0"):
+        with pytest.raises(redis.ResponseError, match="MAXLEAD must be between 100 and 60000 milliseconds"):
             mc.execute_command("SEQ.CREATE", ts + bad, "TIMESTAMP", "MAXLEAD", bad)
-    assert mc.execute_command("SEQ.ALTER", ts, "MAXLEAD", "0") == b"OK"
-    assert mc.execute_command("SEQ.INFO", ts)[b"max_lead_ms"] == 0
+    assert mc.execute_command("SEQ.ALTER", ts, "MAXLEAD", "60000") == b"OK"
+    assert mc.execute_command("SEQ.INFO", ts)[b"max_lead_ms"] == 60000
     mc.execute_command("SEQ.CREATE", key + ":default-ts", "TIMESTAMP")
     assert mc.execute_command("SEQ.INFO", key + ":default-ts")[b"max_lead_ms"] == 1000  # timestamp_max_lead_ms

@@ -150,5 +150,5 @@ def test_seq_alter_from_redis_cli(march_server: MarchServer, redis_cli: str) -> 
     assert cli(redis_cli, port, "INCR", "cli:alter") == (0, "2\n", "")
     _, out, _ = cli(redis_cli, port, "SEQ.ALTER", "cli:alter", "MINBATCH", "9", "MAXBATCH", "3")
     assert out.startswith("ERR"), out
-    _, out, _ = cli(redis_cli, port, "SEQ.ALTER", "cli:alter", "MAXLEAD", "5")
+    _, out, _ = cli(redis_cli, port, "SEQ.ALTER", "cli:alter", "MAXLEAD", "500")
     assert out.startswith("WRONGTYPE"), out

@@ -53,8 +53,8 @@ def as_dict(reply: object) -> dict[bytes, object]:
         (["PRESET", "sonyflake", "NODE", "65535"], "sonyflake", "time:39,seq:8,node:16"),
         (["PRESET", "js53"], "js53", "time:41,node:0,seq:12"),
         (
-            # 256 IDs per 1 s unit: INCRBY 10000 needs 40 s of lead, past the default cap (MAXLEAD 0: none)
-            ["TIMEBITS", "40", "NODEBITS", "0", "SEQBITS", "8", "UNIT", "1000", "EPOCH", "0", "MAXLEAD", "0"],
+            # 256 IDs per 1 s unit: INCRBY 10000 needs 40 s of lead, past the default cap (the largest: a minute)
+            ["TIMEBITS", "40", "NODEBITS", "0", "SEQBITS", "8", "UNIT", "1000", "EPOCH", "0", "MAXLEAD", "60000"],
             "custom",
             "time:40,node:0,seq:8",
         ),
@@ -127,8 +127,8 @@ ERR_CASES = [
     (("SEQ.CREATE", "x", "TIMESTAMP", "UNIT", "1.5"), errors.NOT_INTEGER),
     (("SEQ.CREATE", "x", "TIMESTAMP", "NODE", "one"), errors.NOT_INTEGER),
     (("SEQ.CREATE", "x", "TIMESTAMP", "EPOCH", "99999999999999999999"), errors.NOT_INTEGER),
-    (("SEQ.CREATE", "x", "TIMESTAMP", "LOOKAHEAD", "0"), errors.TS_LOOKAHEAD),
-    (("SEQ.CREATE", "x", "TIMESTAMP", "LOOKAHEAD", "86400001"), errors.TS_LOOKAHEAD),
+    (("SEQ.CREATE", "x", "TIMESTAMP", "LOOKAHEAD", "0"), errors.TS_LOOKAHEAD.format(1, 86400000)),
+    (("SEQ.CREATE", "x", "TIMESTAMP", "LOOKAHEAD", "86400001"), errors.TS_LOOKAHEAD.format(1, 86400000)),
     (("SEQ.CREATE", "x", "TIMESTAMP", "FLOOR", "-1"), errors.SET_NEGATIVE),
     (("SEQ.CREATE", "x", "TIMESTAMP", "PRESET", "js53", "FLOOR", str(1 << 53)), errors.TS_FLOOR.format(1 << 53, 0)),
     (("SEQ.CREATE", "x", "TIMESTAMP", "START", "5"), errors.SYNTAX),

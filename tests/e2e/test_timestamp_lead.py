@@ -92,8 +92,8 @@ def test_a_flooded_key_stays_within_the_default_cap(march_server: MarchServer) -
 
 def test_alter_maxlead_on_a_live_key(march_server: MarchServer) -> None:
     with redis.Redis(port=march_server.port, protocol=3) as c:
-        c.execute_command("SEQ.CREATE", "alt", "TIMESTAMP", "MAXLEAD", "0")
-        assert c.execute_command("SEQ.INFO", "alt")[b"max_lead_ms"] == 0
+        c.execute_command("SEQ.CREATE", "alt", "TIMESTAMP", "MAXLEAD", "60000")
+        assert c.execute_command("SEQ.INFO", "alt")[b"max_lead_ms"] == 60000
         c.execute_command("INCR", "alt")  # live generator
         assert c.execute_command("SEQ.ALTER", "alt", "MAXLEAD", "100") == b"OK"
         assert c.execute_command("SEQ.INFO", "alt")[b"max_lead_ms"] == 100

@@ -30,6 +30,7 @@ from march.etcd.api import (
     Compare,
     Delete,
     Etcd,
+    Event,
     Get,
     Op,
     Put,
@@ -76,6 +77,11 @@ class Env:
     def watch(self, start: bytes, end: bytes, start_revision: int = 0) -> AsyncGenerator[int, None]:
         """``etcd.watch``: both implementations give an async generator, closed when the test is done."""
         watch = self.etcd.watch(start, end, start_revision)
+        assert isinstance(watch, AsyncGenerator)
+        return watch
+
+    def watch_events(self, start: bytes, end: bytes, start_revision: int = 0) -> AsyncGenerator[list[Event], None]:
+        watch = self.etcd.watch_events(start, end, start_revision)
         assert isinstance(watch, AsyncGenerator)
         return watch
 
@@ -469,6 +475,28 @@ async def test_a_watch_reports_changes_in_its_range_only(env: Env) -> None:
         await e.delete(env.k("a"))
         await e.delete(env.k("b"))
         assert await finish(anext(watch), 5.0) == both.revision + 2
+
+
+async def test_watch_events_carry_each_changed_key_its_value_and_revision(env: Env) -> None:
+    e, a, b, c = env.etcd, env.k("a"), env.k("b"), env.k("c")
+    await e.put(a, b"before")
+    rev = await env.revision()
+    watch = env.watch_events(env.k("a"), env.k("c"), rev + 1)  # c is outside
+    async with contextlib.aclosing(watch):
+        first = await e.put(b, b"1")
+        assert await finish(anext(watch), 5.0) == [Event(b, b"1", first)]
+        both = await e.txn([], [Put(a, b"2"), Put(b, b"3"), Put(c, b"outside")])
+        assert await finish(anext(watch), 5.0) == [Event(a, b"2", both.revision), Event(b, b"3", both.revision)]
+        await e.delete(a)
+        assert await finish(anext(watch), 5.0) == [Event(a, None, both.revision + 1)]
+    # From a revision in the past: the same changes again, in order.
+    replay = env.watch_events(env.k("a"), env.k("c"), first)
+    async with contextlib.aclosing(replay):
+        seen: list[Event] = []
+        while len(seen) < 4:
+            seen += await finish(anext(replay), 5.0)
+    assert [(ev.key, ev.value) for ev in seen] == [(b, b"1"), (a, b"2"), (b, b"3"), (a, None)]
+    assert [ev.revision for ev in seen] == sorted(ev.revision for ev in seen)
 
 
 async def test_a_closed_client_fails_every_call(env: Env) -> None:

@@ -33,6 +33,13 @@ What it pins down, identically on every backend:
   highest floor ever deleted as ``retired_worker_floor`` (never lowered, durable, also when many
   deletes race), refused to a guard that does not hold; ``worker_namespaces`` pages through every
   namespace with records exactly once, whatever the page size, and nothing else.
+- Users: ``save_user`` is a compare-and-set on the record's revision (0: absent), for writes and
+  deletions alike, so of concurrent read-modify-writes of one user exactly one lands and a
+  deleted user is never written back by someone who read it before the deletion; revisions only
+  grow; ``load_users`` reads every user (more than a page of them) and names a revision at or
+  below which every change is in what it read; on etcd ``watch_users`` then yields each later
+  change (a deletion as ``rules`` None) with its revision, in order; users survive a new store
+  object and are never listed or counted as sequences.
 - Calls made together are batched yet each gets its own answer: 1,000 concurrent creates and
   saves all land (on etcd in a few transactions, not one each), two saves of one key in one loop
   turn both get a correct answer, and one failing item does not fail its neighbours.
@@ -41,13 +48,15 @@ What it pins down, identically on every backend:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.aio import finish
 from support.etcd import EtcdCluster
 
 from march.clock import ManualClock
@@ -55,8 +64,17 @@ from march.etcd.api import Put, created_at
 from march.etcd.client import GrpcEtcd
 from march.etcd.fake import FakeEtcd, FakeEtcdClient
 from march.etcd.keys import KeyPaths
-from march.store.base import NO_GUARD, SINGLE_NODE, Guard, GuardFailed, SequenceRecord, Store, WorkerRecord
-from march.store.etcd import EtcdStore
+from march.store.base import (
+    NO_GUARD,
+    SINGLE_NODE,
+    Guard,
+    GuardFailed,
+    SequenceRecord,
+    Store,
+    UserRecord,
+    WorkerRecord,
+)
+from march.store.etcd import USERS_PAGE, EtcdStore
 from march.store.memory import MemoryStore
 from march.store.sqlite import SqliteStore
 
@@ -720,7 +738,7 @@ async def test_worker_namespaces_page_through_each_namespace_once(subject: Subje
     for ns, held in ids.items():
         for i in held:
             assert await store.save_worker(worker(ns, i), None, guard)
-    await store.save_user("u", "on")  # other records are never namespaces
+    await store.save_user("u", "on", 0)  # other records are never namespaces
     assert await store.create(rec(b"seq", 10), guard)
     for limit in (1, 2, 3, 100):
         assert sorted(await every_namespace(store, limit)) == sorted(names), f"limit {limit}"  # each once
@@ -741,3 +759,81 @@ async def every_namespace(store: Store, limit: int) -> list[bytes]:
         seen += page
         after = page[-1]
     raise AssertionError("worker_namespaces never ended")
+
+
+# --- users ----------------------------------------------------------------------------------------
+
+
+async def test_save_user_is_a_compare_and_set_on_the_revision(subject: Subject) -> None:
+    store = subject.store
+    assert await store.load_user("u") is None
+    assert (await store.load_users()).records == []
+    first = await store.save_user("u", "on #ab ~* +@all", 0)
+    assert first is not None and first > 0
+    assert await store.load_user("u") == UserRecord("u", "on #ab ~* +@all", first)
+    assert await store.save_user("u", "off", 0) is None  # it exists: "absent" no longer holds
+    assert await store.save_user("u", "off", first - 1) is None
+    assert await store.load_user("u") == UserRecord("u", "on #ab ~* +@all", first)
+    second = await store.save_user("u", "off ~* +@read", first)
+    assert second is not None and second > first
+    assert await store.save_user("u", None, first) is None  # a deletion read before the change: refused
+    assert await store.load_user("u") == UserRecord("u", "off ~* +@read", second)
+    deleted = await store.save_user("u", None, second)
+    assert deleted is not None and deleted > second
+    assert await store.load_user("u") is None
+    assert await store.save_user("u", "on >back", second) is None  # read before the deletion: stays deleted
+    assert await store.load_user("u") is None
+    again = await store.save_user("u", "on", 0)  # created anew
+    assert again is not None and again > deleted
+    fresh = await subject.reopen()
+    assert await fresh.load_user("u") == UserRecord("u", "on", again)
+    assert await fresh.count() == 0 and await fresh.list_keys() == []
+
+
+async def test_concurrent_read_modify_writes_of_one_user_one_lands(subject: Subject) -> None:
+    store = subject.store
+    base = await store.save_user("u", "on", 0)
+    assert base is not None
+    results = await asyncio.gather(*(store.save_user("u", f"on ~k{i}", base) for i in range(5)))
+    landed = [i for i, r in enumerate(results) if r is not None]
+    assert len(landed) == 1
+    stored = await store.load_user("u")
+    assert stored is not None and stored.rules == f"on ~k{landed[0]}" and stored.revision == results[landed[0]]
+    creators = await asyncio.gather(*(store.save_user("v", f"on ~c{i}", 0) for i in range(5)))
+    assert sum(r is not None for r in creators) == 1
+
+
+async def test_load_users_reads_every_user_past_a_page(subject: Subject) -> None:
+    store = subject.store
+    names = [f"user{i:05d}" for i in range(USERS_PAGE * 2 + 17)]
+    revisions = await asyncio.gather(*(store.save_user(n, f"on ~{n}", 0) for n in names))
+    read = await store.load_users()
+    assert sorted(r.name for r in read.records) == names
+    assert {r.name: r.revision for r in read.records} == dict(zip(names, revisions, strict=True))
+    assert all(r.rules == f"on ~{r.name}" for r in read.records)
+    assert read.revision >= max(r for r in revisions if r is not None)
+
+
+async def test_watch_users_yields_each_later_change_with_its_revision(subject: Subject) -> None:
+    store = subject.store
+    before = await store.save_user("a", "on", 0)
+    assert before is not None
+    read = await store.load_users()
+    watch = store.watch_users(read.revision)
+    if watch is None:
+        assert subject.name in ("memory", "sqlite")  # one server per store: nothing else changes the users
+        return
+    assert isinstance(watch, AsyncGenerator)
+    async with contextlib.aclosing(watch):
+        changed = await store.save_user("a", "off", before)
+        created = await store.save_user("b", "on ~b", 0)
+        deleted = await store.save_user("a", None, changed or 0)
+        seen: list[UserRecord] = []
+        while len(seen) < 3:
+            seen += await finish(anext(watch), 5.0)
+    assert seen == [
+        UserRecord("a", "off", changed or 0),
+        UserRecord("b", "on ~b", created or 0),
+        UserRecord("a", None, deleted or 0),
+    ]
+    assert read.revision < (changed or 0)

@@ -220,3 +220,26 @@ async def test_a_full_database_is_store_full_until_there_is_room(store: SqliteSt
         "store_out_of_space": 0,
         "store_last_error": "",
     }
+
+
+async def test_users_of_a_data_dir_from_before_revisions_come_at_revision_1(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    old = sqlite3.connect(data / "march.sqlite3")
+    old.executescript("CREATE TABLE users (name TEXT PRIMARY KEY, rules TEXT NOT NULL);")
+    old.execute("INSERT INTO users VALUES ('app', 'on #ab ~* +@all'), ('default', 'on nopass ~* +@all')")
+    old.commit()
+    old.close()
+    s = SqliteStore(data)
+    await s.open()
+    try:
+        read = await s.load_users()
+        assert [(r.name, r.rules, r.revision) for r in read.records] == [
+            ("app", "on #ab ~* +@all", 1),
+            ("default", "on nopass ~* +@all", 1),
+        ]
+        assert read.revision == 1
+        assert await s.save_user("app", "off", 0) is None  # it exists
+        assert await s.save_user("app", "off", 1) == 2  # past every revision there is
+    finally:
+        await s.close()
