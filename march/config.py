@@ -46,10 +46,12 @@ class Config:
     slowlog_max_len: int = 128
     shutdown_timeout: float = 5.0
     max_clients: int = 10000
-    max_args: int = 4096
+    max_args: int = 1 << 20
     max_bulk_len: int = 1 << 20
     max_inline_len: int = 64 << 10
     max_output_buffer: int = 64 << 20
+    client_query_buffer_limit: int = 16 << 20
+    query_buffer_budget: int = 128 << 20
     max_key_len: int = 1024
     timeout: float = 0.0
     max_sequences: int = 1_000_000
@@ -190,10 +192,27 @@ OPTIONS: tuple[Option, ...] = (
     ),
     # limits
     Option("max_clients", "connections beyond this get 'ERR max number of clients reached'", "limits", live=True),
-    Option("max_args", "most arguments in one request (protocol error beyond)", "limits", live=True),
+    Option(
+        "max_args",
+        "most arguments in one request (protocol error beyond); client_query_buffer_limit allows fewer",
+        "limits",
+        live=True,
+    ),
     Option("max_bulk_len", "largest argument in bytes (protocol error beyond)", "limits", live=True),
     Option("max_inline_len", "longest inline command line in bytes", "limits", live=True),
     Option("max_output_buffer", "bytes of unread replies before a client is disconnected", "limits", live=True),
+    Option(
+        "client_query_buffer_limit",
+        "bytes of memory one unfinished request may hold, 48 per argument included (protocol error beyond)",
+        "limits",
+        live=True,
+    ),
+    Option(
+        "query_buffer_budget",
+        "bytes of memory all clients' unfinished requests may hold; past it the largest are closed (0 = no budget)",
+        "limits",
+        live=True,
+    ),
     Option("max_key_len", "longest sequence name in bytes (creating a longer one is an error)", "limits", live=True),
     Option("timeout", "close a client with no complete request for this many seconds (0 = never)", "limits", live=True),
     Option(
@@ -306,6 +325,16 @@ def _validate(c: Config) -> None:
     need(c.max_bulk_len >= 1024, "max_bulk_len must be >= 1024")
     need(c.max_inline_len >= 1024, "max_inline_len must be >= 1024")
     need(c.max_output_buffer >= 1 << 16, "max_output_buffer must be >= 65536")
+    # An unfinished request must have room for two arguments of the largest size and the rest of
+    # its request (the old fixed bound); the budget for all clients, for one client at its limit.
+    need(
+        2 * c.max_bulk_len + (64 << 10) <= c.client_query_buffer_limit <= 1 << 40,
+        "client_query_buffer_limit must be at least 2 x max_bulk_len + 65536 (and at most 1 TiB)",
+    )
+    need(
+        c.query_buffer_budget == 0 or c.client_query_buffer_limit <= c.query_buffer_budget <= 1 << 40,
+        "query_buffer_budget must be 0 (no budget) or between client_query_buffer_limit and 1 TiB",
+    )
     need(c.log_format in ("text", "json"), "log_format must be text or json")
     need(0 <= c.metrics_port <= 65535, "metrics_port must be between 0 and 65535")
     need(c.slowlog_log_slower_than >= -1, "slowlog_log_slower_than must be >= -1 (-1: off)")

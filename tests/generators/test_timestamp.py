@@ -152,8 +152,11 @@ async def test_pipelined_runs_are_consecutive_integers_or_refused(world: World) 
     gen = await world.fresh(PRESETS["snowflake"])
     before = world.fast(gen)
     run = gen.take_run(10)
-    assert run == before + 10  # seq is the low field: consecutive slots in one ms are consecutive IDs
-    assert gen.take_run(4096) is None  # would cross into the next millisecond: not consecutive integers
+    assert run == range(before + 1, before + 11)  # seq is the low field: slots in one ms are consecutive IDs
+    rest = gen.take_run(5000)  # up to the end of the millisecond: past it the IDs jump (a new time field)
+    assert rest is not None and rest.start == before + 11 and len(rest) == 4096 - 11 - (before & 4095)
+    after = world.fast(gen)
+    assert after > rest[-1] + 1 and (after & 4095) == 0  # the next millisecond's first slot
     sony = World()
     gen2 = await sony.fresh(dataclasses.replace(PRESETS["sonyflake"], epoch=EPOCH_MS))
     assert gen2.take_run(2) is None  # the sequence sits above the machine id: IDs step by 2^16
