@@ -362,7 +362,7 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         out: list[bytes] = []
         made = 0  # bytes of the encoded replies in ``out`` (integer replies are no larger than their requests)
-        room = _HIGH_WATER - transport.get_write_buffer_size()  # what they may take before being written
+        room = -1  # what they may take before being written (found at the first: most reads make none)
         n = len(requests)
         i = start
         monitors = self.monitors  # empty unless someone runs MONITOR: one truth test per request
@@ -432,6 +432,8 @@ class Connection(asyncio.Protocol):
                 out.append(reply)
                 made += len(reply)
                 self.made = made
+                if room < 0:
+                    room = _HIGH_WATER - transport.get_write_buffer_size()
                 if made > room:
                     buffered = transport.get_write_buffer_size()
                     if made + buffered > app.config.max_output_buffer:
