@@ -421,6 +421,7 @@ Op = tuple[str, int]
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("take"), st.integers(1, 40)),
+        st.tuples(st.just("run"), st.integers(1, 40)),  # a pipelined run of INCRs (take_run)
         st.tuples(st.just("wall"), st.integers(-3_600_000, 10_000)),  # ms; back up to an hour, forward 10 s
         st.tuples(st.just("land"), st.just(0)),
         st.tuples(st.just("restart"), st.just(0)),
@@ -439,6 +440,12 @@ async def test_property_unique_increasing_and_durable_whatever_the_clock_does(sc
         for op, arg in script:
             if op == "take":
                 await world.take(gen, arg)
+            elif op == "run":
+                ids = gen.take_run(arg)
+                if ids is not None:  # consecutive integers, the next slots, within one time unit
+                    assert 1 <= len(ids) <= arg and ids.step == 1
+                    world.got(ids[-1], len(ids))
+                    assert world.layout.decode(ids[0])[0] == world.layout.decode(ids[-1])[0]
             elif op == "wall":
                 world.wall.advance(arg / 1000)
             elif op == "land":
