@@ -16,7 +16,7 @@ Two parsers, one behaviour:
   another could hide in it (``_may_hide_types``: five ``memchr`` calls rule that out in almost
   every read). hiredis never sees an aggregate count it would have to allocate a large list for
   (``_new_reader``). A read that ends inside a request hands that request to the exact parser at
-  once (hiredis' ``ridx`` says so, ``_probe_ridx``), so hiredis never holds input between reads.
+  once (hiredis' own state says so, ``_probe_cursor``), so hiredis never holds input between reads.
 - the exact parser (``_advance``, ``_inline_lines``), a transcription of Redis'
   ``processMultibulkBuffer`` / ``processInlineBuffer`` that knows every byte's position: anything
   else goes through it, from the start of the request hiredis was holding (found in the read that
@@ -126,6 +126,7 @@ class RequestParser:
         "_slow",
         "_source",
         "_strict",
+        "_type0",
         "held",
     )
 
@@ -148,7 +149,7 @@ class RequestParser:
         # Bytes of memory the unfinished input holds now (``held``, see _set_slow): what the server
         # counts against its node-wide budget. 0 whenever the input ends at a request boundary.
         self.held = 0
-        self._reader, self._ridx = _new_reader(self._max_args)
+        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
         # hiredis' side. How the last read it parsed ended: the last request completed in it (or
         # _NOTHING: hiredis holds nothing) and the read itself, from which _unfinished finds the
         # start of a request hiredis holds. _pending bounds the bytes of that request.
@@ -245,15 +246,15 @@ class RequestParser:
                         self._pending = len(data)  # bounds the request hiredis may hold now
                         self._last_req = requests[-1]
                         self._last_data = data
-                    elif ridx.value >= 0:
+                    elif self._type0.value >= 0 and ridx.value >= 0:  # type: ignore[union-attr]  # (_probe_cursor)
                         # hiredis holds the start of a request: the exact parser takes it now, so
                         # unfinished input is held in one place, which knows (and bounds) its size.
                         tail = _tail(data, len(requests), self._max_args)
-                        self._reader, self._ridx = _new_reader(self._max_args)
+                        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
                         self._parse(tail, requests, False)
                     elif len(data) > _BIG_READ:
                         # Complete: drop the buffer hiredis grew for this read (an idle connection keeps it).
-                        self._reader, self._ridx = _new_reader(self._max_args)
+                        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
                     return requests
             # Anything else: parse this read again, exactly, from where hiredis was before it.
             requests.clear()
@@ -287,7 +288,7 @@ class RequestParser:
     def _take_over(self) -> bytes:
         """Take the request hiredis holds (its bytes so far, b"" if none) and start hiredis afresh."""
         last, data = self._last_req, self._last_data
-        self._reader, self._ridx = _new_reader(self._max_args)
+        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
         self._last_req, self._last_data, self._pending = _NOTHING, b"", 0
         if last is _NOTHING:
             return b""
@@ -326,7 +327,7 @@ class RequestParser:
         self._args = None
         self._part = bytearray()
         self._inline = None
-        self._reader, self._ridx = _new_reader(self._max_args)
+        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
         self._last_req, self._last_data, self._pending = _NOTHING, b"", 0
         self.held = 0
         self._slow = True
@@ -484,7 +485,7 @@ class RequestParser:
                 self._auth_seen = True
 
 
-def _new_reader(max_elements: int) -> tuple[hiredis.Reader, ctypes.c_int | None]:
+def _new_reader(max_elements: int) -> tuple[hiredis.Reader, ctypes.c_int | None, ctypes.c_int | None]:
     """A hiredis reader that refuses an aggregate of more than ``max_elements`` elements.
 
     hiredis allocates the list an aggregate header declares before reading its elements, and
@@ -495,19 +496,20 @@ def _new_reader(max_elements: int) -> tuple[hiredis.Reader, ctypes.c_int | None]
     is set in hiredis' own struct, where _probe_layout found it. A request never has more than
     ``max_elements`` elements; one with more than _HIREDIS_MAX_ELEMENTS goes to the exact parser.
 
-    Also returns a view of hiredis' ``ridx`` (the index of the reply task in progress: -1 when it
-    holds no part of a reply), when _probe_ridx found it: reading it costs a few tens of
-    nanoseconds, and tells whether a read ended at a request boundary.
+    Also returns views of hiredis' ``ridx`` (the reply task in progress) and of the type of its
+    first task, when _probe_cursor found them: after ``gets()`` said there is no more, hiredis holds
+    part of a request exactly when both are >= 0 (see _probe_cursor). Reading them costs a few tens
+    of nanoseconds per read.
     """
     reader = hiredis.Reader()
-    ridx = None
+    ridx = type0 = None
     if _MAX_ELEMENTS_AT:
         address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
         limit = max(1, min(max_elements, _HIREDIS_MAX_ELEMENTS))
         ctypes.c_longlong.from_address(address + _MAX_ELEMENTS_AT).value = limit  # type: ignore[operator]
-        if _RIDX_AT:
-            ridx = ctypes.c_int.from_address(address + _RIDX_AT)  # type: ignore[operator]
-    return reader, ridx
+        if _CURSOR_OK:
+            ridx, type0 = _cursor(address)  # type: ignore[arg-type]
+    return reader, ridx, type0
 
 
 # Past this many elements a request goes to the exact parser (which allocates as elements arrive),
@@ -562,37 +564,57 @@ def _probe_layout() -> int:
 _MAX_ELEMENTS_AT = _probe_layout()
 
 
-def _probe_ridx() -> int:
-    """The offset of ``ridx`` in hiredis' ``redisReader`` (hiredis-py 3: 188, after ``maxelements``,
-    the ``task`` pointer and the ``tasks`` count), or 0 when it, or ``pos`` (the buffer cursor,
-    16 bytes before ``maxbuf``), does not behave as it must: ``ridx`` is -1 in a fresh reader and
-    after a complete reply, >= 0 while a reply is unfinished; ``pos`` stops at the start of an
-    unfinished bulk string. With 0, a read that ends inside a request leaves it with hiredis until
-    the next read (see _at_boundary), where the budget does not see it."""
+def _cursor(address: int) -> tuple[ctypes.c_int, ctypes.c_int]:
+    """Views of ``ridx`` and of ``task[0]->type`` in the ``redisReader`` at ``address``. hiredis
+    allocates its first task with the reader and keeps it for the reader's life (growing the task
+    stack reallocates the array of pointers, not the tasks), so the view stays valid."""
+    tasks = ctypes.c_void_p.from_address(address + _TASKS_AT).value
+    first = ctypes.c_void_p.from_address(tasks).value  # type: ignore[arg-type]
+    return ctypes.c_int.from_address(address + _RIDX_AT), ctypes.c_int.from_address(first)  # type: ignore[arg-type]
+
+
+def _probe_cursor() -> bool:
+    """Whether hiredis' ``redisReader`` holds ``task`` (the task stack), ``ridx`` (the task in
+    progress) and ``pos`` (the buffer cursor) where hiredis-py 3 has them (176, 188, 144) and
+    they behave as the parser needs. After ``gets()`` returned False, hiredis holds part of a
+    request exactly when ``ridx`` >= 0 and the first task's type >= 0: at a request boundary it has
+    either nothing to parse (``ridx`` stays -1) or set up the next reply without reading its type
+    byte (type -1). ``pos`` stops at the start of an element it cannot finish. If not, a read that
+    ends inside a request leaves it with hiredis until the next read (see _at_boundary), where the
+    budget for unfinished input does not see it."""
     if not _MAX_ELEMENTS_AT:
-        return 0
-    ridx_at = _MAX_ELEMENTS_AT + 20
+        return False
     try:
         reader = hiredis.Reader()
         address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
-        if not address:
-            return 0
-        ridx = ctypes.c_int.from_address(address + ridx_at)
+        if not address or not ctypes.c_void_p.from_address(address + _TASKS_AT).value:
+            return False
+        ridx, type0 = _cursor(address)
         pos = ctypes.c_size_t.from_address(address + _POS_AT)
-        seen = [ridx.value]
-        for chunk in (b"*2\r\n$1\r\na", b"\r\n$1\r\nb\r\n", b"*1\r", b"\n$1\r\nc\r\n"):
+        unfinished = [ridx.value >= 0 and type0.value >= 0]
+        big = b"*1\r\n$1\r\nx\r\n" * 200  # (past 1 KiB: hiredis empties its buffer, ``ridx`` stays -1)
+        for chunk in (
+            b"*2\r\n$1\r\na",
+            b"\r\n$1\r\nb\r\n",
+            b"*1\r",
+            b"\n$1\r\nc\r\n",
+            b"*2\r\n$1\r\na\r\n",
+            b"$1\r\nb\r\n",
+            big,
+        ):
             reader.feed(chunk)
-            reader.gets()
-            seen.append(ridx.value)
-            if len(seen) == 2 and (pos.value, reader.len()) != (5, 9):  # `*2\r\n$` taken, `1\r\na` not
-                return 0
-        if seen[0] != -1 or seen[1] < 0 or seen[2] != -1 or seen[3] < 0 or seen[4] != -1:
-            return 0
+            while reader.gets() is not False:
+                pass
+            unfinished.append(ridx.value >= 0 and type0.value >= 0)
+            if len(unfinished) == 2 and (pos.value, reader.len()) != (5, 9):  # `*2\r\n$` taken, `1\r\na` not
+                return False
+        if unfinished != [False, True, False, True, False, True, False, False]:
+            return False
         if _tail(b"*1\r\n$1\r\nx\r\n*2\r\n$1\r\n*1\r\n$1\r\nx\r\n", 1, 8) != b"*2\r\n$1\r\n*1\r\n$1\r\nx\r\n":
-            return 0
+            return False
     except Exception:  # any surprise: do not read hiredis' memory
-        return 0
-    return ridx_at
+        return False
+    return True
 
 
 def _tail(data: bytes, complete: int, max_elements: int) -> bytes:
@@ -601,7 +623,7 @@ def _tail(data: bytes, complete: int, max_elements: int) -> bytes:
     read left unfinished. Parsed again by a fresh hiredis reader, which says where it stopped (its
     unread bytes are the end of ``data``); at hiredis' speed, only for reads that end inside a
     request."""
-    reader, _ = _new_reader(max_elements)
+    reader, _, _ = _new_reader(max_elements)
     reader.feed(data)
     for _ in range(complete):
         reader.gets()
@@ -611,8 +633,10 @@ def _tail(data: bytes, complete: int, max_elements: int) -> bytes:
 
 
 _POS_AT = _MAX_ELEMENTS_AT - 24  # hiredis' `pos` (buffer cursor), before `len` and `maxbuf`
-_RIDX_AT = 0  # (while probing)
-_RIDX_AT = _probe_ridx()
+_TASKS_AT = _MAX_ELEMENTS_AT + 8  # `redisReadTask **task`, after `maxelements`
+_RIDX_AT = _MAX_ELEMENTS_AT + 20  # `int ridx`, after `task` and `int tasks`
+_CURSOR_OK = False  # (while probing)
+_CURSOR_OK = _probe_cursor()
 # A read longer than this that hiredis parsed to its end gets a fresh reader: hiredis keeps the
 # buffer it grew for a read until the next one (64 KiB: a few microseconds per such read).
 _BIG_READ = 64 << 10
