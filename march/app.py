@@ -43,6 +43,7 @@ class Stats:
         "denied_command",
         "denied_key",
         "errors",
+        "input_closed",
         "output_closed",
         "protocol_errors",
         "rejected",
@@ -57,6 +58,7 @@ class Stats:
         self.protocol_errors = 0
         self.timeouts_closed = 0
         self.output_closed = 0  # clients dropped for going over max_output_buffer
+        self.input_closed = 0  # clients closed for the largest unfinished requests past query_buffer_budget
         self.denied_auth = 0  # failed AUTHs (INFO: acl_access_denied_auth)
         self.denied_command = 0  # NOPERM for a command
         self.denied_key = 0  # NOPERM for a key

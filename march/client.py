@@ -37,6 +37,7 @@ class Client:
         "multi_error",
         "name",
         "proto",
+        "query_buffer",
         "tls",
         "unsent",
         "user",
@@ -52,8 +53,11 @@ class Client:
         self.created = time.monotonic()
         self.last_active = self.created  # the last complete request (idle `timeout` counts from it)
         self.auth_failures = 0  # failed AUTHs on this connection (they are throttled)
-        # Bytes of replies made for this client and not sent yet (the server's connection sets it).
+        # Bytes of replies made for this client and not sent yet: those the transport holds and
+        # those made in the read being run (the server's connection sets it).
         self.unsent: Callable[[], int] = _nothing
+        # Bytes of memory its unfinished request holds (the server's connection sets it).
+        self.query_buffer: Callable[[], int] = _nothing
         self.reset()
 
     def reset(self) -> None:
@@ -91,5 +95,6 @@ class Client:
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name} "
             f"age={int(now - self.created)} idle={int(now - self.last_active)} flags={flags} db=0 sub=0 psub=0 "
             f"ssub=0 multi={len(self.multi) if self.multi is not None else -1} "
+            f"qbuf={self.query_buffer()} omem={self.unsent()} "
             f"user={self.user.name} lib-name={self.lib_name} lib-ver={self.lib_ver} resp={self.proto}"
         )

@@ -63,10 +63,12 @@ class Config:
     slowlog_max_len: int = 128
     shutdown_timeout: float = 5.0
     max_clients: int = 10000
-    max_args: int = 4096
+    max_args: int = 1 << 20
     max_bulk_len: int = 1 << 20
     max_inline_len: int = 64 << 10
     max_output_buffer: int = 64 << 20
+    client_query_buffer_limit: int = 16 << 20
+    query_buffer_budget: int = 128 << 20
     max_key_len: int = 1024
     timeout: float = 0.0
     max_sequences: int = 1_000_000
@@ -273,7 +275,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "max_args",
-        "most arguments in one request (protocol error beyond)",
+        "most arguments in one request (protocol error beyond); client_query_buffer_limit allows fewer",
         "limits",
         live=True,
         bounds=Bounds(3, 1 << 20, "INCRBY key n needs 3; a million arguments is already one huge request"),
@@ -298,6 +300,20 @@ OPTIONS: tuple[Option, ...] = (
         "limits",
         live=True,
         bounds=Bounds(1 << 16, 1 << 34, "bytes: at least one ordinary reply, at most 16 GiB per client"),
+    ),
+    Option(
+        "client_query_buffer_limit",
+        "bytes of memory one unfinished request may hold, 48 per argument included (protocol error beyond)",
+        "limits",
+        live=True,
+        bounds=Bounds(1 << 20, 1 << 40, "bytes; also at least 2 x max_bulk_len + 65536 (checked with it)"),
+    ),
+    Option(
+        "query_buffer_budget",
+        "bytes of memory all clients' unfinished requests may hold; past it the largest are closed (0 = no budget)",
+        "limits",
+        live=True,
+        bounds=Bounds(0, 1 << 40, "bytes; 0 or at least client_query_buffer_limit (checked with it)"),
     ),
     Option(
         "max_key_len",
@@ -542,6 +558,16 @@ def _validate(c: Config) -> None:
     for option in OPTIONS:
         check_value(option, getattr(c, option.name))
     need(c.log_level in ("debug", "info", "warning", "error"), "log_level must be debug, info, warning or error")
+    # An unfinished request must have room for two arguments of the largest size and the rest of
+    # its request (the old fixed bound); the budget for all clients, for one client at its limit.
+    need(
+        2 * c.max_bulk_len + (64 << 10) <= c.client_query_buffer_limit <= 1 << 40,
+        "client_query_buffer_limit must be at least 2 x max_bulk_len + 65536 (and at most 1 TiB)",
+    )
+    need(
+        c.query_buffer_budget == 0 or c.client_query_buffer_limit <= c.query_buffer_budget <= 1 << 40,
+        "query_buffer_budget must be 0 (no budget) or between client_query_buffer_limit and 1 TiB",
+    )
     need(c.log_format in ("text", "json"), "log_format must be text or json")
     need(c.tls_auth_clients in ("yes", "no", "optional"), "tls_auth_clients must be yes, no or optional")
     if c.tls_port:

@@ -469,10 +469,12 @@ class MarchCollector(Collector):
         )
         closed = CounterMetricFamily(
             "march_client_limit_disconnections",
-            "Clients closed for a limit: output_buffer (max_output_buffer), timeout (idle).",
+            "Clients closed for a limit: output_buffer (max_output_buffer), query_buffer (query_buffer_budget), "
+            "timeout (idle).",
             labels=["limit"],
         )
         closed.add_metric(["output_buffer"], s.output_closed)
+        closed.add_metric(["query_buffer"], s.input_closed)
         closed.add_metric(["timeout"], s.timeouts_closed)
         yield closed
         yield CounterMetricFamily("march_auth_failures", "Failed AUTH and HELLO AUTH attempts.", value=s.denied_auth)

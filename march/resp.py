@@ -15,7 +15,8 @@ Two parsers, one behaviour:
   over ``max_bulk``, the read completed at least one request, and no type hiredis passes off as
   another could hide in it (``_may_hide_types``: five ``memchr`` calls rule that out in almost
   every read). hiredis never sees an aggregate count it would have to allocate a large list for
-  (``_new_reader``).
+  (``_new_reader``). A read that ends inside a request hands that request to the exact parser at
+  once (hiredis' own state says so, ``_probe_cursor``), so hiredis never holds input between reads.
 - the exact parser (``_advance``, ``_inline_lines``), a transcription of Redis'
   ``processMultibulkBuffer`` / ``processInlineBuffer`` that knows every byte's position: anything
   else goes through it, from the start of the request hiredis was holding (found in the read that
@@ -27,10 +28,16 @@ Two parsers, one behaviour:
   boundary that starts with ``*``.
 
 Limits, all checked at the header that declares them (as Redis does), so an oversized request is
-refused before its body is held: the argument count (``max_args``), each argument's length
-(``max_bulk``), the length of an inline line or of a header line (``max_inline``), and a bound on
-the bytes held for one unfinished request. Until the connection authenticates (the server says so
-with ``authenticated`` or ``auth_source``) Redis' stricter limits apply too: more than 10
+refused before its body is held: the argument count, each argument's length (``max_bulk``), the
+length of an inline line or of a header line (``max_inline``); and the memory one unfinished
+request holds (``max_held``, the server's ``client_query_buffer_limit``: its bytes plus
+``ARG_OVERHEAD`` per argument), checked as it grows. The argument count is limited by that memory
+(no more arguments than ``max_held // ARG_OVERHEAD``), not by a small count; ``max_args`` is a cap
+on top. ``held`` says how much memory the unfinished input holds now (0 at a request boundary):
+the server adds it up over its connections against a node-wide budget.
+
+Until the connection authenticates (the server says so with ``authenticated`` or
+``auth_source``) Redis' stricter limits apply too: more than 10
 arguments or an argument over 16384 bytes is refused (``unauthenticated multibulk length`` /
 ``unauthenticated bulk length``), so an unauthenticated client holds at most about 160 KiB.
 Requests pipelined behind an ``AUTH`` or ``HELLO`` in the same read are held to the normal limits,
@@ -108,26 +115,41 @@ class RequestParser:
         "_left",
         "_max_args",
         "_max_bulk",
+        "_max_held",
         "_max_inline",
-        "_max_pending",
         "_part",
         "_pending",
         "_provisional",
         "_reader",
+        "_ridx",
         "_seen",
         "_slow",
         "_source",
         "_strict",
+        "_type0",
+        "held",
     )
 
-    def __init__(self, max_args: int, max_bulk: int, max_inline: int, authenticated: bool = True) -> None:
-        self._reader = _new_reader(max_args)
-        self._max_args = max_args
+    def __init__(
+        self,
+        max_args: int,
+        max_bulk: int,
+        max_inline: int,
+        authenticated: bool = True,
+        max_held: int | None = None,
+    ) -> None:
+        # The memory one unfinished request may hold (the server's client_query_buffer_limit; by
+        # default two arguments of max_bulk bytes and a small argument's worth per allowed argument).
+        self._max_held = max_bulk * 2 + max_args * ARG_OVERHEAD if max_held is None else max_held
+        # Arguments are limited by memory: no request may have more than fit in _max_held (each
+        # costs at least ARG_OVERHEAD), nor more than max_args, an explicit cap on top.
+        self._max_args = max(1, min(max_args, self._max_held // ARG_OVERHEAD))
         self._max_bulk = max_bulk
         self._max_inline = max_inline
-        # One request may hold two arguments of max_bulk bytes plus every header (at most 32 bytes
-        # per argument): ample for any command March has, and a hard bound on buffered input.
-        self._max_pending = max_bulk * 2 + max_args * 32 + 1024
+        # Bytes of memory the unfinished input holds now (``held``, see _set_slow): what the server
+        # counts against its node-wide budget. 0 whenever the input ends at a request boundary.
+        self.held = 0
+        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
         # hiredis' side. How the last read it parsed ended: the last request completed in it (or
         # _NOTHING: hiredis holds nothing) and the read itself, from which _unfinished finds the
         # start of a request hiredis holds. _pending bounds the bytes of that request.
@@ -219,9 +241,20 @@ class RequestParser:
                     )
                     and not (len(data) + self._pending > self._max_bulk and _oversized(requests, self._max_bulk))
                 ):
-                    self._pending = len(data)  # bounds the request hiredis may hold now
-                    self._last_req = requests[-1]
-                    self._last_data = data
+                    ridx = self._ridx
+                    if ridx is None:  # hiredis' layout is unknown: remember how the read ended (see _at_boundary)
+                        self._pending = len(data)  # bounds the request hiredis may hold now
+                        self._last_req = requests[-1]
+                        self._last_data = data
+                    elif self._type0.value >= 0 and ridx.value >= 0:  # type: ignore[union-attr]  # (_probe_cursor)
+                        # hiredis holds the start of a request: the exact parser takes it now, so
+                        # unfinished input is held in one place, which knows (and bounds) its size.
+                        tail = _tail(data, len(requests), self._max_args)
+                        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
+                        self._parse(tail, requests, False)
+                    elif len(data) > _BIG_READ:
+                        # Complete: drop the buffer hiredis grew for this read (an idle connection keeps it).
+                        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
                     return requests
             # Anything else: parse this read again, exactly, from where hiredis was before it.
             requests.clear()
@@ -255,7 +288,7 @@ class RequestParser:
     def _take_over(self) -> bytes:
         """Take the request hiredis holds (its bytes so far, b"" if none) and start hiredis afresh."""
         last, data = self._last_req, self._last_data
-        self._reader = _new_reader(self._max_args)
+        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
         self._last_req, self._last_data, self._pending = _NOTHING, b"", 0
         if last is _NOTHING:
             return b""
@@ -278,7 +311,26 @@ class RequestParser:
         self._parse(data, requests, True)
 
     def _set_slow(self) -> None:
-        self._slow = self._strict or self._args is not None or self._inline is not None
+        """After the exact parser ran: whether the next read must go to it too, and ``held``."""
+        if self._args is not None:
+            self.held = len(self._part) + self._held + ARG_OVERHEAD * len(self._args)
+            self._slow = True
+        elif self._inline is not None:
+            self.held = len(self._inline)
+            self._slow = True
+        else:
+            self.held = 0
+            self._slow = self._strict
+
+    def discard(self) -> None:
+        """Forget the unfinished input (its connection is being closed): its memory goes at once."""
+        self._args = None
+        self._part = bytearray()
+        self._inline = None
+        self._reader, self._ridx, self._type0 = _new_reader(self._max_args)
+        self._last_req, self._last_data, self._pending = _NOTHING, b"", 0
+        self.held = 0
+        self._slow = True
 
     def _parse(self, data: bytes, requests: list[list[bytes]], handoff: bool) -> None:
         """Parse ``data`` exactly, going on with what the last read left unfinished.
@@ -295,6 +347,7 @@ class RequestParser:
             if nl < 0:
                 if len(line) > self._max_inline:
                     raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
+                self.held = len(line)
                 return
             if nl > self._max_inline:
                 raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
@@ -319,6 +372,7 @@ class RequestParser:
                 continue
             if handoff and not self._strict:
                 self._slow = False
+                self.held = 0
                 requests += self.feed(data[pos:] if pos else data)
                 return
             self._args, self._left, self._blen, self._held, self._seen = [], -1, -1, 0, 0
@@ -371,7 +425,7 @@ class RequestParser:
                 count = _integer(buf, pos + 1, nl)
                 if count is None or count > _INT_MAX:
                     raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
-                if count > UNAUTH_MAX_ARGS and self._strict:
+                if count > UNAUTH_MAX_ARGS:  # remembered even when authenticated: RESET may come first
                     if strict:
                         raise ProtocolError(errors.PROTO_UNAUTH_MULTIBULK_LENGTH)
                     self._provisional = errors.PROTO_UNAUTH_MULTIBULK_LENGTH
@@ -388,7 +442,7 @@ class RequestParser:
                 length = _integer(buf, pos + 1, nl)
                 if length is None or length < 0 or length > self._max_bulk:
                     raise ProtocolError(errors.PROTO_BULK_LENGTH)
-                if length > UNAUTH_MAX_BULK and self._strict:
+                if length > UNAUTH_MAX_BULK:
                     if strict:
                         raise ProtocolError(errors.PROTO_UNAUTH_BULK_LENGTH)
                     self._provisional = errors.PROTO_UNAUTH_BULK_LENGTH
@@ -398,8 +452,9 @@ class RequestParser:
         return pos
 
     def _check_held(self) -> None:
-        """Bound the bytes held for the request in progress."""
-        if len(self._part) + self._held > self._max_pending:
+        """Bound the memory held for the request in progress (its bytes, and ARG_OVERHEAD per argument)."""
+        assert self._args is not None
+        if len(self._part) + self._held + ARG_OVERHEAD * len(self._args) > self._max_held:
             raise ProtocolError(errors.PROTO_TOO_BIG)
 
     def _inline_lines(self, data: bytes, pos: int, requests: list[list[bytes]]) -> int:
@@ -430,7 +485,7 @@ class RequestParser:
                 self._auth_seen = True
 
 
-def _new_reader(max_elements: int) -> hiredis.Reader:
+def _new_reader(max_elements: int) -> tuple[hiredis.Reader, ctypes.c_int | None, ctypes.c_int | None]:
     """A hiredis reader that refuses an aggregate of more than ``max_elements`` elements.
 
     hiredis allocates the list an aggregate header declares before reading its elements, and
@@ -440,13 +495,21 @@ def _new_reader(max_elements: int) -> hiredis.Reader:
     header is a protocol error and nothing is allocated), but hiredis-py does not expose it, so it
     is set in hiredis' own struct, where _probe_layout found it. A request never has more than
     ``max_elements`` elements; one with more than _HIREDIS_MAX_ELEMENTS goes to the exact parser.
+
+    Also returns views of hiredis' ``ridx`` (the reply task in progress) and of the type of its
+    first task, when _probe_cursor found them: after ``gets()`` said there is no more, hiredis holds
+    part of a request exactly when both are >= 0 (see _probe_cursor). Reading them costs a few tens
+    of nanoseconds per read.
     """
     reader = hiredis.Reader()
+    ridx = type0 = None
     if _MAX_ELEMENTS_AT:
         address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
         limit = max(1, min(max_elements, _HIREDIS_MAX_ELEMENTS))
         ctypes.c_longlong.from_address(address + _MAX_ELEMENTS_AT).value = limit  # type: ignore[operator]
-    return reader
+        if _CURSOR_OK:
+            ridx, type0 = _cursor(address)  # type: ignore[arg-type]
+    return reader, ridx, type0
 
 
 # Past this many elements a request goes to the exact parser (which allocates as elements arrive),
@@ -499,6 +562,88 @@ def _probe_layout() -> int:
 
 
 _MAX_ELEMENTS_AT = _probe_layout()
+
+
+def _cursor(address: int) -> tuple[ctypes.c_int, ctypes.c_int]:
+    """Views of ``ridx`` and of ``task[0]->type`` in the ``redisReader`` at ``address``. hiredis
+    allocates its first task with the reader and keeps it for the reader's life (growing the task
+    stack reallocates the array of pointers, not the tasks), so the view stays valid."""
+    tasks = ctypes.c_void_p.from_address(address + _TASKS_AT).value
+    first = ctypes.c_void_p.from_address(tasks).value  # type: ignore[arg-type]
+    return ctypes.c_int.from_address(address + _RIDX_AT), ctypes.c_int.from_address(first)  # type: ignore[arg-type]
+
+
+def _probe_cursor() -> bool:
+    """Whether hiredis' ``redisReader`` holds ``task`` (the task stack), ``ridx`` (the task in
+    progress) and ``pos`` (the buffer cursor) where hiredis-py 3 has them (176, 188, 144) and
+    they behave as the parser needs. After ``gets()`` returned False, hiredis holds part of a
+    request exactly when ``ridx`` >= 0 and the first task's type >= 0: at a request boundary it has
+    either nothing to parse (``ridx`` stays -1) or set up the next reply without reading its type
+    byte (type -1). ``pos`` stops at the start of an element it cannot finish. If not, a read that
+    ends inside a request leaves it with hiredis until the next read (see _at_boundary), where the
+    budget for unfinished input does not see it."""
+    if not _MAX_ELEMENTS_AT:
+        return False
+    try:
+        reader = hiredis.Reader()
+        address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
+        if not address or not ctypes.c_void_p.from_address(address + _TASKS_AT).value:
+            return False
+        ridx, type0 = _cursor(address)
+        pos = ctypes.c_size_t.from_address(address + _POS_AT)
+        unfinished = [ridx.value >= 0 and type0.value >= 0]
+        big = b"*1\r\n$1\r\nx\r\n" * 200  # (past 1 KiB: hiredis empties its buffer, ``ridx`` stays -1)
+        for chunk in (
+            b"*2\r\n$1\r\na",
+            b"\r\n$1\r\nb\r\n",
+            b"*1\r",
+            b"\n$1\r\nc\r\n",
+            b"*2\r\n$1\r\na\r\n",
+            b"$1\r\nb\r\n",
+            big,
+        ):
+            reader.feed(chunk)
+            while reader.gets() is not False:
+                pass
+            unfinished.append(ridx.value >= 0 and type0.value >= 0)
+            if len(unfinished) == 2 and (pos.value, reader.len()) != (5, 9):  # `*2\r\n$` taken, `1\r\na` not
+                return False
+        if unfinished != [False, True, False, True, False, True, False, False]:
+            return False
+        if _tail(b"*1\r\n$1\r\nx\r\n*2\r\n$1\r\n*1\r\n$1\r\nx\r\n", 1, 8) != b"*2\r\n$1\r\n*1\r\n$1\r\nx\r\n":
+            return False
+    except Exception:  # any surprise: do not read hiredis' memory
+        return False
+    return True
+
+
+def _tail(data: bytes, complete: int, max_elements: int) -> bytes:
+    """The bytes of ``data`` after its first ``complete`` requests (``data`` starts at a request
+    boundary, and hiredis found that many complete requests in it): the start of the request the
+    read left unfinished. Parsed again by a fresh hiredis reader, which says where it stopped (its
+    unread bytes are the end of ``data``); at hiredis' speed, only for reads that end inside a
+    request."""
+    reader, _, _ = _new_reader(max_elements)
+    reader.feed(data)
+    for _ in range(complete):
+        reader.gets()
+    address = ctypes.c_void_p.from_address(id(reader) + _READER_AT).value
+    unread = reader.len() - ctypes.c_size_t.from_address(address + _POS_AT).value  # type: ignore[operator]
+    return data[len(data) - unread :]
+
+
+_POS_AT = _MAX_ELEMENTS_AT - 24  # hiredis' `pos` (buffer cursor), before `len` and `maxbuf`
+_TASKS_AT = _MAX_ELEMENTS_AT + 8  # `redisReadTask **task`, after `maxelements`
+_RIDX_AT = _MAX_ELEMENTS_AT + 20  # `int ridx`, after `task` and `int tasks`
+_CURSOR_OK = False  # (while probing)
+_CURSOR_OK = _probe_cursor()
+# A read longer than this that hiredis parsed to its end gets a fresh reader: hiredis keeps the
+# buffer it grew for a read until the next one (64 KiB: a few microseconds per such read).
+_BIG_READ = 64 << 10
+# What one argument costs in memory beyond its bytes: a bytes object's header (33 bytes) and its
+# slot in the request's list (8), rounded up to the allocator's 16-byte steps. It bounds how many
+# arguments fit in a client's query buffer limit, whatever max_args says.
+ARG_OVERHEAD = 48
 _COUNTS_UNCHECKED = not _MAX_ELEMENTS_AT
 # An aggregate header hiredis could parse with a count of 6 digits or more (past
 # _HIREDIS_MAX_ELEMENTS), or whose count may go on in the next read (used only when maxelements

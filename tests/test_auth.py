@@ -149,7 +149,8 @@ def test_read_write_grants_drawing_and_reading_nothing_more() -> None:
 def test_the_app_category_is_what_client_libraries_send() -> None:
     assert granted(user("+@app")) == {
         "ping", "echo", "select", "hello", "auth", "quit", "reset",  # handshake
-        "client|id", "client|setname", "client|getname", "client|setinfo", "client|info", "client|no-touch", "client|help",
+        "client|id", "client|setname", "client|getname", "client|setinfo", "client|info", "client|no-touch",
+        "client|help",
         "multi", "exec", "discard", "watch", "unwatch",  # redis-py transaction=True, ioredis multi()
         "cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "cluster|myid", "cluster|keyslot",
         "command|count", "command|info", "command|docs", "command|list", "command|getkeys",  # RedisCluster

@@ -277,6 +277,47 @@ def test_too_big_inline_request() -> None:
     assert message == "too big inline request"
 
 
+def test_arguments_are_limited_by_the_memory_of_the_request() -> None:
+    """max_held (client_query_buffer_limit) bounds an unfinished request's bytes plus ARG_OVERHEAD
+    per argument: a header announcing more arguments than that can hold is refused at once; a
+    request whose arguments outgrow it while arriving is refused then; ``held`` says what it holds."""
+    overhead = march.resp.ARG_OVERHEAD
+    limit = 100 * overhead
+    p = RequestParser(1 << 20, MAX_BULK, MAX_INLINE, max_held=limit)
+    assert p.feed(mb("MGET", *["k"] * 98)) == [[b"MGET", *[b"k"] * 98]]  # complete in one read
+    assert protocol_error([b"*101\r\n"], RequestParser(1 << 20, MAX_BULK, MAX_INLINE, max_held=limit)) == (
+        "invalid multibulk length",
+        [],
+    )
+    p = RequestParser(1 << 20, MAX_BULK, MAX_INLINE, max_held=limit)
+    wire = mb("MGET", *[b"k%03d" % i for i in range(99)])
+    assert p.feed(wire[:200]) == []
+    assert 200 <= p.held <= 200 + overhead * 40
+    with pytest.raises(ProtocolError, match="too big request"):
+        p.feed(wire[200:-3])  # 99 arguments of 4 bytes: 99 x 52 bytes, past 100 x 48
+    p = RequestParser(1 << 20, MAX_BULK, MAX_INLINE, max_held=limit)
+    assert feed_all([wire[:200], wire[200:]], p) == [[b"MGET", *[b"k%03d" % i for i in range(99)]]]
+    assert p.held == 0  # complete within its last read: accepted
+
+
+@pytest.mark.skipif(not march.resp._CURSOR_OK, reason="hiredis' reader state is not where hiredis-py 3 has it")
+def test_hiredis_hands_an_unfinished_request_over_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that ends inside a request: that request goes to the exact parser at once (found by
+    parsing the read again), so ``held`` counts it; a read that ends at a boundary is parsed once."""
+    parsed_again: list[int] = []
+    tail = march.resp._tail
+    monkeypatch.setattr(march.resp, "_tail", lambda *a: parsed_again.append(1) or tail(*a))
+    p = parser()
+    for _ in range(3):
+        assert p.feed(mb("INCR", "k") * 3) == [[b"INCR", b"k"]] * 3
+    assert parsed_again == [] and p.held == 0
+    echo = mb("ECHO", "x" * 300)
+    assert p.feed(mb("INCR", "k") + echo[:100]) == [[b"INCR", b"k"]]
+    assert parsed_again == [1] and p.held >= 100 - 20
+    assert p.feed(echo[100:] + mb("PING")) == [[b"ECHO", b"x" * 300], [b"PING"]]
+    assert p.held == 0
+
+
 # --- non-bulk elements and other malformed input ----------------------------------------------
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..client import Client
 
 Handler = Callable[["Client", list[bytes]], Any]
-Consecutive = Callable[["Client", list[bytes], int], "int | None"]
+Consecutive = Callable[["Client", list[bytes], int], "range | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +115,8 @@ class Hot:
 
     arity: int
     handler: Handler
-    # ``consecutive(client, args, count)`` answers a run of ``count`` identical pipelined requests
-    # at once: the last of ``count`` consecutive integer replies, or None to run them one by one.
+    # ``consecutive(client, args, count)`` answers up to ``count`` identical pipelined requests at
+    # once: their integer replies (a range, at least one), or None to run the next one singly.
     consecutive: Consecutive | None
 
 

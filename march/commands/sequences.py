@@ -61,8 +61,9 @@ _hands_out_ids = partial(
 )
 
 
-def incr_run(client: Client, args: list[bytes], count: int) -> int | None:
-    """``count`` pipelined ``INCR key`` at once: the last ID of the run, or None (run them singly)."""
+def incr_run(client: Client, args: list[bytes], count: int) -> range | None:
+    """Up to ``count`` pipelined ``INCR key`` at once: their IDs (consecutive integers, at least
+    one), or None (run the next one singly)."""
     gen = client.generators.get(args[1])
     return None if gen is None else gen.take_run(count)
 

@@ -429,6 +429,7 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
             "maxclients": app.max_clients,
             "blocked_clients": 0,
             "client_output_limit_disconnections": app.stats.output_closed,
+            "client_query_buffer_budget_disconnections": app.stats.input_closed,
         }
     if section == "memory":
         return _memory()

@@ -5,7 +5,8 @@ store). Invariant: every ID handed out is < ``ceiling`` and was handed out while
 
 - ``take(n)`` is the synchronous fast path: it succeeds only when ``next + n <= ceiling`` and the
   lease is valid, and starts an asynchronous extension when the unspent part of the range falls
-  below the watermark. It returns None when the caller must wait (``take_wait``).
+  below the watermark. It returns None when the caller must wait (``take_wait``). ``take_run(n)``
+  hands out as many of n IDs as the range holds (a pipelined run of INCRs).
 - ``take_wait(n)`` waits for the extension to land, bounded by ``max_wait``, then raises TRYAGAIN.
   It never returns an ID the store has not confirmed.
 - The store writes (one in flight, strictly increasing targets, ``GuardFailed`` ends the term,
@@ -65,7 +66,18 @@ class SequenceGenerator(DurableBound):
             return end - 1
         return None
 
-    take_run = take  # a pipelined run of INCRs: always consecutive integers
+    def take_run(self, n: int) -> range | None:
+        """Up to ``n`` >= 1 consecutive IDs at once (a pipelined run of INCRs), as many as the
+        durable range holds now, or None if it holds none (the caller takes them one by one, and
+        waits). A run the range cannot hold whole starts a store write sized for the rest of it."""
+        first = self._next
+        end = min(first + n, self._ceiling)
+        if end > first and self._valid():
+            self._next = end
+            if self._write is None and self._ceiling - end < self._low:
+                self._extend(first + n - end)
+            return range(first, end)
+        return None
 
     async def take_wait(self, n: int) -> int:
         """Like ``take``, waiting (bounded) for the ceiling to be extended; raises on failure."""

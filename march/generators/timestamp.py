@@ -23,9 +23,10 @@ the *time field* (in layout units since the layout's epoch) that the store has c
 - **Restart / new primary**: a generator built from a stored ceiling C starts at slot ``C << seq_bits``:
   nothing at or after C was handed out, anything before may have been. Its first request
   therefore waits for one store write (persist first, serve after).
-- ``take(n)`` hands out n consecutive slots and returns the last one's ID (INCRBY); ``take_run``
-  does the same only when those n IDs are consecutive integers (a pipelined run of INCRs, whose
-  replies the server writes as consecutive integers), and otherwise returns None.
+- ``take(n)`` hands out n consecutive slots and returns the last one's ID (INCRBY); ``take_run(n)``
+  hands out up to n slots whose IDs are consecutive integers (a pipelined run of INCRs, whose
+  replies the server writes as consecutive integers): the rest of the current time unit at most,
+  and none when the sequence field is not the lowest (then the server takes them one by one).
 - When the time field runs out (``layout.ends_ms``), requests get an error, never a wrapped ID.
 - **Bounded lead** (``max_lead``, ms; server default ``timestamp_max_lead_ms`` = 1000, per key
   ``SEQ.CREATE ... MAXLEAD`` / ``SEQ.ALTER``, within the bounds ``march.config`` declares; 0 =
@@ -204,11 +205,8 @@ class TimestampGenerator(DurableBound):
 
     # --- the fast path -------------------------------------------------------------------------
 
-    def take(self, n: int, run: bool = False) -> int | None:
-        """Hand out ``n`` >= 1 consecutive slots and return the last one's ID, or None if the caller must wait.
-
-        With ``run``, only if the n IDs are consecutive integers (else None: take them one by one).
-        """
+    def take(self, n: int) -> int | None:
+        """Hand out ``n`` >= 1 consecutive slots and return the last one's ID, or None if the caller must wait."""
         now = ((int(self._wall() * 1000) - self._epoch) // self._unit) << self._sb
         last = self._last
         first = now if now > last else last + 1
@@ -216,14 +214,25 @@ class TimestampGenerator(DurableBound):
         if end < self._limit and self._valid():
             if end >= now + self._lead_span and end >= self._lead_ok and self._lead_excess(end) > 0:
                 return None
-            if run and (self._seq_shift or (end >> self._sb) != (first >> self._sb)):
-                return None
             return self._hand_out(first, end, now)
         return None
 
-    def take_run(self, n: int) -> int | None:
-        """A pipelined run of ``n`` INCRs: the last ID if the run's IDs are consecutive integers, else None."""
-        return self.take(n, True)
+    def take_run(self, n: int) -> range | None:
+        """Up to ``n`` >= 1 pipelined INCRs at once: the IDs of the next slots, as many as are
+        consecutive integers and allowed now (at most to the end of the current time unit; none
+        when the sequence field is not the lowest), or None (the caller takes them one by one)."""
+        if self._seq_shift:
+            return None
+        now = ((int(self._wall() * 1000) - self._epoch) // self._unit) << self._sb
+        last = self._last
+        first = now if now > last else last + 1
+        end = min(first + n - 1, first | self._mask, self._limit - 1)
+        if end >= first and self._valid():
+            if end >= now + self._lead_span and end >= self._lead_ok and self._lead_excess(end) > 0:
+                return None
+            top = self._hand_out(first, end, now)
+            return range(top - (end - first), top + 1)
+        return None
 
     def _hand_out(self, first: int, end: int, now: int) -> int:
         sb = self._sb

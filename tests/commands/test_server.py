@@ -146,7 +146,7 @@ def test_config_get_pattern(mc: redis.Redis) -> None:
     limits = mc.config_get("max-*")
     assert {"max-clients", "max-args", "max-bulk-len", "max-inline-len", "max-output-buffer"} <= set(limits)
     assert all(k.startswith("max-") for k in limits)
-    assert limits["max-args"] == "4096"
+    assert limits["max-args"] == "1048576"
 
 
 def test_config_get_names(mc: redis.Redis) -> None:

@@ -11,7 +11,7 @@
 - A low file-descriptor limit lowers ``max_clients`` (logged, in INFO), and the connection past it
   gets ``ERR max number of clients reached``.
 - Connections to the TLS port that never start their handshake are closed by ``timeout`` and
-  cannot take every file descriptor.
+  cannot take every file descriptor: they count toward ``max_clients`` from their accept.
 - Unauthenticated clients cannot make the server hold large requests: 100 connections each sending
   a 2 MB ``AUTH`` grow its peak RSS by far less than 100 MB.
 - Passwords given as flags are not in ``/proc/<pid>/cmdline``, and still reach the server.
@@ -373,12 +373,6 @@ def open_files(pid: int) -> int:
     return len(list(Path(f"/proc/{pid}/fd").iterdir()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit: a TLS connection is counted only once its handshake is done (uvloop's start_tls, "
-    "which would let March count it at accept, loses handshakes under load); silent ones are closed after "
-    "the handshake timeout (10 s, or `timeout`), but until then they can hold file descriptors",
-)
 def test_tls_connections_in_their_handshake_cannot_starve_the_server(tmp_path: Path, certs: Certs) -> None:
     if shutil.which("prlimit") is None:
         pytest.skip("prlimit (util-linux) not found")

@@ -488,6 +488,24 @@ async def test_take_n_hands_out_n_consecutive_ids_and_returns_the_last(world: Wo
     assert gen.watermark() == 11
 
 
+async def test_a_pipelined_run_takes_what_the_range_holds_and_asks_for_the_rest(world: World) -> None:
+    """take_run: as many of the run's IDs as are below the durable ceiling now, at once; the store
+    write it starts is sized for the rest of the run, so the rest waits for one write, not many."""
+    gen = await world.fresh()  # batch 100: 1..100 durable
+    ledger = Ledger(world.store)
+    world.store.hold()
+    run = gen.take_run(1000)
+    assert run == range(1, 101)  # all the range holds, no more
+    ledger.got(run[-1], len(run))
+    assert world.store.tried == [] or world.store.tried[-1] >= 1000
+    assert gen.take_run(900) is None  # nothing left below the ceiling: the caller waits
+    await until(lambda: len(world.store.tried) == 1, "the extension to be tried")
+    assert world.store.tried[0] >= 1001 + 100  # the rest of the run and a batch, in one write
+    world.store.release()
+    assert await ledger.take(gen, 900) == 1000
+    assert durable(world.store) > 1000
+
+
 async def test_take_n_larger_than_the_batch_extends_far_enough(world: World) -> None:
     gen = await world.fresh()  # batch 100
     ledger = Ledger(world.store)
@@ -665,6 +683,7 @@ PROP_POLICY = BatchPolicy(min_batch=8, max_batch=256, interval=1.0, watermark=0.
 _ARGS: dict[str, st.SearchStrategy[Any]] = {
     "take": st.integers(1, 40),  # the fast path: INCRBY's first try
     "wait": st.one_of(st.integers(1, 20), st.integers(1, 300)),  # a request that waits, in a task
+    "run": st.integers(1, 400),  # a pipelined run of INCRs: what the range holds now (take_run)
     "floor": st.integers(-20, 600),  # SET to the watermark + this, in a task
     "fail": st.integers(1, 3),  # the next store writes fail
     "hold": st.just(0),  # store writes hang...
@@ -677,6 +696,7 @@ _ARGS: dict[str, st.SearchStrategy[Any]] = {
 # weights: outages (hold, stall, advance) often enough that waits end in TRYAGAIN in many histories
 _KINDS = (
     ["take"] * 3
+    + ["run"] * 2
     + ["wait"] * 3
     + ["floor", "fail", "hold", "hold", "release", "restart"]
     + ["stall", "tick", "advance"] * 2
@@ -751,6 +771,11 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
             value = gen.take(arg)
             if value is not None:
                 got(value, arg)
+        elif op == "run":
+            ids = gen.take_run(arg)
+            if ids is not None:
+                assert 1 <= len(ids) <= arg and ids.step == 1
+                got(ids[-1], len(ids))
         elif op == "wait":
             spawn(waiter(gen, arg))
         elif op == "floor":

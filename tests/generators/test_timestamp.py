@@ -152,8 +152,11 @@ async def test_pipelined_runs_are_consecutive_integers_or_refused(world: World) 
     gen = await world.fresh(PRESETS["snowflake"])
     before = world.fast(gen)
     run = gen.take_run(10)
-    assert run == before + 10  # seq is the low field: consecutive slots in one ms are consecutive IDs
-    assert gen.take_run(4096) is None  # would cross into the next millisecond: not consecutive integers
+    assert run == range(before + 1, before + 11)  # seq is the low field: slots in one ms are consecutive IDs
+    rest = gen.take_run(5000)  # up to the end of the millisecond: past it the IDs jump (a new time field)
+    assert rest is not None and rest.start == before + 11 and len(rest) == 4096 - 11 - (before & 4095)
+    after = world.fast(gen)
+    assert after > rest[-1] + 1 and (after & 4095) == 0  # the next millisecond's first slot
     sony = World()
     gen2 = await sony.fresh(dataclasses.replace(PRESETS["sonyflake"], epoch=EPOCH_MS))
     assert gen2.take_run(2) is None  # the sequence sits above the machine id: IDs step by 2^16
@@ -418,6 +421,7 @@ Op = tuple[str, int]
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("take"), st.integers(1, 40)),
+        st.tuples(st.just("run"), st.integers(1, 40)),  # a pipelined run of INCRs (take_run)
         st.tuples(st.just("wall"), st.integers(-3_600_000, 10_000)),  # ms; back up to an hour, forward 10 s
         st.tuples(st.just("land"), st.just(0)),
         st.tuples(st.just("restart"), st.just(0)),
@@ -436,6 +440,12 @@ async def test_property_unique_increasing_and_durable_whatever_the_clock_does(sc
         for op, arg in script:
             if op == "take":
                 await world.take(gen, arg)
+            elif op == "run":
+                ids = gen.take_run(arg)
+                if ids is not None:  # consecutive integers, the next slots, within one time unit
+                    assert 1 <= len(ids) <= arg and ids.step == 1
+                    world.got(ids[-1], len(ids))
+                    assert world.layout.decode(ids[0])[0] == world.layout.decode(ids[-1])[0]
             elif op == "wall":
                 world.wall.advance(arg / 1000)
             elif op == "land":

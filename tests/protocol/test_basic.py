@@ -196,12 +196,12 @@ def test_resp3_after_hello_3(server: Server) -> None:
 
 def test_resp3_maps_and_verbatim(march: MarchServer, key: str) -> None:
     with Raw(march.port) as c:
-        c.call(mb("CONFIG", "GET", "max-args"), b"*2\r\n$8\r\nmax-args\r\n$4\r\n4096\r\n")
+        c.call(mb("CONFIG", "GET", "max-args"), b"*2\r\n$8\r\nmax-args\r\n$7\r\n1048576\r\n")
         c.send(mb("INFO", "server"))
         assert c.read_reply().startswith(b"$")
         c.send(mb("HELLO", "3"))
         c.read_reply()
-        c.call(mb("CONFIG", "GET", "max-args"), b"%1\r\n$8\r\nmax-args\r\n$4\r\n4096\r\n")
+        c.call(mb("CONFIG", "GET", "max-args"), b"%1\r\n$8\r\nmax-args\r\n$7\r\n1048576\r\n")
         c.send(mb("INFO", "server"))
         reply = c.read_reply()
         assert reply.startswith(b"=") and b"\r\ntxt:# Server\r\n" in reply
