@@ -581,12 +581,14 @@ class Connection(asyncio.Protocol):
     ) -> None:
         """Await one handler's coroutine, write its reply, then run the rest of the read.
 
-        A failed AUTH or HELLO (the commands that may run before authentication) that waited was
-        held back on purpose (failed AUTHs are throttled): it counts as a failed call that took no
-        time, never as a wait, a slow command or a latency event."""
+        An AUTH or HELLO (the commands that may run before authentication) that waited was held
+        back on purpose (AUTH is throttled after failures, per address and user, ``auth.AuthThrottle``,
+        so even the right password may wait its turn): it counts as a call that took no time, never
+        as a wait, a slow command or a latency event."""
         client = self.client
         args = requests[resume_at - 1]
-        throttled = False
+        spec = lookup(args[0])
+        throttled = spec is not None and spec.noauth
         try:
             try:
                 value = await pending
@@ -597,8 +599,6 @@ class Connection(asyncio.Protocol):
             reply = encode(value, client.proto) if value is not NO_REPLY else b""
         except Exception as exc:
             reply = self.error_reply(exc, args)
-            spec = lookup(args[0])
-            throttled = spec is not None and spec.noauth
         stats = self.app.metrics.commands.of(args[0])
         if throttled:
             stats.observe(0)
