@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -258,9 +259,7 @@ def _common_prefix(prefixes: list[bytes]) -> bytes:
     group="generic",
 )
 def scan(client: Client, args: list[bytes]) -> Any:
-    cursor = parse_int(args[1], errors.INVALID_CURSOR) if args[1] != b"0" else 0
-    if cursor < 0:  # Redis reads the cursor as unsigned: a huge cursor, past the end
-        cursor = 1 << 64
+    cursor = _cursor(args[1])
     count, pattern, kind = 10, None, None
     i = 2
     while i < len(args):
@@ -280,6 +279,24 @@ def scan(client: Client, args: list[bytes]) -> Any:
         i += 2
     plan = _plan(client, pattern) if kind in (None, b"string") else None
     return _scan(client, cursor, min(count, PAGE), plan)
+
+
+_U64 = 1 << 64
+_CURSOR = re.compile(rb"[+-]?[0-9]+")
+
+
+def _cursor(arg: bytes) -> int:
+    """A SCAN cursor as Redis reads it (C's ``strtoul``): an unsigned 64-bit number, a leading sign
+    allowed (``-1`` is 2**64 - 1), leading zeros too, the empty string is 0; no space, nothing past
+    the digits, nothing above 2**64 - 1."""
+    if not arg:
+        return 0
+    if _CURSOR.fullmatch(arg) is None:
+        raise CommandError(errors.INVALID_CURSOR)
+    value = int(arg)
+    if abs(value) >= _U64:
+        raise CommandError(errors.INVALID_CURSOR)
+    return value % _U64
 
 
 async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> Any:
