@@ -25,13 +25,24 @@ hung etcd never holds a client longer than that.
 **Names** are at most ``max_key_len`` bytes: a longer one cannot exist (reading it finds nothing)
 and creating it is an error, so no request can pass what the store accepts. At most
 ``max_sequences`` can exist (sequences are never deleted, so a client creating names in a loop
-must be stopped): the store counts them once per term, the keyspace counts its own creations.
+must be stopped).
 
-**Listing** (``keys``, ``scan``, ``count``) reads the store a page at a time, in byte order. A SCAN
-cursor is the number of names already returned; the name it stopped at is remembered for the
-next call (a bounded table), and an unknown cursor (another node's, or a forgotten one) skips that
-many names again. Names are never deleted, so names inserted meanwhile can only make a scan return
-some names twice, never miss one that existed throughout, which is SCAN's contract.
+**Counting** (``count``: DBSIZE, INFO, ``max_sequences``) is a number in memory: the store is
+asked once per term, by the term's first creation or count, and every creation of the term waits
+for that answer before it starts (so none is counted twice or missed), then adds itself. No
+request ever runs ``COUNT(*)``. A node that does not serve (INFO on a standby) asks the store, at
+most once a second.
+
+**Listing** (``keys``, ``scan``) never queues in front of writes: the store reads names beside its
+writes (``march.store.base``). ``keys`` reads a page at a time in byte order, and decides on the
+names of a page in slices (``sift``): at most ``SLICE`` units of work (``Selection.cost``, about a
+byte of a name matched against a pattern each) between two yields to the event loop, so a 2 KiB
+glob over a thousand 1 KiB names takes turns with every other client. A reply that would pass
+the caller's budget (the room left in its output buffer) is an error before it is built: a listing
+holds its reply and one page. ``scan`` is the store's: its cursors describe their own position
+(SQLite's rowids, etcd's offsets checked by counting), so an unknown cursor (another node's, a
+forgotten one, garbage) costs a bounded amount of reading, never a walk on the write path; a pass
+returns every name that existed throughout it.
 
 **Settings** (``SEQ.ALTER``, ``alter``) change durably first (guarded, after the key's ceiling
 write in flight has landed), then on the live generator (``apply_settings``). The group's worker
@@ -46,11 +57,12 @@ changes (tests of clock jumps).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import errors
@@ -71,7 +83,35 @@ T = TypeVar("T")
 log = logging.getLogger("march")
 
 PAGE = 1000  # names per store read when listing
-_CURSORS = 4096  # SCAN resume points remembered (each a name); older ones are recomputed
+SLICE = 20_000  # work units (~0.1 us each) a listing does between two yields to the event loop: ~2 ms
+_STANDBY_COUNT = 1.0  # seconds a count read by a node that does not serve is reused (INFO on a standby)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which names a listing returns: those ``keep`` accepts, each costing ``cost(len(name))`` work units."""
+
+    keep: Callable[[bytes], bool]
+    cost: Callable[[int], int]
+
+
+async def sift(names: list[bytes], selection: Selection) -> list[bytes]:
+    """The names ``selection`` keeps, in order, yielding to the event loop after every ``SLICE`` units of work."""
+    keep, cost = selection.keep, selection.cost
+    out: list[bytes] = []
+    work = 0
+    for name in names:
+        work += cost(len(name))
+        if work > SLICE:
+            # Other clients' requests run here. time.sleep(0) hands the GIL to the store's threads
+            # first: a loop that never blocks lets them have it only every 5 ms (the switch
+            # interval), which made each SQLite statement of a new key's INCR wait that long.
+            time.sleep(0)
+            await asyncio.sleep(0)
+            work = 0
+        if keep(name):
+            out.append(name)
+    return out
 
 
 class Keyspace:
@@ -93,8 +133,9 @@ class Keyspace:
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
         self._loading: dict[bytes, asyncio.Task[Generator | None]] = {}
         self._creating: dict[bytes, asyncio.Task[Generator]] = {}
-        self._cursors: OrderedDict[int, bytes] = OrderedDict()
-        self._counted: tuple[Term, int] | None = None  # sequences in the store, as of this term (max_sequences)
+        self._counted: tuple[Term, int] | None = None  # how many sequences exist, kept up to date in this term
+        self._counting: tuple[Term, asyncio.Task[int]] | None = None  # the term's one count, while it runs
+        self._standby: tuple[float, asyncio.Task[int]] | None = None  # a count read while not serving, and when
         self.default_policy = _default_policy(config)
         self._altering = asyncio.Lock()  # SEQ.ALTER, one at a time
         # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
@@ -245,18 +286,10 @@ class Keyspace:
         return self.generators.get(record.key) or self._add(loaded, term)
 
     async def _check_room(self, term: Term) -> None:
-        """``max_sequences``: counted in the store once per term, then here as sequences are created."""
+        """``max_sequences``; and the term's count is known before its first creation starts (``count``)."""
+        count = await self._term_count(term)
         limit = self.config.max_sequences
-        if not limit:
-            return
-        if self._counted is None or self._counted[0] is not term:
-            try:
-                count = await asyncio.wait_for(asyncio.shield(self.store.count()), self.config.max_wait)
-            except TimeoutError:
-                raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
-            if self._counted is None or self._counted[0] is not term:
-                self._counted = (term, count)
-        if self._counted[1] + len(self._creating) >= limit:
+        if limit and count + len(self._creating) >= limit:
             raise CommandError(errors.MAX_SEQUENCES.format(limit))
 
     def policy_for(self, settings: Mapping[str, Any]) -> BatchPolicy:
@@ -379,12 +412,10 @@ class Keyspace:
         except TimeoutError:
             raise CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))) from None
 
-    # --- listing (a page at a time) --------------------------------------------------------------
+    # --- listing and counting ---------------------------------------------------------------------
 
-    async def keys(
-        self, matches: Callable[[bytes], bool] | None = None, prefix: bytes = b"", budget: int = 0
-    ) -> list[bytes]:
-        """Every name starting with ``prefix`` for which ``matches`` holds (all: None), in byte order.
+    async def keys(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> list[bytes]:
+        """Every name starting with ``prefix`` that ``selection`` keeps (all: None), in byte order.
 
         ``budget``: the reply may not pass this many bytes (an error instead of a reply that the
         client's output limit would drop anyway: the list is never built past it)."""
@@ -393,50 +424,81 @@ class Keyspace:
         after: bytes | None = None
         while True:
             page = await self.store.list_keys(prefix, after, PAGE)
-            found = page if matches is None else [k for k in page if matches(k)]
+            found = page if selection is None else await sift(page, selection)
             out.extend(found)
             if budget:
                 size += sum(len(k) + 16 for k in found)  # a bulk string's framing is at most 16 bytes
                 if size > budget:
-                    raise CommandError(errors.REPLY_TOO_LARGE.format(budget))
+                    raise CommandError(errors.REPLY_TOO_LARGE.format(self.config.max_output_buffer))
             if len(page) < PAGE:
                 return out
             after = page[-1]
 
     async def scan(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
-        """About ``count`` names from ``cursor`` on, and the cursor to continue with (0: done)."""
-        after: bytes | None = None
-        if cursor:
-            after = self._cursors.get(cursor)
-            if after is None:
-                after = await self._skip(cursor)
-                if after is None:
-                    return 0, []
-        page = await self.store.list_keys(b"", after, count)
-        if len(page) < count:
-            return 0, page
-        nxt = cursor + len(page)
-        self._cursors[nxt] = page[-1]
-        self._cursors.move_to_end(nxt)
-        while len(self._cursors) > _CURSORS:
-            self._cursors.popitem(last=False)
-        return nxt, page
+        """About ``count`` names from ``cursor`` on, and the cursor to continue with (0: done): the
+        store's own cursors (``Store.scan``), under this term's guard."""
+        return await self.store.scan(cursor, count, self._term().guard)
 
-    async def _skip(self, n: int) -> bytes | None:
-        """The ``n``-th name (1-based), reading pages from the start; None past the end."""
-        if n > await self.store.count():
-            return None
-        after: bytes | None = None
-        while n > 0:
-            page = await self.store.list_keys(b"", after, min(PAGE, n))
-            if not page:
-                return None
-            n -= len(page)
-            after = page[-1]
-        return after
+    def known_count(self) -> int | None:
+        """How many sequences exist, if this term knows it already (no waiting), else None."""
+        counted, term = self._counted, self.state.term
+        return counted[1] if counted is not None and counted[0] is term and self.state.serving else None
 
     async def count(self) -> int:
-        return await self.store.count()
+        """How many sequences exist (see the module docstring): in memory while serving. Waits at
+        most ``max_wait`` for the store (TRYAGAIN after that)."""
+        term = self.state.term
+        if term is not None and self.state.serving:
+            with contextlib.suppress(NotServing):  # the term ended meanwhile: ask the store
+                return await self._term_count(term)
+        try:
+            return await self._store_count()
+        except TimeoutError:
+            raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
+
+    async def _term_count(self, term: Term) -> int:
+        counted = self._counted
+        if counted is not None and counted[0] is term:
+            return counted[1]
+        if self._counting is None or self._counting[0] is not term:
+            task = asyncio.get_running_loop().create_task(self._count_term(term))
+            task.add_done_callback(_retrieved)
+            self._counting = (term, task)
+        try:
+            count = await asyncio.wait_for(asyncio.shield(self._counting[1]), self.config.max_wait)
+        except TimeoutError:
+            raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
+        counted = self._counted
+        return counted[1] if counted is not None and counted[0] is term else count
+
+    async def _count_term(self, term: Term) -> int:
+        try:
+            count = await asyncio.wait_for(self.store.count(), self.config.store_timeout)
+        finally:
+            if self._counting is not None and self._counting[0] is term:
+                self._counting = None
+        self._check(term)
+        if self._counted is None or self._counted[0] is not term:
+            self._counted = (term, count)
+        return self._counted[1]
+
+    async def _store_count(self) -> int:
+        """The store's count, shared by the requests of one second (a node that does not serve)."""
+        now = self.clock()
+        if self._standby is None or now - self._standby[0] >= _STANDBY_COUNT or self._standby[1].cancelled():
+            task = asyncio.get_running_loop().create_task(self.store.count())
+            task.add_done_callback(_retrieved)
+            self._standby = (now, task)
+        task = self._standby[1]
+        if task.done() and task.exception() is not None:
+            self._standby = None  # a failure is not kept
+        return await asyncio.wait_for(asyncio.shield(task), self.config.max_wait)
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """A shared task's exception is re-raised to each waiter: nobody logs it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _default_policy(config: Config) -> BatchPolicy:

@@ -26,7 +26,7 @@ from march.config import Config
 from march.errors import CommandError
 from march.generators.base import NotServing
 from march.generators.layout import preset
-from march.keyspace import PAGE, Keyspace
+from march.keyspace import PAGE, SLICE, Keyspace, Selection
 from march.serving import Cause, ServingState
 from march.store.base import SINGLE_NODE, SequenceRecord, StoreError
 from march.store.memory import MemoryStore
@@ -397,7 +397,11 @@ async def test_a_restarted_keyspace_continues_above_everything_handed_out(
     assert after == stored  # the unspent part of the old range is skipped, never repeated
 
 
-# --- listing: a page at a time ------------------------------------------------------------------
+# --- listing: a page at a time, in slices -------------------------------------------------------
+
+
+def keeping(accept: Callable[[bytes], bool], cost: int = 1) -> Selection:
+    return Selection(accept, lambda n: cost)
 
 
 async def test_keys_scan_and_count_read_the_store_in_pages(ks: Keyspace, store: MemoryStore) -> None:
@@ -406,8 +410,8 @@ async def test_keys_scan_and_count_read_the_store_in_pages(ks: Keyspace, store: 
         assert await store.create(SequenceRecord(name, "sequence", 10), SINGLE_NODE)
     assert await store.create(SequenceRecord(b"other", "sequence", 10), SINGLE_NODE)
     assert await finish(ks.count()) == len(names) + 1
-    assert await finish(ks.keys(lambda k: k.startswith(b"seq:"), b"seq:")) == names
-    assert await finish(ks.keys(lambda k: k.endswith(b"7"))) == [n for n in names if n.endswith(b"7")]
+    assert await finish(ks.keys(keeping(lambda k: k.startswith(b"seq:")), b"seq:")) == names
+    assert await finish(ks.keys(keeping(lambda k: k.endswith(b"7")))) == [n for n in names if n.endswith(b"7")]
     seen: list[bytes] = []
     cursor, rounds = 0, 0
     while True:
@@ -416,7 +420,7 @@ async def test_keys_scan_and_count_read_the_store_in_pages(ks: Keyspace, store: 
         rounds += 1
         if cursor == 0:
             break
-    assert seen == [b"other", *names] and rounds == 26  # byte order
+    assert seen == [*reversed(names), b"other"] and rounds == 26  # the memory store's positions: creation order
     assert ks.generators == {}  # listing activates nothing
 
 
@@ -430,18 +434,105 @@ async def test_a_scan_resumed_elsewhere_or_with_keys_added_misses_nothing(
     seen = list(page)
     for i in range(1, 1000, 2):  # keys created during the scan, before and after its position
         assert await store.create(SequenceRecord(b"k%04d" % i, "sequence", 10), SINGLE_NODE)
-    other = make()  # another node (after a failover): it never saw this cursor
+    other = make()  # another keyspace (a restart): it never saw this cursor
     while cursor:
         cursor, page = await finish(other.scan(cursor, 300))
         seen.extend(page)
     assert {b"k%04d" % i for i in range(0, 1000, 2)} <= set(seen)  # every key that existed throughout
-    assert seen == sorted(seen) or len(seen) > len(set(seen))  # in order; repeats only where keys were added
+    assert len(seen) == len(set(seen))  # positions never move on this store: each name once
 
 
 async def test_a_cursor_past_the_end_finishes_the_scan(ks: Keyspace, store: MemoryStore) -> None:
     assert await store.create(SequenceRecord(b"a", "sequence", 10), SINGLE_NODE)
     assert await finish(ks.scan(1 << 64, 10)) == (0, [])
     assert await finish(ks.scan(0, 10)) == (0, [b"a"])
+
+
+async def test_a_long_listing_takes_turns_with_other_work(ks: Keyspace, store: MemoryStore) -> None:
+    """Deciding on names yields to the event loop every SLICE units of work: another task runs while
+    one page of names is being matched, not after the listing."""
+    names = [b"n%04d" % i for i in range(PAGE)]
+    for name in names:
+        assert await store.create(SequenceRecord(name, "sequence", 10), SINGLE_NODE)
+    events: list[str] = []
+
+    def keep(name: bytes) -> bool:
+        events.append("match")
+        return name.endswith(b"1")
+
+    async def other() -> None:
+        events.append("other")
+
+    listing = asyncio.ensure_future(ks.keys(keeping(keep, cost=SLICE // 10)))  # ten names a slice
+    task = asyncio.ensure_future(other())
+    found = await finish(listing)
+    await task
+    assert found == [n for n in names if n.endswith(b"1")]
+    at = events.index("other")
+    assert 0 < at < len(events) - 1, "the other task ran only before or after the whole page"
+    assert events.count("match") == PAGE
+
+
+async def test_a_listing_past_its_budget_is_an_error_before_it_is_built(ks: Keyspace, store: MemoryStore) -> None:
+    for i in range(300):
+        assert await store.create(SequenceRecord(b"name:%04d" % i, "sequence", 10), SINGLE_NODE)
+    assert len(await finish(ks.keys(budget=300 * 30))) == 300
+    with pytest.raises(CommandError, match="max_output_buffer"):
+        await finish(ks.keys(budget=1000))
+
+
+async def test_the_count_is_kept_in_memory(ks: Keyspace, store: MemoryStore) -> None:
+    """Counted once per term; creations add themselves; DBSIZE never waits for the store again."""
+    for i in range(5):
+        assert await store.create(SequenceRecord(b"pre%d" % i, "sequence", 10), SINGLE_NODE)
+    assert ks.known_count() is None
+    assert await finish(ks.count()) == 5
+    assert ks.known_count() == 5
+    for i in range(3):
+        await incr(ks, b"new%d" % i)
+    assert ks.known_count() == 8
+    store.hold()  # a store that does not answer: the count does not need it
+    try:
+        assert await finish(ks.count(), 1.0) == 8
+    finally:
+        store.release()
+    new_term(ks.state)  # another node may have created sequences meanwhile: counted again
+    assert ks.known_count() is None
+    assert await store.create(SequenceRecord(b"elsewhere", "sequence", 10), SINGLE_NODE)
+    assert await finish(ks.count()) == 9
+
+
+class SlowCount(MemoryStore):
+    """A memory store whose count answers only when the test opens ``counted``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted = asyncio.Event()
+        self.counts = 0
+
+    async def count(self) -> int:
+        self.counts += 1
+        await self.counted.wait()
+        return await super().count()
+
+
+async def test_a_terms_first_creation_waits_for_its_count() -> None:
+    """No creation of a term starts before the term's count is known (so the count never misses one
+    in flight or counts it twice), and concurrent requests share that one count."""
+    store = SlowCount()
+    assert await store.create(SequenceRecord(b"old", "sequence", 10), SINGLE_NODE)
+    ks = Keyspace(CONFIG, store, serving_state(), clock=FakeClock(50.0))
+    creating = asyncio.ensure_future(incr(ks, b"first"))
+    counting = asyncio.ensure_future(ks.count())
+    await until(lambda: store.counts == 1 and store.reads >= 1, "the count and the new key's read")
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert store.attempts == 1 and not creating.done()  # the seed's write only: the new key waits for the count
+    store.counted.set()
+    assert await finish(creating) == 1
+    assert await finish(counting) in (1, 2)  # the term's count (1), or already with the creation added
+    assert ks.known_count() == 2 and store.counts == 1
+    await finish(ks.drain())
 
 
 def test_the_single_node_lease_never_ends() -> None:

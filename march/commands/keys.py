@@ -9,23 +9,33 @@
   unknown key it creates the sequence (first ID N+1). NX: only if the key does not exist (nil if
   it does).
 - Sequences are strings to Redis tools (``TYPE`` says ``string``) and never expire (``TTL`` -1).
-- ``KEYS``, ``SCAN``, ``DBSIZE`` read the store a page at a time (``Keyspace.keys/scan/count``),
-  in byte order; a pattern's literal prefix narrows what ``KEYS`` reads. A reply that would pass
-  ``max_output_buffer`` is an error before it is built. A user limited to some keys (ACL) sees
-  only the names it may read.
+- ``KEYS`` (and ``SEQ.LIST``) read the store a page at a time in byte order
+  (``Keyspace.keys``), off its write path; the names of a page are decided on in slices that take
+  turns with other clients. What a listing reads is narrowed to the longest prefix that both the
+  pattern and the user's readable key patterns (ACL) fix. A name is checked against the ACL
+  first (usually a prefix), then against the pattern (linear time: ``march.glob``). A reply that
+  would pass the room left in the client's output buffer (``max_output_buffer`` less its unread
+  replies) is an error before it is built.
+- ``SCAN`` pages through the store's own cursors (``Store.scan``: SQLite's rowids, in creation
+  order, each name once; etcd's offsets in byte order, checked by counting): any cursor, known or
+  not, costs a page or two of reading. ``MATCH *`` matches every name (the empty one too), as in
+  Redis. A user limited to some keys sees only the names it may read.
+- ``DBSIZE`` answers from memory (``Keyspace.count``: counted once per term, kept up to date).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
 from ..glob import Glob, compile_glob, literal_prefix
-from ..keyspace import PAGE
+from ..keyspace import PAGE, Selection, sift
 from .args import parse_int
 from .dispatch import may_create
 from .registry import command
@@ -172,19 +182,71 @@ def pttl(client: Client, args: list[bytes]) -> Any:
     group="generic",
 )
 def keys(client: Client, args: list[bytes]) -> Any:
-    pattern = args[1]
-    if pattern == b"*":
-        return client.app.keyspace.keys(_readable(client), budget=client.app.config.max_output_buffer)
-    glob = compile_glob(pattern).match
-    readable = _readable(client)
-    matches = glob if readable is None else (lambda k: glob(k) and readable(k))
-    return client.app.keyspace.keys(matches, literal_prefix(pattern), client.app.config.max_output_buffer)
+    return list_names(client, args[1])
 
 
-def _readable(client: Client) -> Callable[[bytes], bool] | None:
-    """The names a restricted user's listing shows: those it may read (None: every name)."""
+def list_names(client: Client, pattern: bytes) -> Any:
+    """KEYS ``pattern`` (and SEQ.LIST: ``*``) for this client: the names it may read, in byte order."""
+    plan = _plan(client, pattern)
+    if plan is None:
+        return []
+    budget = client.reply_room()
+    if budget <= 0:
+        raise CommandError(errors.REPLY_TOO_LARGE.format(client.app.config.max_output_buffer))
+    return client.app.keyspace.keys(plan.selection, plan.prefix, budget)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a listing keeps (None: every name) and the prefix every name it keeps starts with."""
+
+    selection: Selection | None
+    prefix: bytes
+
+
+def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
+    """How this client's listing with ``pattern`` (None or ``*``: every name) decides on names; None: no
+    name can be kept (the user may read none, or the pattern and its key patterns exclude each other).
+
+    The ACL comes first: a name the user may not read is never matched against the pattern."""
     user = client.user
-    return None if user.all_keys else lambda k: user.may_access(k, write=False)
+    checks: list[Callable[[bytes], bool]] = []
+    globs: list[Glob] = []
+    prefix = b""
+    if not user.all_keys:
+        readable = [rule.pattern for rule in user.keys if rule.read]
+        if not readable:
+            return None
+        prefix = _common_prefix([literal_prefix(p) for p in readable])
+        globs += (compile_glob(p) for p in readable)  # only to cost the check: may_access is the check
+        checks.append(lambda k: user.may_access(k, write=False))
+    if pattern is not None and pattern != b"*":  # Redis matches nothing for "*": every name, the empty one too
+        glob = compile_glob(pattern)
+        globs.append(glob)
+        checks.append(glob.match)
+        fixed = literal_prefix(pattern)
+        if fixed.startswith(prefix):
+            prefix = fixed
+        elif not prefix.startswith(fixed):
+            return None
+    if not checks:
+        return _Plan(None, prefix)
+    if prefix:
+        checks.insert(0, lambda k: k.startswith(prefix))
+    keep = checks[0] if len(checks) == 1 else partial(_every, checks)  # in order: the cheap ones first
+    return _Plan(Selection(keep, lambda n: sum(g.cost(n) for g in globs) + 1), prefix)
+
+
+def _every(checks: list[Callable[[bytes], bool]], name: bytes) -> bool:
+    return all(check(name) for check in checks)
+
+
+def _common_prefix(prefixes: list[bytes]) -> bytes:
+    first, last = min(prefixes), max(prefixes)
+    i = 0
+    while i < len(first) and first[i] == last[i]:
+        i += 1
+    return first[:i]
 
 
 @command(
@@ -197,10 +259,8 @@ def _readable(client: Client) -> Callable[[bytes], bool] | None:
     group="generic",
 )
 def scan(client: Client, args: list[bytes]) -> Any:
-    cursor = parse_int(args[1], errors.INVALID_CURSOR) if args[1] != b"0" else 0
-    if cursor < 0:  # Redis reads the cursor as unsigned: a huge cursor, past the end
-        cursor = 1 << 64
-    count, glob, kind = 10, None, None
+    cursor = _cursor(args[1])
+    count, pattern, kind = 10, None, None
     i = 2
     while i < len(args):
         opt = args[i].lower()
@@ -211,23 +271,45 @@ def scan(client: Client, args: list[bytes]) -> Any:
             if count < 1:
                 raise CommandError(errors.SYNTAX)
         elif opt == b"match":
-            glob = compile_glob(args[i + 1])
+            pattern = args[i + 1]
         elif opt == b"type":
             kind = args[i + 1].lower()
         else:
             raise CommandError(errors.SYNTAX)
         i += 2
-    return _scan(client, cursor, min(count, PAGE), glob, kind)
+    plan = _plan(client, pattern) if kind in (None, b"string") else None
+    return _scan(client, cursor, min(count, PAGE), plan)
 
 
-async def _scan(client: Client, cursor: int, count: int, glob: Glob | None, kind: bytes | None) -> Any:
+_U64 = 1 << 64
+_CURSOR = re.compile(rb"[+-]?[0-9]+")
+
+
+def _cursor(arg: bytes) -> int:
+    """A SCAN cursor as Redis reads it (C's ``strtoul``): an unsigned 64-bit number, a leading sign
+    allowed (``-1`` is 2**64 - 1), leading zeros too, the empty string is 0; no space, nothing past
+    the digits, nothing above 2**64 - 1."""
+    if not arg:
+        return 0
+    if _CURSOR.fullmatch(arg) is None:
+        raise CommandError(errors.INVALID_CURSOR)
+    value = int(arg)
+    if abs(value) >= _U64:
+        raise CommandError(errors.INVALID_CURSOR)
+    return value % _U64
+
+
+async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> Any:
     nxt, page = await client.app.keyspace.scan(cursor, count)
-    readable = _readable(client)
-    found = [
-        k
-        for k in page
-        if (glob is None or glob.match(k)) and (kind is None or kind == b"string") and (readable is None or readable(k))
-    ]
+    if plan is None:
+        found: list[bytes] = []
+    elif plan.selection is None:
+        found = page
+    else:
+        found = await sift(page, plan.selection)
+    budget = client.reply_room()
+    if sum(len(k) + 16 for k in found) + 64 > budget:  # a bulk string's framing is at most 16 bytes
+        raise CommandError(errors.REPLY_TOO_LARGE.format(client.app.config.max_output_buffer))
     return [b"%d" % nxt, found]
 
 
@@ -241,4 +323,5 @@ async def _scan(client: Client, cursor: int, count: int, glob: Glob | None, kind
     group="server",
 )
 def dbsize(client: Client, args: list[bytes]) -> Any:
-    return client.app.keyspace.count()
+    known = client.app.keyspace.known_count()
+    return known if known is not None else client.app.keyspace.count()

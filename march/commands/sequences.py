@@ -22,7 +22,7 @@
 - ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits;
   for a timestamp sequence its layout, logical time and its lead on the clock, saved bound, carries).
 - ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
-- ``SEQ.LIST``: every sequence name, in byte order (read from the store a page at a time).
+- ``SEQ.LIST``: every sequence name the user may read, in byte order: ``KEYS *`` (``keys.list_names``).
 
 INCR/INCRBY take the generator's synchronous fast path when the durable range has room, and
 return a coroutine (awaited by the dispatcher) only when they must create the key or wait for a
@@ -44,6 +44,7 @@ from ..generators.timestamp import KIND as TIMESTAMP
 from ..generators.timestamp import TimestampGenerator
 from .args import key_text, parse_int
 from .dispatch import may_change_settings, may_create, may_raise_floor
+from .keys import list_names
 from .registry import command
 
 if TYPE_CHECKING:
@@ -318,6 +319,4 @@ def _fields(fields: dict[str, Any]) -> dict[bytes, Any]:
     group="sequence",
 )
 def seq_list(client: Client, args: list[bytes]) -> Any:
-    user = client.user
-    readable = None if user.all_keys else (lambda k: user.may_access(k, write=False))
-    return client.app.keyspace.keys(readable, budget=client.app.config.max_output_buffer)
+    return list_names(client, b"*")

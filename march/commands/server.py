@@ -387,9 +387,11 @@ def info(client: Client, args: list[bytes]) -> Any:
 
 
 async def _info_counting(client: Client, sections: list[str]) -> Any:
+    """The count is in memory while this node serves (``Keyspace.count``); a standby asks the store,
+    at most once a second, and waits at most ``max_wait``."""
     try:
-        count: int | None = await asyncio.wait_for(client.app.keyspace.count(), client.app.config.max_wait)
-    except (StoreError, TimeoutError):
+        count: int | None = await client.app.keyspace.count()
+    except (StoreError, CommandError):
         count = None  # the store did not answer: INFO still answers, without the count
     return _info_text(client, sections, count)
 

@@ -15,7 +15,18 @@ suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and t
   the call returns it as the ceiling now durable instead of failing.
 - ``list_keys(prefix, after, limit)``: up to ``limit`` names that start with ``prefix`` and sort
   (bytewise) after ``after``, in byte order: listings are read a page at a time, never at once.
+- ``scan(cursor, limit, guard)``: one step of SCAN, about ``limit`` names and the cursor to go on
+  with (0: the pass is over). Cursors are the backend's own positions and accept any integer
+  (another node's, a forgotten one, garbage: never an error, never a pass that does not end); a
+  pass from 0 returns every name that existed throughout it (SQLite and memory: exactly once;
+  etcd may repeat some). ``guard`` is the caller's term, the only one creating names meanwhile.
 - ``count()``: how many sequences exist.
+
+Listing and counting never queue in front of writes: SQLite reads names on a connection and a
+thread of their own (WAL lets it read while the writer writes) and keeps the count in memory
+(counted once at open, then maintained by its own creations: no other process writes its file);
+memory answers at once; etcd reads are requests of their own (a count is one server-side count,
+no values read). Worker-id and user records are neither listed nor counted with the sequences.
 - ``save_settings(key, settings, guard)``: replace one sequence's settings (SEQ.ALTER), guarded
   like a ceiling write; the ceiling is left as it is. No such key is ``GuardFailed``.
 - Worker ids (``march.workers``), a record family beside the sequences (never listed or counted
@@ -200,8 +211,13 @@ class Store(abc.ABC):
         """Up to ``limit`` sequence names starting with ``prefix`` and greater than ``after``, in byte order."""
 
     @abc.abstractmethod
+    async def scan(self, cursor: int, limit: int, guard: Guard) -> tuple[int, list[bytes]]:
+        """About ``limit`` names from position ``cursor`` on (0: the start) and the cursor to continue
+        with (0: done). Any ``cursor`` in [0, 2**64) is accepted; see the module docstring."""
+
+    @abc.abstractmethod
     async def count(self) -> int:
-        """How many sequences exist."""
+        """How many sequences exist (cheap: see the module docstring)."""
 
     @abc.abstractmethod
     async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:

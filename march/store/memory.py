@@ -38,6 +38,7 @@ class MemoryStore(Store):
         self.workers: dict[tuple[bytes, int], WorkerRecord] = {}
         self.retired_floor = 0  # the highest floor of a deleted worker record
         self._sorted: list[bytes] = []
+        self._order: list[bytes] = []  # in creation order: a SCAN cursor is a position in it
         self.guard: Guard = SINGLE_NODE
         self.delay = 0.0
         self.fail_next = 0
@@ -86,6 +87,12 @@ class MemoryStore(Store):
             out.append(key)
         return out
 
+    async def scan(self, cursor: int, limit: int, guard: Guard) -> tuple[int, list[bytes]]:
+        """Positions in creation order (names are never deleted: each comes exactly once)."""
+        await self._pass_gate()
+        page = self._order[cursor : cursor + limit]
+        return (cursor + limit if len(page) == limit and cursor + limit < len(self._order) else 0), page
+
     async def count(self) -> int:
         await self._pass_gate()
         return len(self.records)
@@ -116,6 +123,7 @@ class MemoryStore(Store):
             return False
         self.records[record.key] = record
         bisect.insort(self._sorted, record.key)
+        self._order.append(record.key)
         self.writes.append((record.key, record.ceiling))
         return True
 

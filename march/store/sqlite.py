@@ -2,9 +2,20 @@
 
 - ``<data_dir>/march.sqlite3`` in WAL mode with ``synchronous=FULL``: a write that returned is on
   disk, through a crash or power loss.
-- Every call runs on one dedicated thread, so the event loop never blocks on disk and writes land
-  in the order they were made. Calls made in the same loop turn share one SQLite transaction
-  (one fsync): the first requests of thousands of keys after a restart cost a few commits.
+- Every write (and every ``load``: the path of a key's first INCR) runs on one dedicated thread, so
+  the event loop never blocks on disk and writes land in the order they were made. Calls made in
+  the same loop turn share one SQLite transaction (one fsync): the first requests of thousands of
+  keys after a restart cost a few commits.
+- Listings (``list_keys``, ``scan``) run on a second connection (``query_only``) on a thread of
+  their own: in WAL mode it reads the last committed state while the writer goes on, so no KEYS
+  or SCAN ever queues in front of a ceiling write. ``count`` reads no disk at all: the sequences
+  are counted once at open (on the writer's thread, before anything is served), then this
+  store's own creations are added as they commit (the flock: no one else writes the file).
+- SCAN cursors are rowids: a sequence's rowid is given once when it is created (one more than the
+  largest, as no row is ever deleted) and never changes, so a cursor (the last rowid returned)
+  describes itself. Any cursor resumes in O(log n) at the next rowid; a pass returns every name
+  that existed throughout exactly once, in creation order. (A ``VACUUM`` run by hand may renumber
+  rowids: a scan going on across it may repeat or miss names, never the IDs.)
 - ``<data_dir>/march.lock`` is held with an exclusive ``flock`` for the life of the server, so a
   second server on the same data dir refuses to start (two writers would hand out the same IDs).
 - The guard is trivial (the lock is the leadership); the "new ceiling > stored" check is still
@@ -84,6 +95,7 @@ CREATE TABLE IF NOT EXISTS workers_retired (
 );
 """
 _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
+_MAX_ROWID = 1 << 63  # SQLite's rowids are signed 64-bit: a SCAN cursor at or past this is past the end
 
 
 class SqliteStore(Store):
@@ -96,6 +108,9 @@ class SqliteStore(Store):
         self._lock_fd: int | None = None
         self._db: sqlite3.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._reader: sqlite3.Connection | None = None  # listings: their own connection and thread
+        self._read_pool: ThreadPoolExecutor | None = None
+        self._count = 0  # sequences in the file: counted at open, then this store's creations added
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH)
         self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH)
         self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH)
@@ -128,8 +143,10 @@ class SqliteStore(Store):
             await self.close()
             raise
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite")
+        self._read_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite-read")
         try:
             await self._run(self._open_db)
+            await self._read(self._open_reader)
         except BaseException:
             await self.close()
             raise
@@ -161,14 +178,30 @@ class SqliteStore(Store):
             db.execute(
                 "INSERT OR IGNORE INTO users_revision VALUES (1, (SELECT COALESCE(MAX(revision), 0) FROM users))"
             )
+            self._count = int(db.execute("SELECT COUNT(*) FROM sequences").fetchone()[0])
         except BaseException:
             db.close()
             raise
         self._db = db
 
+    def _open_reader(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA query_only=ON")
+        except BaseException:
+            db.close()
+            raise
+        self._reader = db
+
     async def close(self) -> None:
         for batcher in (self._loads, self._creates, self._saves):
             await batcher.drain()
+        if self._read_pool is not None:
+            if self._reader is not None:
+                await self._read(self._reader.close)
+            self._read_pool.shutdown(wait=True)
+            self._read_pool = None
+            self._reader = None
         if self._pool is not None:
             if self._db is not None:
                 await self._run(self._db.close)
@@ -180,10 +213,18 @@ class SqliteStore(Store):
             self._lock_fd = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._pool is None:
+        """``fn(*args)`` on the writer's thread."""
+        return await self._on(self._pool, fn, *args)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the listings' thread (``_reading()`` is its connection)."""
+        return await self._on(self._read_pool, fn, *args)
+
+    async def _on(self, pool: ThreadPoolExecutor | None, fn: Callable[..., T], *args: Any) -> T:
+        if pool is None:
             raise StoreError("store is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
         except sqlite3.Error as exc:
             kind = StoreFull if "full" in str(exc) else StoreError  # SQLITE_FULL: "database or disk is full"
             raise kind(f"sqlite {self.path}: {exc}") from exc
@@ -195,6 +236,11 @@ class SqliteStore(Store):
         if self._db is None:
             raise StoreError("store is closed")
         return self._db
+
+    def _reading(self) -> sqlite3.Connection:
+        if self._reader is None:
+            raise StoreError("store is closed")
+        return self._reader
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -211,7 +257,7 @@ class SqliteStore(Store):
         return [found.get(key) for key in keys]
 
     async def list_keys(self, prefix: bytes = b"", after: bytes | None = None, limit: int = 1000) -> list[bytes]:
-        return await self._run(self._list, prefix, after, limit)
+        return await self._read(self._list, prefix, after, limit)
 
     def _list(self, prefix: bytes, after: bytes | None, limit: int) -> list[bytes]:
         sql, args = "SELECT key FROM sequences WHERE key >= ?", [prefix]
@@ -222,11 +268,23 @@ class SqliteStore(Store):
         if prefix and end != b"\0":  # b"\0": a prefix of 0xff bytes, with no end
             sql += " AND key < ?"
             args.append(end)
-        rows = self._conn().execute(sql + " ORDER BY key LIMIT ?", (*args, limit)).fetchall()
+        rows = self._reading().execute(sql + " ORDER BY key LIMIT ?", (*args, limit)).fetchall()
         return [bytes(row[0]) for row in rows]
 
+    async def scan(self, cursor: int, limit: int, guard: Guard) -> tuple[int, list[bytes]]:
+        if cursor >= _MAX_ROWID:  # past every rowid SQLite gives
+            return 0, []
+        rows = await self._read(self._scan, cursor, limit)
+        return (int(rows[-1][0]) if len(rows) == limit else 0), [bytes(row[1]) for row in rows]
+
+    def _scan(self, cursor: int, limit: int) -> list[tuple[int, bytes]]:
+        sql = "SELECT rowid, key FROM sequences WHERE rowid > ? ORDER BY rowid LIMIT ?"
+        return self._reading().execute(sql, (cursor, limit)).fetchall()
+
     async def count(self) -> int:
-        return await self._run(lambda: int(self._conn().execute("SELECT COUNT(*) FROM sequences").fetchone()[0]))
+        if self._pool is None:
+            raise StoreError("store is closed")
+        return self._count
 
     async def load_users(self) -> UserRecords:
         return await self._run(self._load_users)
@@ -296,7 +354,9 @@ class SqliteStore(Store):
         return await self._creates(record)
 
     async def _create_batch(self, records: list[SequenceRecord]) -> Sequence[bool | BaseException]:
-        return await self._write(_insert, records)
+        results = await self._write(_insert, records)
+        self._count += sum(1 for r in results if r is True)
+        return results
 
     async def _write(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
         try:

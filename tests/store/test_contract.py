@@ -21,6 +21,11 @@ What it pins down, identically on every backend:
 - Settings survive ceiling writes made by a new store object on the same data.
 - ``list_keys`` is in byte order and honours ``prefix``, ``after`` and ``limit``; 2,500 keys page
   through completely; ``count`` counts.
+- ``scan``: a pass from cursor 0 returns every name (exactly once while nothing is created); names
+  created during a pass never make it miss one that existed throughout (SQLite and memory: still
+  exactly once); any cursor (huge, past the end, 2**64 - 1, never handed out) is accepted and its
+  pass ends; a pass goes on with a new store object on the same data (another node, a restart);
+  an unknown cursor costs a bounded number of reads once the store has found one nearby.
 - ``save_settings`` replaces the settings and keeps kind and ceiling (also across ceiling writes
   made before and after, by this or a new store object); a missing key or a guard that does not
   hold is ``GuardFailed``.
@@ -51,7 +56,7 @@ import asyncio
 import contextlib
 import random
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +98,7 @@ class Subject:
 
     name = ""
     trivial_guard = False  # True: no guard can fail (SQLite), so the guard tests skip
+    scan_once = True  # a SCAN pass returns each name once even while names are created (etcd may repeat)
 
     def __init__(self, store: Store, guard: Guard) -> None:
         self.store = store
@@ -116,6 +122,10 @@ class Subject:
 
     def transactions(self) -> int | None:
         """Round trips (etcd transactions) made so far, or None where there is nothing to count."""
+        return None
+
+    def reads(self) -> int | None:
+        """Range requests (etcd reads and counts) made so far, or None where there is nothing to count."""
         return None
 
     async def close(self) -> None:
@@ -173,6 +183,7 @@ class CountingEtcd:
     def __init__(self, inner: GrpcEtcd) -> None:
         self.inner = inner
         self.txns = 0
+        self.ranges = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -181,9 +192,15 @@ class CountingEtcd:
         self.txns += 1
         return await self.inner.txn(*args, **kwargs)
 
+    async def range(self, *args: Any, **kwargs: Any) -> Any:
+        self.ranges += 1
+        return await self.inner.range(*args, **kwargs)
+
 
 class EtcdSubject(Subject):
     """An ``EtcdStore`` on a real etcd (``CountingEtcd``) or on the fake (``FakeEtcdClient``)."""
+
+    scan_once = False  # offsets in byte order: names created before a cursor's position shift it
 
     def __init__(self, name: str, etcd: CountingEtcd | FakeEtcdClient) -> None:
         self.name = name
@@ -216,6 +233,11 @@ class EtcdSubject(Subject):
         if isinstance(self.etcd, FakeEtcdClient):
             return self.etcd.calls["txn"]
         return self.etcd.txns
+
+    def reads(self) -> int:
+        if isinstance(self.etcd, FakeEtcdClient):
+            return self.etcd.calls["range"]
+        return self.etcd.ranges
 
     async def close(self) -> None:
         await self.store.close()
@@ -516,6 +538,114 @@ async def test_list_keys_pages_through_thousands_of_keys(subject: Subject) -> No
     assert [k for p in pages for k in p] == keys
     assert await store.list_keys(b"p:", keys[-1], 1000) == []
     assert await store.list_keys(b"", b"p:2499", 10) == [b"q:after"]
+
+
+# --- SCAN ----------------------------------------------------------------------------------------
+
+
+async def scan_pass(
+    store: Store,
+    guard: Guard,
+    limit: int,
+    cursor: int = 0,
+    between: Callable[[], Awaitable[None]] | None = None,
+    calls: int = 20_000,
+) -> tuple[list[bytes], int]:
+    """Follow SCAN's cursors from ``cursor`` to 0 (``between()`` after each call): (names, last cursor
+    before 0). Bounded: a store whose passes never end fails here instead of looping forever."""
+    seen: list[bytes] = []
+    last = cursor
+    for _ in range(calls):
+        cursor, page = await store.scan(cursor, limit, guard)
+        assert len(page) <= limit
+        seen += page
+        if cursor == 0:
+            return seen, last
+        last = cursor
+        if between is not None:
+            await between()
+    raise AssertionError("the SCAN pass did not end")
+
+
+async def test_scan_returns_every_name_once(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    names = [*LISTED, *(b"s:%04d" % i for i in range(2500))]
+    assert all(await asyncio.gather(*(store.create(rec(k, 1), guard) for k in names)))
+    for limit in (7, 1000, 5000):
+        seen, _ = await scan_pass(store, guard, limit)
+        assert sorted(seen) == sorted(names), limit  # every name, none twice
+
+
+async def test_scan_misses_no_name_that_existed_throughout(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    old = [b"m:%04d" % i for i in range(0, 600, 2)]
+    assert all(await asyncio.gather(*(store.create(rec(k, 1), guard) for k in old)))
+    fresh = iter([b"m:%04d" % i for i in range(1, 600, 2)] + [b"a:%04d" % i for i in range(300)])
+    created: set[bytes] = set()
+
+    async def create_three() -> None:  # before and after the pass's position, in byte order
+        for _ in range(3):
+            name = next(fresh, None)
+            if name is not None:
+                assert await store.create(rec(name, 1), guard)
+                created.add(name)
+
+    seen, _ = await scan_pass(store, guard, 20, between=create_three)
+    assert set(old) <= set(seen), "a name that existed throughout was missed"
+    assert set(seen) <= set(old) | created
+    if subject.scan_once:
+        assert len(seen) == len(set(seen)), "a name came twice"
+
+
+@pytest.mark.parametrize("cursor", [1, 3, 49, 50, 51, 10**6, 2**63 - 1, 2**63, 2**64 - 1, 2**64])
+async def test_scan_takes_any_cursor(subject: Subject, cursor: int) -> None:
+    store, guard = subject.store, subject.guard
+    names = {b"n:%02d" % i for i in range(50)}
+    for name in sorted(names):
+        await store.create(rec(name, 1), guard)
+    seen, _ = await scan_pass(store, guard, 10, cursor)  # no error, and the pass ends
+    assert set(seen) <= names
+    if cursor >= 2**63:
+        assert seen == []
+
+
+async def test_a_scan_goes_on_with_a_new_store_object(subject: Subject) -> None:
+    """Another node after a failover (etcd), or a restart (SQLite): the cursor goes on, nothing is missed."""
+    store, guard = subject.store, subject.guard
+    names = [b"g:%04d" % i for i in range(0, 3000, 3)]
+    assert all(await asyncio.gather(*(store.create(rec(k, 1), guard) for k in names)))
+    seen: list[bytes] = []
+    cursor = 0
+    for _ in range(12):
+        cursor, page = await store.scan(cursor, 50, guard)
+        seen += page
+    assert cursor != 0
+    more = [b"g:%04d" % i for i in range(1, 3000, 30)]
+    assert all(await asyncio.gather(*(store.create(rec(k, 1), guard) for k in more)))
+    fresh = await subject.reopen()
+    rest, _ = await scan_pass(fresh, guard, 50, cursor)
+    assert set(names) <= set(seen) | set(rest)
+    if subject.scan_once:
+        assert len(seen + rest) == len(set(seen + rest))
+
+
+async def test_an_unknown_cursor_costs_a_bounded_number_of_reads(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    names = [b"u:%05d" % i for i in range(6000)]
+    for chunk in range(0, len(names), 1000):
+        assert all(await asyncio.gather(*(store.create(rec(k, 1), guard) for k in names[chunk : chunk + 1000])))
+    store = await subject.reopen()  # remembers nothing
+    cursor, page = await store.scan(4321, 10, guard)  # the first unknown cursor may walk to its place
+    assert len(page) == 10 and cursor != 0
+    for cursor in (4400, 3999, 4777, 2500, 5555, 4321):  # never handed out: found near what the walk left
+        before = subject.reads()
+        nxt, page = await store.scan(cursor, 10, guard)
+        assert len(page) == 10 and nxt != 0
+        used = subject.reads()
+        if before is not None and used is not None:
+            assert used - before <= 8, f"{used - before} reads for cursor {cursor}"
+    rest, _ = await scan_pass(store, guard, 500, 2500)  # and the pass from one of them is complete
+    assert len(rest) == len(set(rest)) == 3500 and set(rest) <= set(names)
 
 
 # --- many calls at once --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,36 @@ async def test_a_slow_write_does_not_block_the_event_loop(store: SqliteStore) ->
     finally:
         outside.close()
     assert await store.load(b"k") == rec(b"k", 20)
+
+
+async def test_listing_and_counting_never_wait_for_a_write(store: SqliteStore, tmp_path: Path) -> None:
+    """KEYS/SCAN read on their own connection and thread, DBSIZE from memory: with the writer's thread
+    stuck (a write that takes forever: a frozen disk), they still answer, and see what was committed."""
+    names = [b"k%03d" % i for i in range(120)]
+    assert all(await asyncio.gather(*(store.create(rec(k, 1), SINGLE_NODE) for k in names)))
+    gate = threading.Event()
+    assert store._pool is not None
+    stuck = asyncio.get_running_loop().run_in_executor(store._pool, gate.wait, 10.0)  # the writer's one thread
+    write = asyncio.create_task(store.create(rec(b"late", 1), SINGLE_NODE))  # queued behind it
+    try:
+        assert await finish(store.count(), 1.0) == 120
+        assert await finish(store.list_keys(b"k", None, 1000), 1.0) == names
+        cursor, page = await finish(store.scan(0, 100, SINGLE_NODE), 1.0)
+        assert page == names[:100] and cursor != 0  # rowids: in creation order
+        assert (await finish(store.scan(cursor, 100, SINGLE_NODE), 1.0)) == (0, names[100:])
+        assert not write.done(), "the write went through while the writer's thread was stuck"
+    finally:
+        gate.set()
+    await stuck
+    assert await finish(write, 5.0) is True
+    assert await store.count() == 121
+    await store.close()
+    again = SqliteStore(tmp_path / "data")
+    await again.open()
+    try:
+        assert await again.count() == 121  # counted once at open
+    finally:
+        await again.close()
 
 
 async def test_calls_in_one_loop_turn_share_one_transaction(store: SqliteStore) -> None:
