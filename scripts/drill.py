@@ -8,15 +8,19 @@ nothing. Run it through scripts/drill.
 
 The drills are the ones tests/fault/test_cluster_drills.py runs (tests/support/drills.py), and the
 race drills (``race-node-id``, ``race-failover``: ``--rounds`` rounds each, 100 by default) whose
-short versions tests/cluster/test_races.py runs; here the timing bars are checked strictly: the
+short versions tests/cluster/test_races.py runs, and ``race-acl`` (two nodes changing one user at once:
+a revoked password or a deleted user must never come back; tests/cluster/test_acl_race.py, run here
+with ``--rounds`` rounds through pytest); here the timing bars are checked strictly: the
 exit status is 0 only if every repetition had no violation and met every bar.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,6 +79,17 @@ def _wrap(title: str, width: int = 110) -> str:
     return "\n".join(lines)
 
 
+# Races whose rounds live in a test module (they need that module's fixtures): run here with
+# ``--rounds`` rounds each through pytest, which prints what a failed round saw.
+SUITE_RACES = {"race-acl": "tests/cluster/test_acl_race.py"}
+
+
+def run_suite_race(name: str, rounds: int) -> bool:
+    env = {**os.environ, "MARCH_ACL_RACE_ROUNDS": str(rounds)}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", SUITE_RACES[name]]
+    return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode == 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("drills", nargs="*", metavar="DRILL", help=f"which drills (default all): {', '.join(DRILLS)}")
@@ -98,10 +113,12 @@ def main() -> int:
     )
     ap.add_argument("--no-png", action="store_true", help="no charts")
     args = ap.parse_args()
-    unknown = [d for d in args.drills if d not in DRILLS]
+    unknown = [d for d in args.drills if d not in DRILLS and d not in SUITE_RACES]
     if unknown:
-        ap.error(f"unknown drill(s) {unknown}; choose from {list(DRILLS)}")
-    chosen = args.drills or list(DRILLS)
+        ap.error(f"unknown drill(s) {unknown}; choose from {[*DRILLS, *SUITE_RACES]}")
+    wanted = args.drills or [*DRILLS, *SUITE_RACES]
+    chosen = [d for d in wanted if d in DRILLS]
+    suite_races = [d for d in wanted if d in SUITE_RACES]
 
     def on_signal(signum: int, _frame: object) -> NoReturn:
         raise SystemExit(128 + signum)  # unwinds through `finally`, which stops every process
@@ -152,6 +169,10 @@ def main() -> int:
                             say(f"  chart: {chart(result, name, args.out_dir, args.ttl)}")
             finally:
                 env.stop()
+        for name in suite_races:
+            say(f"-- {name}: {args.rounds} rounds ({SUITE_RACES[name]}, its own three-node cluster)")
+            if not run_suite_race(name, args.rounds):
+                failed.append(f"{name}: a round broke an invariant (output above)")
     finally:
         bad = failed or any(r.violations or not all(b.met for b in r.bars) for r in results)
         if bad or args.keep:
