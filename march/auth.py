@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from . import errors
 from .diagnostics import MAX_STRING, capped
@@ -486,6 +486,9 @@ def _spacing(failures: int) -> float:
     return min(THROTTLE_MAX, THROTTLE_FIRST * 2.0 ** (failures - THROTTLE_FREE))
 
 
+_Key = TypeVar("_Key", str, tuple[str, str])  # an address, a user, or a known (address, user) pair
+
+
 @dataclass
 class _Tries:
     failures: int = 0
@@ -503,11 +506,15 @@ class AuthThrottle:
     ``THROTTLE_QUEUE`` away is refused without being checked. So one address, or one user, gets at
     most one guess every ``THROTTLE_MAX`` seconds however many connections it opens.
 
-    Another tenant guessing a user's password would slow that user's own logins too: an
-    (address, user) pair that has authenticated before is not held back by that user's failures
-    from elsewhere (only by its own address's). A success clears its address's failures. Every
-    table is bounded (``THROTTLE_ENTRIES``, the least recently touched go first): a flood of
-    addresses or user names costs bounded memory. ``clock`` is monotonic seconds (injected).
+    Another tenant guessing passwords must not slow the logins of those who know theirs: an
+    (address, user) pair that has authenticated before is held back only by failures of that same
+    pair, never by the user's failures from elsewhere nor by its address's failures on other users
+    (behind a NAT or a load balancer every tenant shares one address). Its own failures still count
+    for its address, so guessing never gets cheaper. Only someone guessing from the very address a
+    user logs in from, for that very user, slows that user: a guesser indistinguishable from it. A
+    success clears its address's failures. Every table is bounded (``THROTTLE_ENTRIES``, the least
+    recently touched go first): a flood of addresses or user names costs bounded memory. ``clock``
+    is monotonic seconds (injected).
 
     Each ``admit`` that returns a wait is followed by ``failed``, ``succeeded`` or (the connection
     went away before its turn) ``abandoned``.
@@ -519,8 +526,9 @@ class AuthThrottle:
         self._addrs: OrderedDict[str, _Tries] = OrderedDict()
         self._users: OrderedDict[str, _Tries] = OrderedDict()
         self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._pairs: OrderedDict[tuple[str, str], _Tries] = OrderedDict()  # failures of known pairs
 
-    def _get(self, table: OrderedDict[str, _Tries], key: str, now: float) -> _Tries:
+    def _get(self, table: OrderedDict[_Key, _Tries], key: _Key, now: float) -> _Tries:
         tries = table.get(key)
         if tries is None or (now - tries.last > THROTTLE_FORGET and tries.next_at <= now):
             tries = table[key] = _Tries(last=now)
@@ -530,10 +538,10 @@ class AuthThrottle:
         return tries
 
     def _records(self, addr: str, user: str, now: float) -> list[_Tries]:
-        records = [self._get(self._addrs, addr, now)]
-        if (addr, user) not in self._known:
-            records.append(self._get(self._users, user, now))
-        return records
+        """The records that space this attempt: a known pair's own, else its address's and user's."""
+        if (addr, user) in self._known:
+            return [self._get(self._pairs, (addr, user), now)]
+        return [self._get(self._addrs, addr, now), self._get(self._users, user, now)]
 
     def admit(self, addr: str, user: str) -> float | None:
         """Seconds until this attempt may be checked (0: now), its turn taken; None: refused (too many before it)."""
@@ -552,7 +560,10 @@ class AuthThrottle:
 
     def failed(self, addr: str, user: str) -> None:
         now = self.clock()
-        for r in self._records(addr, user, now):
+        records = self._records(addr, user, now)
+        if (addr, user) in self._known:
+            records.append(self._get(self._addrs, addr, now))  # a known pair's failure counts for its address
+        for r in records:
             r.pending = max(0, r.pending - 1)
             r.failures += 1
             r.last = now
@@ -566,13 +577,14 @@ class AuthThrottle:
     def succeeded(self, addr: str, user: str) -> None:
         self.abandoned(addr, user)
         self._addrs.pop(addr, None)
+        self._pairs.pop((addr, user), None)
         self._known[(addr, user)] = None
         self._known.move_to_end((addr, user))
         while len(self._known) > self.entries:
             self._known.popitem(last=False)
 
     def __len__(self) -> int:
-        return len(self._addrs) + len(self._users) + len(self._known)
+        return len(self._addrs) + len(self._users) + len(self._known) + len(self._pairs)
 
 
 # --- the ACL file --------------------------------------------------------------------------------

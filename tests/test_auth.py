@@ -363,3 +363,21 @@ def test_the_tables_stay_bounded_under_a_flood() -> None:
         guess(t, clock, f"addr{i}", f"user{i}")
         t.succeeded(f"addr{i}", f"other{i}")
     assert len(t) <= 3 * 1000
+
+
+def test_guessing_from_a_shared_address_does_not_hold_back_those_who_logged_in_from_it() -> None:
+    clock = Clock()
+    t = AuthThrottle(clock)
+    t.succeeded("10.0.0.1", "app")  # behind one NAT: the application and the guesser share the address
+    waits = [guess(t, clock, "10.0.0.1", f"victim{i % 2}") for i in range(8)]
+    assert waits == [0, 0, 0, 0.05, 0.1, 0.2, 0.4, 0.8]  # the guesser is spaced as before
+    assert t.admit("10.0.0.1", "app") == 0  # the known pair is not held back by the address's failures
+    t.abandoned("10.0.0.1", "app")
+    assert t.admit("10.0.0.1", "stranger") is not None and t.admit("10.0.0.1", "stranger") > 0  # a new pair is
+    # Guessing the known pair's own password from its address slows that pair (indistinguishable from
+    # it) and counts for the address too.
+    t2 = AuthThrottle(clock)
+    t2.succeeded("10.0.0.2", "app")
+    assert [guess(t2, clock, "10.0.0.2", "app") for _ in range(5)] == [0, 0, 0, 0.05, 0.1]
+    wait = t2.admit("10.0.0.2", "other")
+    assert wait is not None and wait > 0

@@ -54,7 +54,8 @@ from support.resp import RespConn, RespError, encode
 
 ADMIN_PASSWORD = "soak-admin-password"
 READER = ("reader", "reader-password")  # ~soak:* +@read: a read-only tenant
-APP = ("app", "app-password")  # ~* +@read +@write: an application that draws IDs
+APP = ("app", "app-password")  # ~* +@read +@write +@app: an application that draws IDs
+VICTIM = ("victim", "victim-password-nobody-guesses")  # another tenant, whose password the guesser tries
 WELL_KEYS = ("soak:a", "soak:b", "{soak}:c")
 GLOB_NAME_PREFIX = b"soak:long:"
 ABUSER_TIMEOUT = 5.0  # socket timeout of an abuser's connection: a stalled reply ends its round
@@ -451,11 +452,12 @@ class GrantAbuser(_Primary):
 
 
 class AuthAbuser(Abuser):
-    """Password guessing, each guess on a fresh connection (no per-connection throttle applies)."""
+    """Guessing another tenant's password, each guess on a fresh connection (no per-connection
+    throttle applies), from the address the well-behaved clients use too (one NAT)."""
 
     def round(self) -> None:
         with RespConn(random.choice(self.soak.ports), timeout=ABUSER_TIMEOUT) as c:
-            reply = self.reply(c.call("AUTH", APP[0], f"guess{random.random()}"))
+            reply = self.reply(c.call("AUTH", VICTIM[0], f"guess{random.random()}"))
             if reply == "OK":
                 self.tally.breaches.append("a guessed password was accepted")
 
@@ -633,6 +635,7 @@ class SoakReport:
     started_mono: float = 0.0  # monotonic seconds at the chart's time 0 (the first well-behaved request)
     rss_series: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     running: dict[str, bool] = field(default_factory=dict)  # node -> still running when the soak ended
+    errors_outside: list[str] = field(default_factory=list)  # well-behaved failures outside the failover window
 
     def lines(self) -> list[str]:
         def ms(x: float) -> str:
@@ -641,6 +644,8 @@ class SoakReport:
         out = [
             f"soak: {self.seconds:.0f} s, {self.ops} IDs to well-behaved clients, {self.errors} errors",
             f"well-behaved errors by kind: {self.error_kinds}; first: {self.error_samples[:3]}",
+            f"well-behaved errors outside the failover window: {len(self.errors_outside)}"
+            + (f"; first: {self.errors_outside[:3]}" if self.errors_outside else ""),
             f"history checker: {self.duplicates} duplicates, {self.order_violations} order violations",
             f"failover: {'-' if self.failover is None else ms(self.failover)}"
             + (f" (window excluded: {self.window[0]:.1f}-{self.window[1]:.1f} s)" if self.window else ""),
@@ -677,7 +682,8 @@ def seed(cluster: MarchCluster, cfg: SoakConfig, say: Callable[[str], None]) -> 
     with RespConn(primary.port, timeout=60) as c:
         assert c.call("AUTH", "default", ADMIN_PASSWORD) == "OK"
         assert c.call("ACL", "SETUSER", READER[0], "on", ">" + READER[1], "~soak:*", "+@read") == "OK"
-        assert c.call("ACL", "SETUSER", APP[0], "on", ">" + APP[1], "~*", "+@read", "+@write") == "OK"
+        assert c.call("ACL", "SETUSER", APP[0], "on", ">" + APP[1], "~*", "+@read", "+@write", "+@app") == "OK"
+        assert c.call("ACL", "SETUSER", VICTIM[0], "on", ">" + VICTIM[1], "~victim:*", "+@read") == "OK"
         say(f"seeding {cfg.glob_names} names of {cfg.name_len} bytes, {cfg.users} users")
         pipeline = []
         for i in range(cfg.glob_names):
@@ -794,6 +800,12 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
             if lo is None or hi is None or o.replied < lo or o.sent > hi
         ]
         report.p50, report.p99, report.worst = _quantiles(outside)
+        report.errors_outside = [
+            f"{x.error} (from {x.node or '?'})"
+            for h in load.histories.values()
+            for x in h.failures
+            if lo is None or hi is None or x.replied < lo or x.sent > hi
+        ]
         nk = [r - s for s, r in new_keys.latencies if lo is None or hi is None or r < lo or s > hi]
         report.new_key_ops = len(new_keys.latencies)
         report.new_key_p50, report.new_key_p99, report.new_key_worst = _quantiles(nk)
