@@ -2,8 +2,8 @@
 figures): every abuse of issue 16 at once against a three-node cluster on a real etcd, while
 well-behaved clients draw IDs and the primary is killed with ``kill -9`` half-way.
 
-Asserted: the history checker finds no duplicate and no real-time order violation over every well-
-behaved request; no well-behaved request failed outside the failover window; no grant reached
+Asserted: the history checker finds no duplicate and no real-time order violation over every
+well-behaved request; no well-behaved request failed outside the failover window; no grant reached
 further than its table (an application user's SEQ.ALTER, CONFIG SET, ACL SETUSER; a read-only user's
 read outside its keys; a guessed password); every abuser ran and neither crashed nor hung; every
 node is still running at the end. Latency and memory are printed, never asserted (a loaded 2-core
