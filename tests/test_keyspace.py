@@ -16,12 +16,14 @@ import math
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support.aio import FakeClock, finish, until
 
 from march import errors
 from march.clock import SYSTEM
+from march.commands.keys import LOOKUP_CHUNK, _activate_all
 from march.config import Config
 from march.errors import CommandError
 from march.generators.base import NotServing
@@ -554,3 +556,30 @@ async def test_settings_stored_before_the_bounds_are_clamped_into_them(ks: Keysp
     )
     old_ts = await finish(ks.activate(b"ts2"))
     assert old_ts is not None and old_ts.info()["max_lead_ms"] == 60_000  # the largest cap, never "none"
+
+
+async def test_mget_of_thousands_of_unknown_keys_reads_them_a_chunk_at_a_time(ks: Keyspace, store: MemoryStore) -> None:
+    """MGET/EXISTS of many keys not active yet: at most LOOKUP_CHUNK store reads (each a few
+    tasks, all woken together when the store answers) are in flight at once, so other clients'
+    requests never queue behind thousands of them (5,000 at once before)."""
+    for i in range(0, 5000, 7):
+        await incr(ks, b"k%d" % i)
+    in_flight = peak = 0
+    real = store.load
+
+    async def counting(key: bytes) -> SequenceRecord | None:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(0)  # a real store answers later: every read started meanwhile is in flight
+            return await real(key)
+        finally:
+            in_flight -= 1
+
+    store.load = counting  # type: ignore[method-assign]
+    client = SimpleNamespace(generators=ks.generators, app=SimpleNamespace(keyspace=ks))
+    keys = [b"k%d" % i for i in range(5000)] + [b"k0", b"k1", b"k1"]
+    found = await _activate_all(client, keys)  # type: ignore[arg-type]
+    assert [g is not None for g in found] == [i % 7 == 0 for i in range(5000)] + [True, False, False]
+    assert 0 < peak <= LOOKUP_CHUNK

@@ -21,6 +21,9 @@
   not, costs a page or two of reading. ``MATCH *`` matches every name (the empty one too), as in
   Redis. A user limited to some keys sees only the names it may read.
 - ``DBSIZE`` answers from memory (``Keyspace.count``: counted once per term, kept up to date).
+- ``MGET`` and ``EXISTS`` of keys not active yet read them ``LOOKUP_CHUNK`` at a time (each
+  read shares the store's batched requests): an unknown key costs a few tasks, all woken at once
+  when the store answers, so thousands at once would queue every other client behind them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ if TYPE_CHECKING:
     from ..keyspace import Generator
 
 _READ = ("@read", "@string", "@fast")
+# Keys of one MGET/EXISTS looked up in the store at a time: 128 wake-ups take about a millisecond
+# of the event loop; MGET of 5,000 unknown keys queued ~150 ms of them in front of every client.
+LOOKUP_CHUNK = 128
 _KEYSPACE = ("@keyspace", "@read")
 # TYPE, TTL, PTTL: one key in, a constant-time answer out
 _key_query = partial(
@@ -96,9 +102,21 @@ def mget(client: Client, args: list[bytes]) -> Any:
     return _mget(client, args[1:])
 
 
+async def _activate_all(client: Client, keys: list[bytes]) -> list[Generator | None]:
+    """Each key's generator (None: no such sequence), those not active read ``LOOKUP_CHUNK`` at a time."""
+    gens = client.generators
+    missing = [k for k in dict.fromkeys(keys) if k not in gens]
+    keyspace = client.app.keyspace
+    read: dict[bytes, Generator | None] = {}
+    for start in range(0, len(missing), LOOKUP_CHUNK):
+        chunk = missing[start : start + LOOKUP_CHUNK]
+        found = await asyncio.gather(*(keyspace.activate(k) for k in chunk))  # the reads share requests
+        read.update(zip(chunk, found, strict=True))
+    return [read[k] if k in read else gens.get(k) for k in keys]
+
+
 async def _mget(client: Client, keys: list[bytes]) -> list[bytes | None]:
-    found = await asyncio.gather(*(client.app.keyspace.activate(k) for k in keys))  # the reads share requests
-    return [_watermark(gen) for gen in found]
+    return [_watermark(gen) for gen in await _activate_all(client, keys)]
 
 
 @command(
@@ -153,8 +171,7 @@ def exists(client: Client, args: list[bytes]) -> Any:
 
 
 async def _exists(client: Client, keys: list[bytes]) -> int:
-    found = await asyncio.gather(*(client.app.keyspace.activate(k) for k in keys))
-    return sum(1 for gen in found if gen is not None)
+    return sum(1 for gen in await _activate_all(client, keys) if gen is not None)
 
 
 @_key_query("type", 2, summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.")

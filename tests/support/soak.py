@@ -620,7 +620,7 @@ class SoakReport:
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
     failover: float | None = None
-    window: tuple[float, float] | None = None  # seconds since start: the failover window excluded
+    window: tuple[float, float] | None = None  # seconds since start: kill -9 until the victim is back, +1 s
     p50: float = 0.0
     p99: float = 0.0
     worst: float = 0.0
@@ -756,6 +756,7 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
         new_keys.start()
         child.start()
         fault_at: int | None = None
+        fault_end = 0
         old_primary = ""
         while time.monotonic() < deadline:
             left = deadline - time.monotonic()
@@ -767,7 +768,11 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
                 cluster.kill(victim)
                 cluster.wait_primary(3 * cfg.lease_ttl + 20, exclude=[victim])
                 cluster.restart(victim)
-                say(f"{victim.node_id} started again; primary now {cluster.wait_primary(10).node_id}")
+                # The fault lasts until the killed node is back and knows the primary: until then a
+                # client that reaches it is told CLUSTERDOWN, as by any node that knows no primary.
+                settled = cluster.wait_settled(3 * cfg.lease_ttl + 20)
+                fault_end = History.now()
+                say(f"{victim.node_id} started again; primary now {settled.node_id}")
             stop.wait(min(1.0, max(0.0, left)))
             say(f"  t={cfg.seconds - max(0.0, deadline - time.monotonic()):.0f}s: {load.ok} IDs, {load.errors} errors")
         load.stop(check=False)
@@ -791,7 +796,7 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
         lo = hi = None
         if fault_at is not None:
             lo = fault_at
-            hi = fault_at + int(((f.failover or 3 * cfg.lease_ttl + 20) + 1.0) * 1e9)
+            hi = max(fault_at + int(((f.failover or 3 * cfg.lease_ttl + 20) + 1.0) * 1e9), fault_end + int(1e9))
             report.window = ((lo - started) / 1e9, (hi - started) / 1e9)
         outside = [
             o.replied - o.sent
@@ -801,7 +806,7 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
         ]
         report.p50, report.p99, report.worst = _quantiles(outside)
         report.errors_outside = [
-            f"{x.error} (from {x.node or '?'})"
+            f"{x.error} (from {x.node or '?'}, sent at {(x.sent - started) / 1e9:.1f} s)"
             for h in load.histories.values()
             for x in h.failures
             if lo is None or hi is None or x.replied < lo or x.sent > hi
