@@ -121,7 +121,9 @@ EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 EXECABORT_BECAUSE = "EXECABORT Transaction discarded because of: {}"
 NOT_IN_MULTI = "ERR Command not allowed inside a transaction"
 # The one refused-command form (REFUSED, below), as every other refused command replies.
-WATCH_UNSUPPORTED = "ERR 'WATCH' is not supported by March: sequences never change except forwards, retry the transaction instead"
+WATCH_UNSUPPORTED = (
+    "ERR 'WATCH' is not supported by March: sequences never change except forwards, retry the transaction instead"
+)
 
 # --- limits ------------------------------------------------------------------------------------
 MAX_CLIENTS = "ERR max number of clients reached"
