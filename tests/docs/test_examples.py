@@ -9,6 +9,8 @@ own tests: it must fail on a wrong expected output, or it checks nothing.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +30,11 @@ from support.examples import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "clients/python/README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_spec = importlib.util.spec_from_file_location("bench_readme", ROOT / "scripts/benchlib/readme.py")
+assert _spec is not None and _spec.loader is not None
+bench_readme = importlib.util.module_from_spec(_spec)
+sys.modules["bench_readme"] = bench_readme  # dataclasses look their module up there
+_spec.loader.exec_module(bench_readme)  # scripts/ is no package: loaded by path
 
 
 def _name(path: Path) -> str:
@@ -77,6 +84,17 @@ def test_every_example_is_runnable_or_says_why() -> None:
             assert example.skip.strip(), f"{example.where}: the not-run marker needs a reason"
         elif example.lang == "console":
             assert example.steps, f"{example.where}: a console example without a `$ ` command"
+
+
+def test_quoted_figures_carry_known_bench_keys(tmp_path: Path) -> None:
+    """scripts/bench --check-readme re-measures these; a typo in a key would leave a figure unchecked."""
+    quoted = bench_readme.quoted_figures(ROOT)
+    assert {q.key for q in quoted} == set(bench_readme.KEYS), "every bench key is quoted somewhere, and only those"
+    (tmp_path / "README.md").write_text("fast <!-- bench: prefetch.nxt 10 -->\n")
+    with pytest.raises(ValueError, match=r"unknown bench key 'prefetch\.nxt'"):
+        bench_readme.quoted_figures(tmp_path, ("README.md",))
+    lines = bench_readme.report(quoted[:1], {quoted[0].key: quoted[0].value * 2})
+    assert lines[1].split()[3] == "2.00"
 
 
 # --- the runner itself ---------------------------------------------------------------------------------
