@@ -246,8 +246,8 @@ class Bench:
             tail = (out.stdout + out.stderr).strip().splitlines()[-3:]
             return f"python client, prefetch: FAILED (exit {out.returncode}): {' | '.join(tail)}"
         self.client_rates[method] = rate
-        how = "seq.next(key)" if method == "next" else "next(it) on seq.ids(key)"
-        return f"python client, prefetch, {how}: {rate:,.0f} IDs/s (one Python process, {seconds:g}s, {target.label})"
+        how = "" if method == "next" else ", next(it) on seq.ids(key)"  # seq.next(key): the line the README shows
+        return f"python client, prefetch{how}: {rate:,.0f} IDs/s (one Python process, {seconds:g}s, {target.label})"
 
     def readme_figures(self) -> dict[str, float]:
         """Today's value of every ``benchlib.readme.KEYS`` figure this run measured."""
