@@ -161,6 +161,9 @@ def test_a_command_it_cannot_run_must_be_marked(targets: Targets, tmp_path: Path
     (example,) = parse("```console\n$ docker compose up -d\n```\n", tmp_path / "d.md")
     with pytest.raises(ExampleFailed, match="mark its fence"):
         run_example(example, targets)
+    (example,) = parse("```console\n$ redis-cli -p 6379 PING\nPONG\n```\n", tmp_path / "p.md")
+    with pytest.raises(ExampleFailed, match="no target for port"):  # never a fixed port
+        run_example(example, targets)
 
 
 def test_mismatch_notation() -> None:

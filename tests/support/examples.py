@@ -24,6 +24,7 @@ Nothing here starts a process; ``Targets`` (given by the test) does, and stops t
 from __future__ import annotations
 
 import doctest
+import itertools
 import re
 import shlex
 import subprocess
@@ -34,7 +35,7 @@ from pathlib import Path
 SKIP = re.compile(r"^\s*<!--\s*example:\s*not run\s*(?:—|--|-)\s*(?P<reason>.+?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 RUN_LANGS = ("console", "pycon")
-SINGLE_PORTS = (7379, 7380)  # the single node's documented RESP ports (7380: its TLS port in the docs)
+SINGLE_PORTS = (7379,)  # the single node's documented RESP port
 CLUSTER_PORTS = (7381, 7382, 7383)  # scripts/cluster's three nodes, in order
 COMMAND_TIMEOUT = 15.0  # seconds for one command: far above any example's, so a hang fails, not stalls
 PLACEHOLDERS = {"<int>": r"-?\d+", "<any>": r".*"}
@@ -191,7 +192,12 @@ def run_command(command: str, targets: Targets) -> list[str] | None:
         return None
     if not argv or argv[0] != "redis-cli":
         raise ExampleFailed(f"no way to run {command!r} here: mark its fence `<!-- example: not run — why -->`")
-    ports = {int(a) for a in argv if a.isdigit()}
+    hosts = {b for a, b in itertools.pairwise(argv) if a in ("-h", "--host", "-u")}
+    if hosts - {"127.0.0.1", "localhost"}:
+        raise ExampleFailed(f"{command!r}: a remote host: mark its fence `<!-- example: not run — why -->`")
+    ports = {int(b) for a, b in itertools.pairwise(argv) if a in ("-p", "--port")}
+    if unknown := ports - set(SINGLE_PORTS) - set(CLUSTER_PORTS):
+        raise ExampleFailed(f"{command!r}: no target for port {sorted(unknown)} (known: 7379, 7381-7383)")
     if ports & set(CLUSTER_PORTS):
         targets.cluster()
     if ports & set(SINGLE_PORTS) or not ports:
