@@ -132,6 +132,11 @@ $ redis-cli -p 7379 GET doc:fine   # a comment is not an argument
 >>> redis.Redis(port=7379).incr("doc:fine")
 6
 ```
+
+```console
+$ march --version
+march <any>
+```
 """
 
 
@@ -152,7 +157,7 @@ def test_the_runner_fails_on_a_wrong_pycon_output(targets: Targets, tmp_path: Pa
 
 def test_the_runner_passes_the_notation_and_honours_the_marker(targets: Targets, tmp_path: Path) -> None:
     examples = parse(FINE, tmp_path / "fine.md")
-    assert [e.skip for e in examples] == ["needs a remote host", None, None]
+    assert [e.skip for e in examples] == ["needs a remote host", None, None, None]
     for example in examples[1:]:
         run_example(example, targets)
 

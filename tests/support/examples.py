@@ -18,20 +18,26 @@ start a fresh node or three-node cluster on free ports instead and their output 
 Documented ports (``PORTS``) are rewritten to the real ones in commands and back in the output,
 so an example never binds a fixed port. Anything else is an error: mark it not run.
 
-Nothing here starts a process; ``Targets`` (given by the test) does, and stops them.
+``march <subcommand>`` runs this checkout's CLI (``python -m march``) from the repository root,
+stdout and stderr compared; ``march serve`` is refused (it never ends: the targets serve).
+
+Nothing here starts a server; ``Targets`` (given by the test) does, and stops them.
 """
 
 from __future__ import annotations
 
 import doctest
 import itertools
+import os
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SKIP = re.compile(r"^\s*<!--\s*example:\s*not run\s*(?:—|--|-)\s*(?P<reason>.+?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 RUN_LANGS = ("console", "pycon")
@@ -190,6 +196,8 @@ def run_command(command: str, targets: Targets) -> list[str] | None:
     if argv in (["scripts/serve"], ["scripts/cluster"]):
         targets.cluster() if argv[0] == "scripts/cluster" else targets.single()
         return None
+    if argv and argv[0] == "march":
+        return _run_march(command, argv[1:])
     if not argv or argv[0] != "redis-cli":
         raise ExampleFailed(f"no way to run {command!r} here: mark its fence `<!-- example: not run — why -->`")
     hosts = {b for a, b in itertools.pairwise(argv) if a in ("-h", "--host", "-u")}
@@ -208,6 +216,20 @@ def run_command(command: str, targets: Targets) -> list[str] | None:
         real[2:2] = ["-p", str(targets.ports.ports[SINGLE_PORTS[0]])]
     proc = subprocess.run(real, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
     return targets.ports.to_doc(proc.stdout).splitlines()
+
+
+def _run_march(command: str, args: list[str]) -> list[str]:
+    """``march <subcommand>`` from this checkout (the repository root as working directory, as the
+    README's paths assume); ``march serve`` never ends, so it is not an example: the targets serve."""
+    if args[:1] == ["serve"] and "--help" not in args:
+        raise ExampleFailed(f"{command!r} would not end: use `$ scripts/serve` or mark its fence not run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARCH_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "march", *args],
+        capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    return (proc.stdout + proc.stderr).splitlines()
 
 
 def _run_pycon(example: Example, targets: Targets) -> None:
