@@ -233,7 +233,11 @@ def _run_march(command: str, args: list[str]) -> list[str]:
 
 
 def _run_pycon(example: Example, targets: Targets) -> None:
-    targets.single()
+    numbers = {int(n) for n in re.findall(r"(?<!\d)\d{4}(?!\d)", example.body)}
+    if numbers & set(CLUSTER_PORTS):
+        targets.cluster()
+    if numbers & set(SINGLE_PORTS) or not numbers & set(CLUSTER_PORTS):
+        targets.single()
     text = targets.ports.to_real(example.body)
     test = doctest.DocTestParser().get_doctest(text, {}, example.where, str(example.path), example.line)
     report: list[str] = []
