@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     for o in config_mod.OPTIONS:
         flag = "--" + o.name.replace("_", "-")
         metavar = {"bool": "yes|no"}.get(o.type.__name__, o.type.__name__.upper())
-        serve.add_argument(flag, dest=o.name, metavar=metavar, default=None, help=f"{o.help} (default: {o.default})")
+        shown = ("yes" if o.default else "no") if isinstance(o.default, bool) else o.default  # as CONFIG GET shows it
+        serve.add_argument(flag, dest=o.name, metavar=metavar, default=None, help=f"{o.help} (default: {shown})")
     sub.add_parser("commands", help="print the command table (Markdown), as in the README")
     sub.add_parser("config-reference", help="print the configuration reference (Markdown), as in the README")
     return parser

@@ -120,7 +120,10 @@ DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 EXECABORT_BECAUSE = "EXECABORT Transaction discarded because of: {}"
 NOT_IN_MULTI = "ERR Command not allowed inside a transaction"
-WATCH_UNSUPPORTED = "ERR WATCH is not supported: sequences never change except forwards, retry the transaction instead"
+# The one refused-command form (REFUSED, below), as every other refused command replies.
+WATCH_UNSUPPORTED = (
+    "ERR 'WATCH' is not supported by March: sequences never change except forwards, retry the transaction instead"
+)
 
 # --- limits ------------------------------------------------------------------------------------
 MAX_CLIENTS = "ERR max number of clients reached"

@@ -74,7 +74,7 @@ class Node:
             state = ServingState(clock)
         else:
             store = SqliteStore(config.data_dir, join_other=config.join_other_cluster)
-            state = ServingState.forever(clock, SINGLE_NODE)
+            state = ServingState(clock)  # serves once the data dir is locked (``open``)
         self.store = store
         self.group = Group(state, Keyspace(config, store, state, clock.now))
         self.users = Users(REGISTRY, loaded=not config.cluster)
@@ -101,6 +101,8 @@ class Node:
     async def open(self) -> None:
         """Open the store (a locked or unwritable data dir fails here, before listening); load the users."""
         await self.store.open()
+        if not self.config.cluster:
+            self.group.state.serve_forever(SINGLE_NODE)  # after the lock: a refused node never says it served
         try:
             await self.shared_users.open()
         except BaseException:

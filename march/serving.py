@@ -143,10 +143,15 @@ class ServingState:
     def forever(cls, clock: Clock, guard: Guard) -> ServingState:
         """Single-node mode: serving from the start, under a lease that never ends."""
         state = cls(clock)
-        state.deadline = math.inf
-        state.promote(guard, Cause.ALONE)
-        state.serve(Cause.ALONE)
+        state.serve_forever(guard)
         return state
+
+    def serve_forever(self, guard: Guard) -> None:
+        """Single-node mode, once the store is open (its data dir locked): standby -> serving under
+        a lease that never ends. Never earlier: a node refused its data dir must not log a promotion."""
+        self.deadline = math.inf
+        self.promote(guard, Cause.ALONE)
+        self.serve(Cause.ALONE)
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -20,6 +20,10 @@ Sections (each can be skipped):
 - the Python client's prefetching IDs/s in one process (`march_client.bench.prefetch_rate`),
   in a subprocess of its own; skipped if march_client is not installed.
 
+`--check-readme`: the figures the READMEs quote carry a marker `<!-- bench: key value -->`
+(`benchlib/readme.py`); this mode measures them all in one run (redis and SQLite, -c 50, -P 1 and
+16, the client's two prefetch paths) and prints each one's value today and its ratio to the quote.
+
 Never asserts anything about speed: it measures and reports. Every process it starts is stopped
 at the end, also after a failure, Ctrl-C or SIGTERM.
 """
@@ -44,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchlib import redisbench  # noqa: E402
+from benchlib import readme, redisbench  # noqa: E402
 from benchlib.redisbench import INCR, Run  # noqa: E402
 from benchlib.targets import Target, Targets, scrape  # noqa: E402
 
@@ -62,7 +66,7 @@ try:
     from march_client.bench import prefetch_rate
 except ImportError:
     sys.exit(3)
-print(prefetch_rate(sys.argv[1], sys.argv[2], float(sys.argv[3])))
+print(prefetch_rate(sys.argv[1], sys.argv[2], float(sys.argv[3]), method=sys.argv[4]))
 """
 CLIENT_MISSING = 3  # CLIENT_SCRIPT's exit status when march_client is not importable
 
@@ -100,6 +104,7 @@ class Bench:
         self.args = args
         self.targets = targets
         self.results: list[Measured] = []
+        self.client_rates: dict[str, float] = {}  # prefetch method -> IDs/s
 
     def measure(
         self,
@@ -219,14 +224,16 @@ class Bench:
             )
         print("\n".join(scraped + lines))
 
-    def client_section(self) -> str:
-        """IDs/s of the Python client's prefetch in one process of its own (not this interpreter)."""
+    def client_section(self, method: str = "next") -> str:
+        """IDs/s of the Python client's prefetch in one process of its own (not this interpreter);
+        ``method``: ``next`` (seq.next(key)) or ``ids`` (next(it) on seq.ids(key)). The rate is kept
+        in ``self.client_rates``."""
         target = self.targets.started.get("sqlite") or self.targets.start("sqlite")
         url = f"redis://127.0.0.1:{target.port}"
         seconds = self.args.client_seconds
         try:
             out = subprocess.run(
-                [sys.executable, "-c", CLIENT_SCRIPT, url, "bench:prefetch", str(seconds)],
+                [sys.executable, "-c", CLIENT_SCRIPT, url, f"bench:prefetch:{method}", str(seconds), method],
                 capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=seconds * 5 + 60, cwd=ROOT,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -238,7 +245,22 @@ class Bench:
         except (ValueError, IndexError):
             tail = (out.stdout + out.stderr).strip().splitlines()[-3:]
             return f"python client, prefetch: FAILED (exit {out.returncode}): {' | '.join(tail)}"
-        return f"python client, prefetch: {rate:,.0f} IDs/s (one Python process, {seconds:g}s, {target.label})"
+        self.client_rates[method] = rate
+        how = "" if method == "next" else ", next(it) on seq.ids(key)"  # seq.next(key): the line the README shows
+        return f"python client, prefetch{how}: {rate:,.0f} IDs/s (one Python process, {seconds:g}s, {target.label})"
+
+    def readme_figures(self) -> dict[str, float]:
+        """Today's value of every ``benchlib.readme.KEYS`` figure this run measured."""
+        out = {f"prefetch.{m}": r for m, r in self.client_rates.items()}
+        for m in self.results:
+            s = m.setting
+            if s.clients != 50 or s.pipeline not in (1, 16):
+                continue
+            if s.title == "INCR" and (ratio := m.ratio("sqlite")) is not None:
+                out[f"incr.c50.p{s.pipeline}.ratio"] = ratio
+            if s.title == f"INCRBY ts {INCRBY_BATCH}" and s.pipeline == 1 and "sqlite" in m.runs:
+                out["incrby.ts.c50.p1.ids"] = m.median("sqlite").rps * INCRBY_BATCH
+        return out
 
     # -- report --------------------------------------------------------------------------------
     def summary(self, extra: list[str]) -> None:
@@ -292,9 +314,19 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-client", action="store_true", help="skip the Python client's prefetch rate")
     ap.add_argument("--png", type=Path, default=Path("bench.png"), help="the chart (default bench.png)")
     ap.add_argument(
-        "--quick", action="store_true", help="a ~30 s smoke run: 1 round of 0.25 s, -c 50, client for 0.5 s"
+        "--quick", action="store_true", help="a smoke run (~25 s): 1 round of 0.25 s, -c 50, client for 0.5 s"
+    )
+    ap.add_argument(
+        "--check-readme",
+        action="store_true",
+        help="re-measure every figure the READMEs quote (their <!-- bench: key value --> markers) in one run "
+        "and print today's value and its ratio to the quote: redis and sqlite, -c 50, -P 1,16, no metrics",
     )
     args = ap.parse_args()
+    if args.check_readme:
+        # The settings the quoted figures were measured at (2 s rounds: INCRBY's IDs/s depend on the length).
+        args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite", "50", "1,16", True
+        args.seconds = 2.0
     if args.quick:
         args.rounds, args.seconds, args.clients, args.client_seconds = 1, 0.25, "50", 0.5
     args.clients = [int(c) for c in str(args.clients).split(",")]
@@ -321,6 +353,7 @@ def start(targets: Targets, name: str) -> Target:
 
 def main() -> None:
     args = parse_args()
+    quoted = readme.quoted_figures(ROOT) if args.check_readme else []  # a bad marker fails before any run
 
     def on_signal(signum: int, _frame: object) -> NoReturn:
         raise SystemExit(128 + signum)  # unwinds through `finally`, which stops every server
@@ -343,6 +376,8 @@ def main() -> None:
             if not args.no_metrics and "sqlite" in args.servers:
                 bench.metrics_section()
             extra = [] if args.no_client else [bench.client_section()]
+            if args.check_readme and not args.no_client:
+                extra.append(bench.client_section("ids"))
         except BaseException:
             targets.stop()
             kept = Path(tempfile.mkdtemp(prefix="march-bench-failed-"))
@@ -352,6 +387,13 @@ def main() -> None:
         finally:
             targets.stop()
     bench.summary(extra)
+    if args.check_readme:
+        load = "/".join(f"{x:.2f}" for x in os.getloadavg())  # a busy shared machine explains a low ratio
+        print(
+            f"\n== figures the READMEs quote (<!-- bench: ... --> markers), today vs quoted; "
+            f"{os.cpu_count()} CPUs, load average {load} (1/5/15 min)"
+        )
+        print("\n".join(readme.report(quoted, bench.readme_figures())))
     path = bench.png(args.png)
     print(f"\nchart: {path} ({time.monotonic() - started:.0f}s in all)")
 

@@ -221,6 +221,14 @@ def test_every_option_is_a_config_field_and_a_flag(capsys: pytest.CaptureFixture
         assert "--" + o.name.replace("_", "-") in help_text
 
 
+def test_serve_help_shows_booleans_as_config_get_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: True)" not in help_text and "(default: False)" not in help_text
+    assert "(default: yes)" in help_text and "(default: no)" in help_text
+
+
 def test_cli_flags_reach_the_config() -> None:
     args = cli.build_parser().parse_args(["serve", "--data-dir", "/d", "--max-clients", "3", "--auto-create", "no"])
     flags = {o.name: getattr(args, o.name) for o in OPTIONS}

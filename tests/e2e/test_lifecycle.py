@@ -76,6 +76,8 @@ def test_second_server_on_same_data_dir_is_refused(march_factory: Factory) -> No
     message = log.split("\n", 1)[1].lower()  # skip our own "=== start" header
     assert any(w in message for w in ("lock", "already", "in use", str(first.data_dir).lower())), log
     assert "traceback" not in message, f"a clear message, not a traceback:\n{log}"
+    # The refusal comes before any serving state: the log never reads as if it had served.
+    assert "promoting" not in message and "serving" not in message, log
     # The first server is unaffected and its state is intact.
     assert incr_many(first, "k", 1)[0] > max(first_ids)
     assert first.stop() == 0

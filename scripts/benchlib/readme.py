@@ -1,0 +1,69 @@
+"""The performance figures the documentation quotes, found by their markers, for
+`scripts/bench --check-readme`.
+
+A quoted figure carries, beside it, an HTML comment `<!-- bench: <key> <value> -->`: `key` names
+a measurement this module knows (`KEYS`), `value` is the figure as quoted (a plain number; `_` and
+`,` allowed). The bench measures every key it finds in one run and reports today's value and the
+ratio to the quoted one. It never edits a document: a person decides whether a figure is stale.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER = re.compile(r"<!--\s*bench:\s*(?P<key>[\w.]+)\s+(?P<value>[\d.,_]+)\s*-->")
+
+# key -> what it measures (the unit of the quoted value)
+KEYS = {
+    "prefetch.next": "Python client, prefetch: seq.next(key) calls per second, one process (IDs/s)",
+    "prefetch.ids": "Python client, prefetch: next(it) on seq.ids(key) per second, one process (IDs/s)",
+    "incr.c50.p1.ratio": "INCR -c 50 -P 1: march on SQLite / redis-server throughput",
+    "incr.c50.p16.ratio": "INCR -c 50 -P 16: march on SQLite / redis-server throughput",
+    "incrby.ts.c50.p1.ids": "INCRBY ts 1000 -c 50 -P 1 on a snowflake key, march on SQLite: IDs/s",
+}
+DOCUMENTS = ("README.md", "clients/python/README.md")
+
+
+@dataclass(frozen=True)
+class Quoted:
+    key: str
+    value: float
+    path: Path
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def quoted_figures(root: Path, documents: tuple[str, ...] = DOCUMENTS) -> list[Quoted]:
+    """Every marked figure of the documents, in order; an unknown key is an error (a typo would
+    otherwise never be checked)."""
+    out: list[Quoted] = []
+    for name in documents:
+        path = root / name
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for m in MARKER.finditer(line):
+                if m["key"] not in KEYS:
+                    raise ValueError(f"{name}:{n}: unknown bench key {m['key']!r}; known: {', '.join(KEYS)}")
+                out.append(Quoted(m["key"], float(m["value"].replace(",", "").replace("_", "")), Path(name), n))
+    return out
+
+
+def report(quoted: list[Quoted], measured: dict[str, float]) -> list[str]:
+    """One line per quoted figure: today's value and its ratio to the quote."""
+    lines = [f"{'figure':<24}{'quoted':>16}{'today':>16}{'ratio':>8}  where"]
+    for q in quoted:
+        now = measured.get(q.key)
+        if now is None:
+            lines.append(f"{q.key:<24}{q.value:>16,.3f}{'not measured':>16}{'':>8}  {q.where}")
+            continue
+        ratio = now / q.value if q.value else float("nan")
+        lines.append(f"{q.key:<24}{_fmt(q.value):>16}{_fmt(now):>16}{ratio:>8.2f}  {q.where}")
+    return lines
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.3f}" if x < 100 else f"{x:,.0f}"
