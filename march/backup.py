@@ -211,6 +211,19 @@ def read_backup(stream: IO[str]) -> Backup:
     return out
 
 
+def with_margin(backup: Backup, margin: int) -> Backup:
+    """``backup`` with every plain sequence's ceiling raised by ``margin`` (capped at the top): for a
+    store that lost what was handed out after the backup. Timestamp ceilings are times, left alone."""
+    if not 0 <= margin <= MAX_ID:
+        raise BackupError(f"--margin {margin} is out of range (0 .. {MAX_ID})")
+    if margin:
+        backup.sequences = [
+            SequenceRecord(r.key, r.kind, min(TOP, r.ceiling + margin), r.settings) if r.kind == "sequence" else r
+            for r in backup.sequences
+        ]
+    return backup
+
+
 # --- reading a store while it serves ------------------------------------------------------------
 
 
@@ -580,7 +593,28 @@ def _merge(into: Summary, part: Summary) -> None:
     into.workers_kept += part.workers_kept
 
 
-Writer = _SqliteWriter | _EtcdWriter
+class _NothingStored:
+    """A dry run against a data dir that holds no store yet: everything would be created (and the
+    dry run creates no data dir)."""
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def sequences(self, wanted: list[SequenceRecord], summary: Summary, apply: bool) -> None:
+        for record in wanted:
+            _plan(record, None, summary)
+
+    async def users(self, users: dict[str, str], summary: Summary, apply: bool) -> None:
+        summary.users_created += len(users)
+
+    async def workers(self, backup: Backup, summary: Summary, apply: bool) -> None:
+        summary.workers_written += len(backup.workers)
+
+
+Writer = _SqliteWriter | _EtcdWriter | _NothingStored
 
 
 async def write_sequences(
@@ -733,11 +767,13 @@ async def run_backup(config: Config, target: str) -> Counts:
             await etcd.close()
 
 
-async def with_writer(config: Config, job: Any) -> Any:
+async def with_writer(config: Config, job: Any, apply: bool = True) -> Any:
     """Open the store for writing (SQLite: its lock; etcd: no primary) and run ``job(writer)``."""
     writer: Writer
     etcd: Etcd | None = None
-    if config.cluster:
+    if not apply and not config.cluster and not (Path(config.data_dir) / SQLITE_FILE).exists():
+        writer = _NothingStored()
+    elif config.cluster:
         etcd = _etcd(config)
         writer = _EtcdWriter(etcd, KeyPaths.of(config.etcd_prefix), config.store_timeout)
     else:

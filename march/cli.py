@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     restore = sub.add_parser("restore", help="load a backup (ceilings only raised)", description=backup_mod.__doc__)
     restore.add_argument("file", metavar="FILE", help="the backup file (- for stdin)")
     restore.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
+    restore.add_argument(
+        "--margin",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N to every plain sequence's ceiling: the IDs handed out since the backup, when the store lost them",
+    )
     add_through_options(restore)
     add_config_options(restore)
     imp = sub.add_parser(
@@ -181,6 +188,7 @@ def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
             return 0
         if args.command == "restore":
             data = backup_mod.read_backup_file(args.file)
+            data = backup_mod.with_margin(data, args.margin)
             apply, records, left_out = not args.dry_run, data.sequences, 0
         else:
             apply = args.apply
@@ -194,13 +202,13 @@ def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
                     "users and worker records: not through a primary (restore them with the nodes stopped)"
                 )
         elif args.command == "restore":
-            summary = uvloop.run(backup_mod.with_writer(config, lambda w: backup_mod.restore(w, data, apply)))
+            summary = uvloop.run(backup_mod.with_writer(config, lambda w: backup_mod.restore(w, data, apply), apply))
         else:
 
             async def job(writer: backup_mod.Writer) -> None:
                 await backup_mod.write_sequences(writer, records, summary, apply, "floors")
 
-            uvloop.run(backup_mod.with_writer(config, job))
+            uvloop.run(backup_mod.with_writer(config, job, apply))
     except (backup_mod.BackupError, StoreError) as exc:
         print(f"march: {exc}", file=sys.stderr)
         return 1
