@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import importlib
 import json
 import os
 import sqlite3
@@ -638,6 +639,14 @@ async def restore(writer: Writer, backup: Backup, apply: bool = True) -> Summary
 # --- import-floors: where the floors come from --------------------------------------------------
 
 
+def _optional(name: str) -> Any:
+    """An optional dependency (``march[migrate]``), imported only by the source that needs it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise BackupError(f"this needs the {name} package: pip install 'march[migrate]'") from None
+
+
 def floor_record(key: bytes, max_id: int, where: str) -> SequenceRecord:
     """A new sequence whose first ID is ``max_id + 1``."""
     if not 0 <= max_id <= MAX_ID:
@@ -675,7 +684,7 @@ def floors_from_csv(stream: Iterable[str]) -> list[SequenceRecord]:
 def floors_from_table(dsn: str, table: str, column: str, key: str | None) -> list[SequenceRecord]:
     """One sequence (``key``, default the table's name) above ``MAX(column)`` of ``table``, read
     through SQLAlchemy (PostgreSQL, MySQL, SQLite: any database it has a driver for)."""
-    import sqlalchemy as sa  # optional: only import-floors --dsn needs it, and it is heavy
+    sa = _optional("sqlalchemy")
 
     schema, _, name = table.rpartition(".")
     try:
@@ -701,7 +710,7 @@ def floors_from_table(dsn: str, table: str, column: str, key: str | None) -> lis
 def floors_from_redis(url: str) -> tuple[list[SequenceRecord], int]:
     """Every string key of a running Redis whose value is an integer (SCAN, never KEYS; values read
     a page at a time with MGET), and how many keys were left out (other types, non-integers)."""
-    import redis  # optional: only import-floors --from-redis needs it
+    redis = _optional("redis")
 
     client: Any = redis.Redis.from_url(url)
     floors: list[SequenceRecord] = []
@@ -802,14 +811,16 @@ def read_backup_file(path: str) -> Backup:
 
 
 def through_primary(
-    address: str, records: list[SequenceRecord], password: str | None, summary: Summary, apply: bool
+    address: str, records: list[SequenceRecord], user: str | None, password: str | None, summary: Summary, apply: bool
 ) -> None:
     """Raise floors through a serving primary: ``SET key ceiling-1`` per sequence-kind record (the
     node's own durable, fenced floor raise). A record already above is left alone (unchanged)."""
-    import redis  # the CLI is a client of the node here
+    redis = _optional("redis")  # the CLI is a client of the node here
 
     host, _, port = address.rpartition(":")
-    client = redis.Redis(host=host or "127.0.0.1", port=int(port), password=password, socket_timeout=30)
+    if not port.isdigit():
+        raise BackupError(f"--through {address}: expected HOST:PORT")
+    client = redis.Redis(host=host or "127.0.0.1", port=int(port), username=user, password=password, socket_timeout=30)
     progress = Progress(len(records), "floors")
     try:
         for start in range(0, len(records), PAGE):

@@ -86,7 +86,8 @@ def add_through_options(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="raise floors through this serving primary (SET key N) instead of the store",
     )
-    parser.add_argument("--password", help="the primary's password (also MARCH_THROUGH_PASSWORD)")
+    parser.add_argument("--user", help="the user to authenticate as on the primary (default: default)")
+    parser.add_argument("--password", help="its password (also MARCH_THROUGH_PASSWORD)")
 
 
 def commands_table() -> str:
@@ -196,7 +197,7 @@ def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
         summary = backup_mod.Summary()
         if args.through:
             password = args.password or os.environ.get("MARCH_THROUGH_PASSWORD")
-            backup_mod.through_primary(args.through, records, password, summary, apply)
+            backup_mod.through_primary(args.through, records, args.user, password, summary, apply)
             if args.command == "restore" and (data.users or data.workers):
                 summary.skipped.append(
                     "users and worker records: not through a primary (restore them with the nodes stopped)"

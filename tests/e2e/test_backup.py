@@ -253,12 +253,17 @@ def test_etcd_old_backup_restored_after_more_ids_never_repeats(
     primary = cluster.wait_primary()
     c = redis.Redis(port=primary.port)
     issued = draw(c, "orders", 50)
+    c.execute_command("ACL", "SETUSER", "app", "on", ">secret", "~*", "+@all")
+    wid, token, _, _ = c.execute_command("WORKER.ACQUIRE", "ns", "TTL", "600")
+    c.execute_command("WORKER.RENEW", "ns", wid, token, "UPTO", "4102444800000")
     backup = tmp_path / "old.jsonl"
     ok("backup", str(backup), *store)  # while the primary serves
     issued += draw(c, "orders", 3000)
     err = refused("restore", str(backup), *store)  # straight into etcd under a primary: refused
     assert "a primary serves" in err
-    out = ok("restore", str(backup), "--through", f"127.0.0.1:{primary.port}")  # through it: the floor is below
+    out = ok(
+        "restore", str(backup), "--through", f"127.0.0.1:{primary.port}", "--user", "app", "--password", "secret"
+    )  # through it: the floor is below
     assert "0 created, 0 raised, 1 unchanged" in out
     assert min(draw(c, "orders", 10)) > max(issued)
 
@@ -275,7 +280,10 @@ def test_etcd_old_backup_restored_after_more_ids_never_repeats(
     )
     new = MarchCluster(tmp_path / "new", etcd.endpoints, size=1, prefix=other)
     with new:
-        assert int(redis.Redis(port=new.wait_primary().port).incr("orders")) > 50
+        n = redis.Redis(port=new.wait_primary().port)
+        assert int(n.incr("orders")) > 50
+        assert int(n.execute_command("WORKER.ACQUIRE", "ns", "TTL", "600")[3]) >= 4102444800000
+        n.execute_command("AUTH", "app", "secret")
 
 
 def test_etcd_import_floors_at_scale_and_through_a_primary(
@@ -374,5 +382,25 @@ def test_margin_covers_ids_a_lost_store_handed_out_after_the_backup(tmp_path: Pa
     fresh.start()
     try:
         assert int(redis.Redis(port=fresh.port).incr("orders")) > max(issued)
+    finally:
+        fresh.stop()
+
+
+def test_names_that_are_not_utf8_round_trip(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    node = MarchServer.in_dir(tmp_path / "a", extra_args=["--data-dir", str(data)])
+    node.start()
+    try:
+        redis.Redis(port=node.port).set(b"\xffraw", 41)
+    finally:
+        node.stop()
+    backup = tmp_path / "b.jsonl"
+    ok("backup", str(backup), "--data-dir", str(data))
+    assert '"key_hex":"ff726177"' in backup.read_text()
+    fresh = MarchServer.in_dir(tmp_path / "b")
+    assert "1 created" in ok("restore", str(backup), "--data-dir", str(fresh.data_dir))
+    fresh.start()
+    try:
+        assert int(redis.Redis(port=fresh.port).incr(b"\xffraw")) > 41
     finally:
         fresh.stop()
