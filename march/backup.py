@@ -65,6 +65,7 @@ from .store.base import SINGLE_NODE, SequenceRecord, WorkerRecord
 from .store.etcd import EtcdStore, decode_record, decode_worker, encode_ceiling, encode_record, encode_worker
 from .store.membership import SQLITE_FILE
 from .store.sqlite import SqliteStore
+from .workers import IDS
 
 FORMAT = "march-backup"
 VERSION = 1  # bump when a record's meaning changes; restore refuses versions it does not know
@@ -144,6 +145,8 @@ def read_backup(stream: IO[str]) -> Backup:
     out = Backup()
     header: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
+    sequences: dict[bytes, SequenceRecord] = {}
+    lines = {"sequences": 0, "users": 0, "workers": 0}
     for number, text in enumerate(stream, 1):
         where = f"line {number}"
         if not text.strip():
@@ -175,7 +178,10 @@ def read_backup(stream: IO[str]) -> Backup:
             if not isinstance(settings, dict):
                 raise BackupError(f"{where}: settings is not an object")
             ceiling = _int(line, "ceiling", where, TOP)
-            out.sequences.append(SequenceRecord(_name_of(line, "key", where), seq_kind, ceiling, settings))
+            key = _name_of(line, "key", where)
+            lines["sequences"] += 1
+            if key not in sequences or sequences[key].ceiling < ceiling:  # a name twice: the higher ceiling
+                sequences[key] = SequenceRecord(key, seq_kind, ceiling, settings)
         elif kind == "user":
             name, rules = line.get("name"), line.get("rules")
             if not isinstance(name, str) or not isinstance(rules, str):
@@ -188,7 +194,7 @@ def read_backup(stream: IO[str]) -> Backup:
             out.workers.append(
                 WorkerRecord(
                     _name_of(line, "namespace", where),
-                    _int(line, "id", where, 1 << 20),
+                    _int(line, "id", where, IDS - 1),
                     token.encode("latin-1"),
                     _int(line, "expires_ms", where, TOP),
                     _int(line, "floor_ms", where, TOP),
@@ -205,8 +211,10 @@ def read_backup(stream: IO[str]) -> Backup:
         raise BackupError("empty file: no March backup header")
     if end is None:
         raise BackupError("no end line: the file is truncated")
-    counts = {"sequences": len(out.sequences), "users": len(out.users), "workers": len(out.workers)}
-    for name, count in counts.items():
+    out.sequences = list(sequences.values())
+    lines["users"] = len(out.users)
+    lines["workers"] = len(out.workers)
+    for name, count in lines.items():
         if end.get(name) != count:
             raise BackupError(f"the end line counts {end.get(name)!r} {name}, the file holds {count}")
     return out
