@@ -26,7 +26,12 @@ from support.etcd import EtcdCluster
 from support.postgres import postgres  # noqa: F401 - a throwaway PostgreSQL (import-floors --dsn)
 from support.servers import REPO_ROOT, RedisServer
 
+from march.backup import BackupError, Summary, _EtcdWriter
+from march.etcd.client import GrpcEtcd
+from march.etcd.keys import KeyPaths
 from march.generators.sequence import MAX_ID
+from march.store.base import SequenceRecord
+from march.store.etcd import encode_ceiling, encode_record
 
 MANY = 20_000  # sequences in the scale tests: a realistic size that still runs in a few seconds
 
@@ -404,3 +409,26 @@ def test_names_that_are_not_utf8_round_trip(tmp_path: Path) -> None:
         assert int(redis.Redis(port=fresh.port).incr(b"\xffraw")) > 41
     finally:
         fresh.stop()
+
+
+async def test_a_primary_elected_during_a_restore_stops_it_unwritten(etcd: EtcdCluster) -> None:
+    """The open-time check is not what protects: each transaction compares the leader key itself.
+    A leader key appearing between the check and the write fails the write, nothing lowered or
+    raised under the new primary."""
+    keys = KeyPaths.of("/march-race")
+    client = GrpcEtcd(etcd.endpoints.split(","), timeout=5.0)
+    try:
+        writer = _EtcdWriter(client, keys, 5.0)
+        await writer.open()  # no primary yet
+        await client.put(keys.seq(b"orders"), encode_record(SequenceRecord(b"orders", "sequence", 100, {})))
+        await client.put(keys.leader, b"n1")  # a primary is elected meanwhile
+        summary = Summary()
+        with pytest.raises(BackupError, match="a primary serves this cluster \\(n1\\)"):
+            await writer.sequences([SequenceRecord(b"orders", "sequence", 5000, {})], summary, True)
+        with pytest.raises(BackupError, match="a primary serves"):
+            await writer.sequences([SequenceRecord(b"new", "sequence", 5000, {})], summary, True)
+        stored = await client.get(keys.seq(b"orders"))
+        assert stored is not None and stored.value.startswith(encode_ceiling(100))
+        assert await client.get(keys.seq(b"new")) is None
+    finally:
+        await client.close()
