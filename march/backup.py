@@ -33,7 +33,9 @@ Where the writes go, and why they can never break what a serving primary relies 
   So every restore transaction compares ``create_revision(leader) == 0`` (no leader key) with, per
   sequence, ``create_revision(seq) == 0`` (still absent) or ``value(seq) == what was read`` (so
   the raise is computed from the stored value in the same transaction). A primary elected
-  meanwhile fails the transaction and restore stops, saying so. With a primary serving, raise
+  meanwhile fails the transaction and restore stops, saying so. (Creating names with no term
+  current also leaves SCAN's resume points sound: a point is exact only within the term that
+  counted it, ``march.store.etcd``.) With a primary serving, raise
   floors through it instead: ``--through HOST:PORT`` sends ``SET key N`` (the durable, fenced
   floor raise every node already does) for each sequence-kind record; see docs/backup.md.
 
@@ -778,6 +780,10 @@ async def run_backup(config: Config, target: str) -> Counts:
             os.fsync(out.fileno())
         tmp.replace(target)  # a backup file exists only whole
         return counts
+    except OSError as exc:
+        raise BackupError(f"{target}: {exc.strerror or exc}") from None
+    except sqlite3.Error as exc:
+        raise BackupError(f"reading {config.data_dir}: {exc}") from None
     finally:
         await reader.close()
         if etcd is not None:
