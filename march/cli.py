@@ -20,11 +20,12 @@ import sys
 
 import uvloop
 
+from . import backup as backup_mod
 from . import config as config_mod
 from . import log as march_log
 from .app import VERSION
 from .server import ListenError, serve
-from .store.base import StoreError
+from .store.base import SequenceRecord, StoreError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,15 +33,62 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"march {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a March node", description="Run a March node.")
-    serve.add_argument("--config", metavar="FILE", help="TOML config file (also MARCH_CONFIG)")
+    add_config_options(serve)
+    sub.add_parser("commands", help="print the command table (Markdown), as in the README")
+    backup = sub.add_parser(
+        "backup", help="write every sequence, user and worker record to FILE", description=backup_mod.__doc__
+    )
+    backup.add_argument("file", metavar="FILE", help="the backup file (- for stdout)")
+    add_config_options(backup)
+    restore = sub.add_parser("restore", help="load a backup (ceilings only raised)", description=backup_mod.__doc__)
+    restore.add_argument("file", metavar="FILE", help="the backup file (- for stdin)")
+    restore.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
+    restore.add_argument(
+        "--margin",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N to every plain sequence's ceiling: the IDs handed out since the backup, when the store lost them",
+    )
+    add_through_options(restore)
+    add_config_options(restore)
+    imp = sub.add_parser(
+        "import-floors",
+        help="set sequences' floors from existing data (dry run unless --apply)",
+        description="Set each sequence's floor (its next ID is above it) from a table, a CSV or a Redis.",
+    )
+    source = imp.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dsn", help="SQLAlchemy URL of the database (with --table and --column)")
+    source.add_argument("--csv", metavar="FILE", help="a CSV of key,max_id rows (- for stdin)")
+    source.add_argument("--from-redis", metavar="URL", help="a running Redis: its integer keys and their values")
+    imp.add_argument("--table", help="the table (schema.table allowed) whose MAX(column) is the floor")
+    imp.add_argument("--column", help="the ID column")
+    imp.add_argument("--key", help="the sequence to set (default: the table's name)")
+    imp.add_argument("--apply", action="store_true", help="write the floors (default: a dry run)")
+    add_through_options(imp)
+    add_config_options(imp)
+    sub.add_parser("config-reference", help="print the configuration reference (Markdown), as in the README")
+    return parser
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and one flag per option: what ``march serve`` takes, and the tools that open its store."""
+    parser.add_argument("--config", metavar="FILE", help="TOML config file (also MARCH_CONFIG)")
     for o in config_mod.OPTIONS:
         flag = "--" + o.name.replace("_", "-")
         metavar = {"bool": "yes|no"}.get(o.type.__name__, o.type.__name__.upper())
         shown = ("yes" if o.default else "no") if isinstance(o.default, bool) else o.default  # as CONFIG GET shows it
-        serve.add_argument(flag, dest=o.name, metavar=metavar, default=None, help=f"{o.help} (default: {shown})")
-    sub.add_parser("commands", help="print the command table (Markdown), as in the README")
-    sub.add_parser("config-reference", help="print the configuration reference (Markdown), as in the README")
-    return parser
+        parser.add_argument(flag, dest=o.name, metavar=metavar, default=None, help=f"{o.help} (default: {shown})")
+
+
+def add_through_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--through",
+        metavar="HOST:PORT",
+        help="raise floors through this serving primary (SET key N) instead of the store",
+    )
+    parser.add_argument("--user", help="the user to authenticate as on the primary (default: default)")
+    parser.add_argument("--password", help="its password (also MARCH_THROUGH_PASSWORD)")
 
 
 def commands_table() -> str:
@@ -97,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     except config_mod.ConfigError as exc:
         print(f"march: {exc}", file=sys.stderr)
         return 2
+    if args.command in ("backup", "restore", "import-floors"):
+        return run_tool(args, config)
     march_log.configure(
         config.log_level, config.log_format, node_id=config.node_name(config.port), secrets=config.secrets()
     )
@@ -126,3 +176,68 @@ async def _serve(config: config_mod.Config) -> None:
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, on_signal, s)
     await serve(config, stop)
+
+
+def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
+    """``march backup``, ``restore`` and ``import-floors`` (``march.backup``): 0 done, 1 refused or failed."""
+    try:
+        if args.command == "backup":
+            counts = uvloop.run(backup_mod.run_backup(config, args.file))
+            print(
+                f"backup: {counts.sequences} sequences, {counts.users} users, {counts.workers} worker records",
+                file=sys.stderr,
+            )
+            return 0
+        if args.command == "restore":
+            data = backup_mod.read_backup_file(args.file)
+            data = backup_mod.with_margin(data, args.margin)
+            apply, records, left_out = not args.dry_run, data.sequences, 0
+        else:
+            apply = args.apply
+            records, left_out = _floors(args)
+        summary = backup_mod.Summary()
+        if args.through:
+            password = args.password or os.environ.get("MARCH_THROUGH_PASSWORD")
+            backup_mod.through_primary(args.through, records, args.user, password, summary, apply)
+            if args.command == "restore" and (data.users or data.workers):
+                summary.skipped.append(
+                    "users and worker records: not through a primary (restore them with the nodes stopped)"
+                )
+        elif args.command == "restore":
+            summary = uvloop.run(backup_mod.with_writer(config, lambda w: backup_mod.restore(w, data, apply), apply))
+        else:
+
+            async def job(writer: backup_mod.Writer) -> None:
+                await backup_mod.write_sequences(writer, records, summary, apply, "floors")
+
+            uvloop.run(backup_mod.with_writer(config, job, apply))
+    except (backup_mod.BackupError, StoreError) as exc:
+        print(f"march: {exc}", file=sys.stderr)
+        return 1
+    lines = summary.lines(apply)
+    if left_out:
+        lines.append(f"left out {left_out} keys that do not hold a non-negative integer")
+    if not apply:
+        lines.append(
+            "dry run: nothing written ("
+            + ("--apply" if args.command == "import-floors" else "drop --dry-run")
+            + " to write)"
+        )
+    print("\n".join(lines))
+    return 0
+
+
+def _floors(args: argparse.Namespace) -> tuple[list[SequenceRecord], int]:
+    if args.dsn:
+        if not args.table or not args.column:
+            raise backup_mod.BackupError("--dsn needs --table and --column")
+        return backup_mod.floors_from_table(args.dsn, args.table, args.column, args.key), 0
+    if args.from_redis:
+        return backup_mod.floors_from_redis(args.from_redis)
+    if args.csv == "-":
+        return backup_mod.floors_from_csv(sys.stdin), 0
+    try:
+        with open(args.csv, encoding="utf-8", newline="") as stream:
+            return backup_mod.floors_from_csv(stream), 0
+    except OSError as exc:
+        raise backup_mod.BackupError(f"{args.csv}: {exc.strerror or exc}") from None

@@ -57,6 +57,21 @@ log = logging.getLogger("march")
 EtcdFactory = Callable[[str], Etcd]  # purpose ("lease", "control", "data") -> a client of its own
 
 
+def etcd_client(c: Config, purpose: str) -> Etcd:
+    """A gRPC etcd client as ``c`` configures it (endpoints, TLS, user); also what ``march backup`` uses."""
+    tls = None
+    if c.etcd_ca_cert_file or c.etcd_cert_file:
+        tls = TLS(c.etcd_ca_cert_file, c.etcd_cert_file, c.etcd_key_file)
+    return GrpcEtcd(
+        c.etcd_endpoints,
+        user=c.etcd_user,
+        password=c.etcd_password,
+        tls=tls,
+        timeout=c.store_timeout,
+        name=f"etcd ({purpose})",
+    )
+
+
 class Node:
     def __init__(self, config: Config, *, clock: Clock = SYSTEM, etcd: EtcdFactory | None = None) -> None:
         self.config = config
@@ -85,18 +100,7 @@ class Node:
         self.failed = asyncio.Event()
 
     def _grpc(self, purpose: str) -> Etcd:
-        c = self.config
-        tls = None
-        if c.etcd_ca_cert_file or c.etcd_cert_file:
-            tls = TLS(c.etcd_ca_cert_file, c.etcd_cert_file, c.etcd_key_file)
-        return GrpcEtcd(
-            c.etcd_endpoints,
-            user=c.etcd_user,
-            password=c.etcd_password,
-            tls=tls,
-            timeout=c.store_timeout,
-            name=f"etcd ({purpose})",
-        )
+        return etcd_client(self.config, purpose)
 
     async def open(self) -> None:
         """Open the store (a locked or unwritable data dir fails here, before listening); load the users."""
