@@ -5,7 +5,8 @@
   and their order, the null array for an unknown name, the errors for an unknown name, a wrong
   arity and an unknown subcommand must be the same.
 - Failover: redis-py ``Sentinel(...).master_for("march")`` and ioredis with ``sentinels`` (the
-  script is ``docs/clients/node/ioredis-sentinel.js``, run as the doc shows it) draw IDs from a
+  script is ``docs/clients/node/ioredis-sentinel.js``, run as the doc shows it; the cluster-mode
+  example ``ioredis-cluster.js`` too) draw IDs from a
   three-node cluster while its primary is killed with ``kill -9``: they reach the new primary
   through the sentinels, and every ID is new and above the one before (one client, one request at
   a time: each reply arrives before the next request is sent, so guarantee 2 says increasing).
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import threading
 import time
@@ -24,12 +26,16 @@ import redis
 from redis.sentinel import Sentinel
 from support.cluster import MarchCluster
 from support.etcd import EtcdCluster
-from support.node import install_ioredis, node_binary
+from support.node import node_binary
+from support.ports import free_port
 from support.resp import RespConn, wait_until
 from support.servers import MarchServer, RedisServer, serving
+from support.tls import Certs, make_certs, openssl_binary, wait_listening
 
 REPO = Path(__file__).resolve().parents[2]
-IOREDIS_SENTINEL = REPO / "docs" / "clients" / "node" / "ioredis-sentinel.js"
+NODE_EXAMPLES = REPO / "docs" / "clients" / "node"
+NODE_PACKAGES = ("ioredis@5", "redis@4")  # what docs/clients/README.md says the examples use
+PASSWORD = "s3cret-example"
 AFTER_KILL = 20  # IDs each client must draw from the new primary: enough to show it serves them
 
 
@@ -227,7 +233,10 @@ def _kill_primary_and_wait(cluster: MarchCluster, draws: Draws) -> None:
     cluster.kill(old)
     before = draws.count()
     new = cluster.wait_primary(15, exclude=[old])
-    wait_until(lambda: draws.count() >= before + AFTER_KILL, 30, message=f"{AFTER_KILL} IDs after the kill")
+    try:
+        wait_until(lambda: draws.count() >= before + AFTER_KILL, 30, message=f"{AFTER_KILL} IDs after the kill")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the client's last errors: {draws.errors[-5:]}") from None
     cluster.restart(old)  # back as a standby: the next test starts from three nodes again
     assert new.alive
 
@@ -262,24 +271,57 @@ def test_redis_py_sentinel_follows_a_killed_primary(cluster: MarchCluster) -> No
 
 
 @pytest.fixture(scope="module")
-def ioredis_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def node_modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ioredis and node-redis, installed by npm into a temporary directory (the examples find
+    them through NODE_PATH)."""
     if node_binary() is None:
         pytest.skip("node is not installed")
-    package = install_ioredis(tmp_path_factory.mktemp("ioredis"))
-    return package.parent  # node_modules
+    npm = shutil.which("npm")
+    assert npm is not None, "node is installed but npm is not"
+    directory = tmp_path_factory.mktemp("node")
+    proc = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(directory), *NODE_PACKAGES],
+        capture_output=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"npm install failed:\n{proc.stdout.decode()}\n{proc.stderr.decode()}"
+    return directory / "node_modules"
 
 
-def test_ioredis_sentinels_follow_a_killed_primary(cluster: MarchCluster, ioredis_dir: Path) -> None:
+def run_example(node_modules: Path, example: str, **env: str) -> subprocess.CompletedProcess[str]:
     node = node_binary()
     assert node is not None
-    sentinels = ",".join(n.address for n in cluster.nodes)
+    return subprocess.run(
+        [node, str(NODE_EXAMPLES / example)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "NODE_PATH": str(node_modules), **env},
+    )
+
+
+@pytest.mark.parametrize(
+    ("example", "variable"),
+    [
+        ("ioredis-sentinel.js", "MARCH_SENTINELS"),
+        ("ioredis-cluster.js", "MARCH_NODES"),
+        ("node-redis-cluster.js", "MARCH_NODES"),
+    ],
+)
+def test_node_examples_follow_a_killed_primary(
+    cluster: MarchCluster, node_modules: Path, example: str, variable: str
+) -> None:
+    """The Node examples of docs/clients, run as they are: Sentinel discovery and cluster mode."""
+    node = node_binary()
+    assert node is not None
+    addresses = ",".join(n.address for n in cluster.nodes)
     draws = Draws()
     with subprocess.Popen(
-        [node, str(IOREDIS_SENTINEL)],
+        [node, str(NODE_EXAMPLES / example)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "NODE_PATH": str(ioredis_dir), "MARCH_SENTINELS": sentinels},
+        env={"PATH": "/usr/bin:/bin", "NODE_PATH": str(node_modules), variable: addresses},
         text=True,
     ) as proc:
 
@@ -309,3 +351,35 @@ def test_ioredis_sentinels_follow_a_killed_primary(cluster: MarchCluster, ioredi
         stderr = proc.stderr.read() if proc.stderr else ""
     assert proc.returncode == 0, stderr
     draws.check()
+
+
+@pytest.fixture(scope="module")
+def tls_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MarchServer, int, Certs]]:
+    """One node with a password, a plain port and a TLS port (client certificates required)."""
+    if openssl_binary() is None:
+        pytest.skip("openssl is not installed")
+    base = tmp_path_factory.mktemp("single")
+    certs = make_certs(base / "certs")
+    tls_port = free_port()
+    server = MarchServer(base / "data", requirepass=PASSWORD, extra_args=certs.server_args("yes", tls_port))
+    with serving(server):
+        wait_listening(tls_port)
+        yield server, tls_port, certs
+
+
+@pytest.mark.parametrize("example", ["ioredis-single.js", "node-redis-single.js"])
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_node_single_node_examples(
+    tls_node: tuple[MarchServer, int, Certs], node_modules: Path, example: str, tls: bool
+) -> None:
+    """The single-node examples of docs/clients, as they are: a password, plain and over TLS."""
+    server, tls_port, certs = tls_node
+    env = {"MARCH_PORT": str(tls_port if tls else server.port), "MARCH_PASSWORD": PASSWORD, "COUNT": "3"}
+    if tls:
+        env |= {"MARCH_TLS_CA": certs.ca, "MARCH_TLS_CERT": certs.client_cert, "MARCH_TLS_KEY": certs.client_key}
+    out = run_example(node_modules, example, **env)
+    assert out.returncode == 0, out.stderr
+    ids = [int(line.split()[1]) for line in out.stdout.splitlines()]
+    assert len(ids) == 3 and ids == sorted(set(ids))
+    wrong = run_example(node_modules, example, **{**env, "MARCH_PASSWORD": "wrong"})
+    assert wrong.returncode != 0 and "WRONGPASS" in wrong.stdout + wrong.stderr
