@@ -94,6 +94,7 @@ class Config:
     advertise: str = ""
     lease_ttl: int = 3
     join_other_cluster: bool = False
+    sentinel_master_name: str = "march"
     etcd_user: str = ""
     etcd_password: str = ""
     etcd_ca_cert_file: str = ""
@@ -480,6 +481,11 @@ OPTIONS: tuple[Option, ...] = (
         "cluster",
         restart=errors.RESTART_CLUSTER,
     ),
+    Option(
+        "sentinel_master_name",
+        "the master name SENTINEL commands answer for (the cluster's primary), as clients' Sentinel settings name it",
+        "cluster",
+    ),
     Option("etcd_user", "etcd user name (with etcd_password)", "cluster", restart=errors.RESTART_ETCD),
     Option("etcd_password", "etcd password", "cluster", restart=errors.RESTART_ETCD, secret=True),
     Option("etcd_ca_cert_file", "CA certificate for TLS to etcd (enables TLS)", "cluster", restart=errors.RESTART_ETCD),
@@ -557,6 +563,10 @@ def _validate(c: Config) -> None:
 
     for option in OPTIONS:
         check_value(option, getattr(c, option.name))
+    need(
+        bool(c.sentinel_master_name) and not any(ch.isspace() for ch in c.sentinel_master_name),
+        "sentinel_master_name must be a non-empty name without spaces",
+    )
     need(c.log_level in ("debug", "info", "warning", "error"), "log_level must be debug, info, warning or error")
     # An unfinished request must have room for two arguments of the largest size and the rest of
     # its request (the old fixed bound); the budget for all clients, for one client at its limit.

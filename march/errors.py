@@ -300,6 +300,9 @@ CLIENT_LIST_TOO_LARGE = (
     "ERR the reply would pass max_output_buffer ({} bytes): narrow it with CLIENT LIST ID id... or TYPE type"
 )
 
+# --- Sentinel discovery (Redis Sentinel 7.0's texts) ------------------------------------------------
+NO_SUCH_MASTER = "ERR No such master with that name"
+
 
 def wrong_arity(name: str) -> CommandError:
     return CommandError(WRONG_ARITY.format(name.lower()))

@@ -96,6 +96,16 @@ class Verbatim(str):
     """Text that RESP3 sends as a verbatim string (``=N\\r\\ntxt:...``), as Redis does for INFO."""
 
 
+class _NullArray:
+    """The null array (``*-1`` in RESP2, ``_`` in RESP3), as Redis' addReplyNullArray: a few
+    replies (Sentinel's GET-MASTER-ADDR-BY-NAME for an unknown name) are this, not a null bulk."""
+
+    __slots__ = ()
+
+
+NULL_ARRAY = _NullArray()
+
+
 class RequestParser:
     """Bytes in, requests out, for one connection.
 
@@ -829,6 +839,8 @@ def _encode(value: Any, proto: int, out: list[bytes]) -> None:
             out.append(b"=%d\r\ntxt:%s\r\n" % (len(body) + 4, body))
         else:
             out.append(b"$%d\r\n%s\r\n" % (len(body), body))
+    elif value is NULL_ARRAY:
+        out.append(b"_\r\n" if proto >= 3 else b"*-1\r\n")
     elif isinstance(value, CommandError):
         out.append(encode_error(value.message))
     elif isinstance(value, int):  # IntEnum and friends

@@ -1,6 +1,7 @@
 # Shared setup, sourced by scripts/*: cd to the repo root, make .venv and install the package
 # (march_venv, with the Python client in clients/python), and install redis-server/redis-cli/redis-benchmark
-# (march_redis_tools) and PostgreSQL (march_postgres, for the client's ORM tests) if missing.
+# (march_redis_tools), PostgreSQL (march_postgres, for the client's ORM tests) and Node.js with npm
+# (march_node, for the Node client examples) if missing.
 # Idempotent and quiet: a second run with unchanged pyproject.toml files installs nothing.
 set -euo pipefail
 
@@ -37,6 +38,19 @@ march_postgres() {
     [ "$(id -u)" = 0 ] || sudo="sudo -n"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+}
+
+march_node() {
+    # Node.js and npm for the Node client examples (docs/clients/node), which the tests run against
+    # a real cluster after installing ioredis and node-redis with npm into a temporary directory.
+    if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "scripts: installing nodejs and npm (apt)" >&2
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
 }
 
 march_redis_tools() {

@@ -155,6 +155,9 @@ def test_the_app_category_is_what_client_libraries_send() -> None:
         "cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "cluster|myid", "cluster|keyslot",
         "command|count", "command|info", "command|docs", "command|list", "command|getkeys",  # RedisCluster
         "readonly", "readwrite", "asking",
+        # redis-py Sentinel, ioredis sentinels, Jedis, Lettuce: discovery only (docs/sentinel.md)
+        "sentinel|get-master-addr-by-name", "sentinel|masters", "sentinel|master", "sentinel|replicas",
+        "sentinel|slaves", "sentinel|sentinels", "sentinel|myid", "role",
     }  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 
 Layout: ``registry`` (the decorator and tables), ``dispatch`` (name -> checks -> handler),
 ``connection``, ``transactions``, ``server``, ``ops`` (SLOWLOG, MONITOR, LATENCY), ``keys``, ``sequences``,
-``workers``, ``acl``, ``cluster``, ``refused``, ``debug``.
+``workers``, ``acl``, ``cluster``, ``sentinel`` (Sentinel discovery, ROLE), ``refused``, ``debug``.
 """
 
 from . import (  # noqa: F401  (registration)
@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (registration)
     keys,
     ops,
     refused,
+    sentinel,
     sequences,
     server,
     transactions,

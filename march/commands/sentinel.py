@@ -1,0 +1,247 @@
+"""Sentinel discovery: the subset of Redis Sentinel that client libraries ask, and ROLE.
+
+Every node answers on its own RESP port as if it were one of the cluster's sentinels, under one
+master name (``sentinel_master_name``, default ``march``) that names the current primary of the
+(single-group) cluster. So an application configured for Sentinel (redis-py ``Sentinel``, ioredis
+``sentinels``, Jedis ``JedisSentinelPool``, Lettuce ``RedisURI.Builder.sentinel``) lists the nodes
+as its sentinels and finds the primary through them. What they send, checked in their sources:
+
+- redis-py: ``SENTINEL MASTERS`` (each entry's ``flags``, ``ip``, ``port``,
+  ``num-other-sentinels``), ``SENTINEL SLAVES`` for ``slave_for``;
+- ioredis: ``SENTINEL get-master-addr-by-name``, then ``SENTINEL sentinels`` to learn the others,
+  then the primary's ``INFO`` (``role:master``) as its ready check;
+- Jedis: ``SENTINEL get-master-addr-by-name`` (plus a ``SUBSCRIBE +switch-master`` listener, which
+  March does not answer: see ``docs/sentinel.md``);
+- Lettuce: ``SENTINEL get-master-addr-by-name``; its master/replica mode ``SENTINEL MASTER`` and
+  ``SENTINEL REPLICAS``.
+
+Replies have real Sentinel 7.0's shape: the same fields in the same order, every value a bulk
+string, one map per instance (a flat array in RESP2), a null array for an unknown name in
+GET-MASTER-ADDR-BY-NAME and Sentinel's error text for it elsewhere. Fields March has no meaning
+for (ping times, replication offsets) are 0; the timeouts are the lease TTL, after which a dead
+primary is replaced.
+
+The answer comes from this node's view of the registry (``ClusterMember.registry``), the same one
+``CLUSTER SLOTS`` and ``MOVED`` use: it never decides who may serve, it only points. A pointer that
+is stale by a moment is safe: a node that is not the primary answers key commands with ``MOVED`` or
+``TRYAGAIN`` (never an ID), and clients ask again. With no primary known, GET-MASTER-ADDR-BY-NAME
+is a null array (clients try the next sentinel, then retry) and the master entry is flagged
+``s_down,o_down`` so that redis-py passes over it. A single node (no etcd) names itself.
+
+This module must never mutate cluster state: SENTINEL FAILOVER / SET / MONITOR / REMOVE / RESET
+are not offered (``FAILOVER`` is the switchover), so they get Redis' unknown-subcommand error.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..cluster.registry import NodeInfo
+from ..errors import CommandError
+from ..resp import NULL_ARRAY
+from .registry import Handler, command, run_subcommand
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+_SENTINEL_SUBS = (
+    ("get-master-addr-by-name", 3, "the ip and port of the primary of <master-name>"),
+    ("masters", 2, "the one master (the cluster's primary) and its state"),
+    ("master", 3, "the state of <master-name>"),
+    ("replicas", 3, "the standbys of <master-name> and their state"),
+    ("slaves", 3, "the standbys of <master-name> (old name of REPLICAS)"),
+    ("sentinels", 3, "the other nodes, each also a sentinel, and their state"),
+    ("myid", 2, "this node's id"),
+)
+
+_PRIORITY = b"100"  # Redis' default replica-priority: every standby may be elected
+
+
+class _View:
+    """The cluster as this client sees it: this node, the primary (None: none known), the standbys."""
+
+    __slots__ = ("down_ms", "epoch", "me", "others", "primary", "standbys")
+
+    def __init__(self, client: Client) -> None:
+        app = client.app
+        self.down_ms = str(app.config.lease_ttl * 1000).encode()
+        member = app.group.member
+        if member is None:  # a single node: it is the primary, alone
+            port = app.tls_port if client.tls and app.tls_port else app.port
+            self.me = NodeInfo(app.config.address(port), app.config.address(port))
+            self.primary: NodeInfo | None = self.me
+            self.standbys: list[NodeInfo] = []
+            self.epoch = 0
+        else:
+            self.me = member.me.seen_by(client.tls)
+            self.primary, self.standbys = member.registry.members(client.tls)
+            self.epoch = member.registry.topology.leader_revision
+        nodes = [*([self.primary] if self.primary else []), *self.standbys]
+        self.others = [n for n in nodes if n.id != self.me.id]
+
+
+def _b(value: int | str) -> bytes:
+    return str(value).encode()
+
+
+def _master(view: _View, name: bytes) -> dict[bytes, bytes]:
+    p = view.primary
+    flags = b"master" if p is not None else b"master,s_down,o_down"
+    return {
+        b"name": name,
+        b"ip": p.host.encode() if p else b"",
+        b"port": _b(p.port) if p else b"0",
+        b"runid": p.cluster_id.encode() if p else b"",
+        b"flags": flags,
+        b"link-pending-commands": b"0",
+        b"link-refcount": b"1",
+        b"last-ping-sent": b"0",
+        b"last-ok-ping-reply": b"0",
+        b"last-ping-reply": b"0",
+        b"down-after-milliseconds": view.down_ms,
+        b"info-refresh": b"0",
+        b"role-reported": b"master",
+        b"role-reported-time": b"0",
+        b"config-epoch": _b(view.epoch),
+        b"num-slaves": _b(len(view.standbys)),
+        b"num-other-sentinels": _b(len(view.others)),
+        b"quorum": _b((len(view.others) + 1) // 2 + 1),  # etcd's majority elects, not a vote of sentinels
+        b"failover-timeout": view.down_ms,
+        b"parallel-syncs": b"1",
+    }
+
+
+def _replica(view: _View, n: NodeInfo) -> dict[bytes, bytes]:
+    p = view.primary
+    return {
+        b"name": n.addr.encode(),
+        b"ip": n.host.encode(),
+        b"port": _b(n.port),
+        b"runid": n.cluster_id.encode(),
+        b"flags": b"slave",
+        b"link-pending-commands": b"0",
+        b"link-refcount": b"1",
+        b"last-ping-sent": b"0",
+        b"last-ok-ping-reply": b"0",
+        b"last-ping-reply": b"0",
+        b"down-after-milliseconds": view.down_ms,
+        b"info-refresh": b"0",
+        b"role-reported": b"slave",
+        b"role-reported-time": b"0",
+        b"master-link-down-time": b"0",
+        b"master-link-status": b"ok" if p else b"err",
+        b"master-host": p.host.encode() if p else b"?",
+        b"master-port": _b(p.port) if p else b"0",
+        b"slave-priority": _PRIORITY,
+        b"slave-repl-offset": b"0",
+        b"replica-announced": b"1",
+    }
+
+
+def _sentinel(view: _View, n: NodeInfo) -> dict[bytes, bytes]:
+    return {
+        b"name": n.cluster_id.encode(),
+        b"ip": n.host.encode(),
+        b"port": _b(n.port),
+        b"runid": n.cluster_id.encode(),
+        b"flags": b"sentinel",
+        b"link-pending-commands": b"0",
+        b"link-refcount": b"1",
+        b"last-ping-sent": b"0",
+        b"last-ok-ping-reply": b"0",
+        b"last-ping-reply": b"0",
+        b"down-after-milliseconds": view.down_ms,
+        b"last-hello-message": b"0",
+        b"voted-leader": b"?",
+        b"voted-leader-epoch": b"0",
+    }
+
+
+def _named(client: Client, args: list[bytes]) -> _View:
+    """The view, once ``args[2]`` is this cluster's master name (else Sentinel's error)."""
+    if args[2] != client.app.config.sentinel_master_name.encode():
+        raise CommandError(errors.NO_SUCH_MASTER)
+    return _View(client)
+
+
+def _get_master_addr(client: Client, args: list[bytes]) -> Any:
+    if args[2] != client.app.config.sentinel_master_name.encode():
+        return NULL_ARRAY
+    primary = _View(client).primary
+    if primary is None:
+        return NULL_ARRAY
+    return [primary.host.encode(), _b(primary.port)]
+
+
+def _masters(client: Client, args: list[bytes]) -> Any:
+    return [_master(_View(client), client.app.config.sentinel_master_name.encode())]
+
+
+def _master_one(client: Client, args: list[bytes]) -> Any:
+    return _master(_named(client, args), args[2])
+
+
+def _replicas(client: Client, args: list[bytes]) -> Any:
+    view = _named(client, args)
+    return [_replica(view, n) for n in view.standbys]
+
+
+def _sentinels(client: Client, args: list[bytes]) -> Any:
+    view = _named(client, args)
+    return [_sentinel(view, n) for n in view.others]
+
+
+def _myid(client: Client, args: list[bytes]) -> Any:
+    return _View(client).me.cluster_id.encode()
+
+
+def _help(client: Client, args: list[bytes]) -> Any:
+    lines = ["SENTINEL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]  # status lines, as Redis
+    for sub, arity, text in _SENTINEL_SUBS:
+        lines.append(f"{sub.upper()}{' <master-name>' if arity == 3 else ''}")
+        lines.append(f"    {text[0].upper()}{text[1:]}.")
+    lines += ["HELP", "    Prints this help."]
+    return lines  # (str: status replies, as Redis' HELP)
+
+
+_TABLE: dict[bytes, Handler] = {
+    b"get-master-addr-by-name": _get_master_addr,
+    b"masters": _masters,
+    b"master": _master_one,
+    b"replicas": _replicas,
+    b"slaves": _replicas,
+    b"sentinels": _sentinels,
+    b"myid": _myid,
+    b"help": _help,
+}
+
+
+@command(
+    "sentinel",
+    -2,
+    ("stale", "loading"),
+    ("@slow", "@app"),  # read-only discovery, what a Sentinel-configured client asks first (not @admin)
+    summary="Sentinel discovery: GET-MASTER-ADDR-BY-NAME, MASTERS, MASTER, REPLICAS, SLAVES, SENTINELS, MYID.",
+    group="sentinel",
+    subcommands=_SENTINEL_SUBS,
+)
+def sentinel(client: Client, args: list[bytes]) -> Any:
+    return run_subcommand("sentinel", _TABLE, client, args)
+
+
+@command(
+    "role",
+    1,
+    ("noscript", "loading", "stale", "fast"),
+    ("@fast", "@app"),  # read-only: what a client asks to check it reached the primary (not @admin)
+    summary="This node's replication role: master with its standbys, or slave with the primary's address.",
+    group="server",
+)
+def role(client: Client, args: list[bytes]) -> Any:
+    view = _View(client)
+    if view.primary is not None and view.primary.id == view.me.id and client.app.group.state.leading:
+        return [b"master", 0, [[n.host.encode(), _b(n.port), b"0"] for n in view.standbys]]
+    if view.primary is None or view.primary.id == view.me.id:  # no primary, or this one still taking over
+        return [b"slave", b"?", 0, b"connect", -1]
+    return [b"slave", view.primary.host.encode(), view.primary.port, b"connected", 0]
