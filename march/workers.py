@@ -190,6 +190,10 @@ class Workers:
         self._promoted: tuple[Term, float] | None = None  # the last promotion seen, and when
         self._sweeper: asyncio.Task[None] | None = None
         self._ending: list[asyncio.Task[None]] = []  # sweepers of ended terms, cancelled (``drain``)
+        # Ids held (live or resting) in each namespace as the last acquire there found them, plus the
+        # one it took: the metric of how close a namespace is to worker_max_holders. Bounded by
+        # worker_max_namespaces; cleared when the term ends.
+        self.busy: dict[bytes, int] = {}
         state.subscribe(self._on_change)
 
     def _wall_ms(self) -> int:
@@ -217,6 +221,7 @@ class Workers:
             now, margin = self._mono(), self.config.worker_margin
             standing = {r.id: known.standing(r, now, margin) for r in records}
             busy = sum(1 for s in standing.values() if s is not Standing.FREE)
+            self.busy[namespace] = busy
             if busy >= self.config.worker_max_holders:
                 raise CommandError(errors.WORKER_NONE_FREE.format(_text(namespace), busy))
             if not records:
@@ -228,6 +233,7 @@ class Workers:
             known.seen[(namespace, free)] = self._mono()  # before the write: after the holder sent its request
             record = WorkerRecord(namespace, free, self._token(), self._wall_ms() + ttl * 1000, floor, ttl)
             if await self._swap(record, old, term):
+                self.busy[namespace] = busy + 1
                 self._schedule(known, record)
                 return free, record.token, ttl, floor
         raise CommandError(errors.TRYAGAIN_WORKERS.format(_text(namespace)))
@@ -416,6 +422,7 @@ class Workers:
     def _forget(self) -> None:
         """The term ended: what was known goes, its sweeper stops (``drain`` waits for it)."""
         self._known = None
+        self.busy.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._ending.append(self._sweeper)
