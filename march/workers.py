@@ -191,8 +191,9 @@ class Workers:
         self._sweeper: asyncio.Task[None] | None = None
         self._ending: list[asyncio.Task[None]] = []  # sweepers of ended terms, cancelled (``drain``)
         # Ids held (live or resting) in each namespace as the last acquire there found them, plus the
-        # one it took: the metric of how close a namespace is to worker_max_holders. Bounded by
-        # worker_max_namespaces; cleared when the term ends.
+        # one it took: the metric of how close a namespace is to worker_max_holders. Only namespaces
+        # with records (at most worker_max_namespaces): the sweeper drops a namespace it empties,
+        # and the whole dict goes when the term ends.
         self.busy: dict[bytes, int] = {}
         state.subscribe(self._on_change)
 
@@ -221,8 +222,8 @@ class Workers:
             now, margin = self._mono(), self.config.worker_margin
             standing = {r.id: known.standing(r, now, margin) for r in records}
             busy = sum(1 for s in standing.values() if s is not Standing.FREE)
-            self.busy[namespace] = busy
             if busy >= self.config.worker_max_holders:
+                self.busy[namespace] = busy  # a namespace with records: one counted already
                 raise CommandError(errors.WORKER_NONE_FREE.format(_text(namespace), busy))
             if not records:
                 await self._room(known, namespace)
@@ -349,6 +350,7 @@ class Workers:
         records = await self._store(self.store.load_workers(namespace))
         if not records:
             known.due.pop(namespace, None)  # the namespace is gone (or its first write never landed)
+            self.busy.pop(namespace, None)
             return 0
         await self._retired(known)  # known before any delete, so this term's deletes keep it exact
         gone, kept, later = 0, 0, math.inf
@@ -367,6 +369,7 @@ class Workers:
             known.due[namespace] = later
         else:
             known.due.pop(namespace, None)
+            self.busy.pop(namespace, None)
         return gone
 
     async def _count(self, known: _Known) -> None:
