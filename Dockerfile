@@ -1,26 +1,47 @@
-# March node image: `march serve` from wheels built on the host, as a non-root user.
+# March node image, built from source in two stages: `build` makes March's wheel and installs it
+# with its dependencies into a venv; the final stage holds only that venv and runs as a non-root
+# user. Nothing from the host but the source: no host Python, no wheels built beforehand.
 #
-#   pip wheel . -w build/wheels          # with the same Python version as the base image
-#   docker build -t march .              # or: podman build -t march .
+#   docker compose up -d --build                    # or: podman-compose up -d --build
+#   docker build -t march .                         # or: podman build -t march .
 #
-# The install never touches the network by default (--no-index): everything comes from
-# build/wheels, so the image is reproducible and builds where no index is reachable. To let pip
-# fetch what build/wheels lacks (e.g. wheels built with another Python), pass
-# --build-arg MARCH_PIP_OPTIONS= . A base image of your own: --build-arg MARCH_BASE_IMAGE=...
-# (it needs python3 with the venv module). See docs/deploy.md.
-ARG MARCH_BASE_IMAGE=python:3.12-slim
+# Build arguments (see docs/deploy.md, "The images"):
+#   PYTHON_VERSION    the Python of the default base image, python:<version>-slim (the one place
+#                     that names it)
+#   MARCH_BASE_IMAGE  a base image of your own instead (it needs python3 with the venv module, of
+#                     the version your offline wheels were built for); empty = the default
+#   MARCH_OFFLINE=1   install only from docker/wheels (pip --no-index): for machines that reach no
+#                     package index. Fill docker/wheels first (docs/deploy.md).
+#   MARCH_PIP_OPTIONS more pip options (e.g. --index-url of your own mirror)
+# A package index behind a TLS proxy with a private CA: pass the CA bundle as the build secret
+# `pip_ca` (docker build --secret id=pip_ca,src=/path/ca.crt; podman the same). pip uses it only when
+# given; without it pip keeps its own default trust. It is mounted for that one RUN, never stored in
+# a layer.
+ARG PYTHON_VERSION=3.12
+ARG MARCH_BASE_IMAGE=
+ARG BASE=${MARCH_BASE_IMAGE:-python:${PYTHON_VERSION}-slim}
 
-FROM ${MARCH_BASE_IMAGE} AS install
-ARG MARCH_PIP_OPTIONS=--no-index
-COPY build/wheels/ /tmp/wheels/
-RUN python3 -m venv /opt/march \
- && /opt/march/bin/pip install --no-cache-dir --disable-pip-version-check ${MARCH_PIP_OPTIONS} \
-        --find-links /tmp/wheels march \
- && /opt/march/bin/march --version
+FROM ${BASE} AS build
+ARG MARCH_OFFLINE=
+ARG MARCH_PIP_OPTIONS=
+COPY docker/wheels/ /tmp/wheels/
+COPY pyproject.toml README.md /src/
+COPY march/ /src/march/
+# --no-build-isolation is not used: pip builds the wheel in an isolated environment with the build
+# backend (setuptools) from the index, or from /tmp/wheels offline.
+RUN --mount=type=secret,id=pip_ca,required=false \
+    set -eu; \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi; \
+    offline=""; \
+    if [ -n "$MARCH_OFFLINE" ]; then offline="--no-index"; fi; \
+    python3 -m venv /opt/march; \
+    /opt/march/bin/pip install --no-cache-dir --disable-pip-version-check --find-links /tmp/wheels \
+        $offline $MARCH_PIP_OPTIONS /src; \
+    /opt/march/bin/march --version
 
-# The final stage copies only the venv: the wheels and pip's leftovers stay behind.
-FROM ${MARCH_BASE_IMAGE}
-COPY --from=install /opt/march /opt/march
+# The final stage copies only the venv: the source, the wheels and pip's leftovers stay behind.
+FROM ${BASE}
+COPY --from=build /opt/march /opt/march
 COPY config/march.toml /etc/march/march.toml
 # A fixed numeric user, written directly: minimal bases may lack useradd.
 RUN echo 'march:x:10001:10001:march:/var/lib/march:/usr/sbin/nologin' >>/etc/passwd \

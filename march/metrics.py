@@ -52,6 +52,9 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from .generators.sequence import MAX_ID, SequenceGenerator
+from .generators.timestamp import TimestampGenerator
+
 if TYPE_CHECKING:
     from .app import App
 
@@ -333,6 +336,16 @@ class MarchCollector(Collector):
             value=member.registry.leader_changes if member is not None else 0,
         )
         if member is not None:
+            yield CounterMetricFamily(
+                "march_lease_renewal_failures",
+                "Lease keep-alives to etcd that failed (a primary that cannot renew stops serving at its deadline).",
+                value=member.lease.failures_total,
+            )
+            yield GaugeMetricFamily(
+                "march_lease_renewal_failures_in_a_row",
+                "Lease keep-alives failed since the last one that worked (0: renewing).",
+                value=member.lease.failures,
+            )
             yield GaugeMetricFamily(
                 "march_lease_remaining_seconds",
                 "Seconds until this node's lease deadline (0: passed); a primary stops serving at 0.",
@@ -419,6 +432,38 @@ class MarchCollector(Collector):
         )
         batches.add_metric([], _cumulative(counts, BATCH_BOUNDS), total)
         yield batches
+        yield from self._headroom(app, current)
+
+    def _headroom(self, app: App, current: list[Any]) -> Iterator[Metric]:
+        """How close this node is to a hard limit: the ID maximum, the timestamp lead cap, the worker ids."""
+        ceiling = max((g.durable_ceiling for g in current if isinstance(g, SequenceGenerator)), default=0)
+        yield GaugeMetricFamily(
+            "march_sequence_ceiling_ratio_max",
+            "The highest durable ceiling of an active counter sequence, as a fraction of the ID maximum (2**63-1).",
+            value=ceiling / MAX_ID,
+        )
+        lead = [(g.lead_ms(), g.max_lead_ms) for g in current if isinstance(g, TimestampGenerator)]
+        yield GaugeMetricFamily(
+            "march_timestamp_lead_seconds_max",
+            "How far the most advanced active timestamp sequence runs ahead of the wall clock.",
+            value=max((ms for ms, _ in lead), default=0) / 1000,
+        )
+        yield GaugeMetricFamily(
+            "march_timestamp_lead_ratio_max",
+            "The highest lead of an active timestamp sequence with a cap, as a fraction of its cap (max_lead).",
+            value=max((ms / cap for ms, cap in lead if cap), default=0.0),
+        )
+        workers = app.keyspace.workers
+        yield GaugeMetricFamily(
+            "march_worker_ids_busy_max",
+            "Worker ids held in the fullest namespace, as its last WORKER acquire found them (this term).",
+            value=max(workers.busy.values(), default=0),
+        )
+        yield GaugeMetricFamily(
+            "march_worker_ids_limit",
+            "Worker ids one namespace may hold at once (worker_max_holders).",
+            value=app.config.worker_max_holders,
+        )
 
     def _store(self, app: App) -> Iterator[Metric]:
         ops = CounterMetricFamily(

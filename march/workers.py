@@ -190,6 +190,11 @@ class Workers:
         self._promoted: tuple[Term, float] | None = None  # the last promotion seen, and when
         self._sweeper: asyncio.Task[None] | None = None
         self._ending: list[asyncio.Task[None]] = []  # sweepers of ended terms, cancelled (``drain``)
+        # Ids held (live or resting) in each namespace as the last acquire there found them, plus the
+        # one it took: the metric of how close a namespace is to worker_max_holders. Only namespaces
+        # with records (at most worker_max_namespaces): the sweeper drops a namespace it empties,
+        # and the whole dict goes when the term ends.
+        self.busy: dict[bytes, int] = {}
         state.subscribe(self._on_change)
 
     def _wall_ms(self) -> int:
@@ -218,6 +223,7 @@ class Workers:
             standing = {r.id: known.standing(r, now, margin) for r in records}
             busy = sum(1 for s in standing.values() if s is not Standing.FREE)
             if busy >= self.config.worker_max_holders:
+                self.busy[namespace] = busy  # a namespace with records: one counted already
                 raise CommandError(errors.WORKER_NONE_FREE.format(_text(namespace), busy))
             if not records:
                 await self._room(known, namespace)
@@ -228,6 +234,7 @@ class Workers:
             known.seen[(namespace, free)] = self._mono()  # before the write: after the holder sent its request
             record = WorkerRecord(namespace, free, self._token(), self._wall_ms() + ttl * 1000, floor, ttl)
             if await self._swap(record, old, term):
+                self.busy[namespace] = busy + 1
                 self._schedule(known, record)
                 return free, record.token, ttl, floor
         raise CommandError(errors.TRYAGAIN_WORKERS.format(_text(namespace)))
@@ -343,6 +350,7 @@ class Workers:
         records = await self._store(self.store.load_workers(namespace))
         if not records:
             known.due.pop(namespace, None)  # the namespace is gone (or its first write never landed)
+            self.busy.pop(namespace, None)
             return 0
         await self._retired(known)  # known before any delete, so this term's deletes keep it exact
         gone, kept, later = 0, 0, math.inf
@@ -361,6 +369,7 @@ class Workers:
             known.due[namespace] = later
         else:
             known.due.pop(namespace, None)
+            self.busy.pop(namespace, None)
         return gone
 
     async def _count(self, known: _Known) -> None:
@@ -416,6 +425,7 @@ class Workers:
     def _forget(self) -> None:
         """The term ended: what was known goes, its sweeper stops (``drain`` waits for it)."""
         self._known = None
+        self.busy.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._ending.append(self._sweeper)

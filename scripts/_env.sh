@@ -1,7 +1,8 @@
 # Shared setup, sourced by scripts/*: cd to the repo root, make .venv and install the package
 # (march_venv, with the Python client in clients/python), and install redis-server/redis-cli/redis-benchmark
-# (march_redis_tools), PostgreSQL (march_postgres, for the client's ORM tests) and Node.js with npm
-# (march_node, for the Node client examples) if missing.
+# (march_redis_tools), PostgreSQL (march_postgres, for the client's ORM tests), Node.js with npm
+# (march_node, for the Node client examples) and Prometheus with promtool (march_prometheus, for
+# tests/monitoring) if missing.
 # Idempotent and quiet: a second run with unchanged pyproject.toml files installs nothing.
 set -euo pipefail
 
@@ -64,4 +65,18 @@ march_redis_tools() {
     [ "$(id -u)" = 0 ] || sudo="sudo -n"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-tools redis-server >/dev/null
+}
+
+march_prometheus() {
+    # Debian's prometheus (the server and promtool) for tests/monitoring: the rules' unit tests and a
+    # real Prometheus scraping a test cluster. Without recommends: no node exporter, no web assets.
+    # The package's own service is not started in containers without systemd, and is never used.
+    if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "scripts: installing prometheus (apt)" >&2
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 }

@@ -38,6 +38,7 @@ class Lease:
         self.id = 0  # 0: no lease (yet, or it is gone)
         self.deadline = -math.inf
         self.failures = 0  # keep-alives failed in a row
+        self.failures_total = 0  # keep-alives failed since the node started (a metric)
         self._renewed: list[Callable[[float], None]] = []
         self._gone: list[Callable[[], None]] = []
 
@@ -71,6 +72,7 @@ class Lease:
             remaining = await self.etcd.keep_alive(lease, self.ttl / 3)
         except StoreError as exc:
             self.failures += 1
+            self.failures_total += 1
             if self.failures == 1 or self.failures % 10 == 0:
                 log.warning("keep-alive failed (%d in a row): %s", self.failures, exc)
             return

@@ -353,6 +353,11 @@ class TimestampGenerator(DurableBound):
             self._low = max(1, int(self._ahead * self._policy.watermark))
         return logical + self._ahead
 
+    def lead_ms(self) -> int:
+        """How far (ms) logical time, the last slot handed out, runs ahead of the wall clock (0: not ahead)."""
+        now_units = self.layout.units_at(int(self._wall() * 1000))
+        return max(0, (self._last >> self._sb) - now_units) * self.layout.unit
+
     def info(self) -> dict[str, Any]:
         layout = self.layout
         now_ms = int(self._wall() * 1000)

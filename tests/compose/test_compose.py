@@ -1,6 +1,8 @@
-"""docker-compose.yml brought up for real with podman by `scripts/compose-check`: three etcd
-members and three March nodes; IDs through the published ports with `redis-cli -c`, the primary's
-container killed, IDs again after the failover, every one greater than the one before.
+"""docker-compose.yml brought up for real with podman by `scripts/compose-check`: the image built
+from source online (when a package index is reachable) and offline (a wheelhouse, under
+`--network=none`), `podman-compose up -d --build`, three etcd members, three March nodes and the
+monitoring profile's Prometheus scraping them; IDs through the published ports with `redis-cli -c`,
+the primary's container killed, IDs again after the failover, every one greater than the one before.
 
 The script takes the project down on every exit; this test also takes it down (by its project
 name) when the script fails or runs out of time, and checks that nothing of it is left.
@@ -88,4 +90,6 @@ def test_compose_cluster_keeps_ids_increasing_when_the_primary_is_killed() -> No
         _down(project)
     assert rc == 0, out
     assert "OK:" in out, out
+    assert "offline build: OK" in out, out
+    assert "scrapes 3 nodes" in out, out
     assert _leftovers(project) == []

@@ -158,6 +158,8 @@ def test_metrics_of_a_cluster_primary_and_standby(tmp_path: Path, etcd: EtcdClus
             p = wait_until(lambda: _serving(primary_port), message="primary's metrics say it serves")
             assert value(p, "march_primary") == 1
             assert 0 < value(p, "march_lease_remaining_seconds") <= cluster.lease_ttl
+            assert value(p, "march_lease_renewal_failures_total") == 0
+            assert value(p, "march_lease_renewal_failures_in_a_row") == 0
             assert value(p, "march_term") > 0
             assert value(p, "march_promotions_total") == 1
             assert dict(next(ls for n, ls in p if n == "march_node_info"))["node_id"] == "n1"
@@ -363,3 +365,32 @@ def test_incr_is_answered_while_a_scrape_renders(tmp_path: Path) -> None:
         scraper.close()
         assert (first + rest).startswith(b"HTTP/1.1 200 OK")
         assert answered >= 10, f"only {answered} INCRs were answered while the scrape rendered"
+
+
+def test_headroom_metrics(march_factory: Callable[..., MarchServer]) -> None:
+    """The gauges the monitoring rules alert on: the highest ceiling against the ID maximum, and
+    the worker ids held in the fullest namespace against worker_max_holders."""
+    port = free_port()
+    server = march_factory(extra_args=["--metrics-port", str(port), "--worker-max-holders", "4"])
+    with RespConn(server.port) as c:
+        assert c.call("INCR", "h:small") == 1
+        before = scrape(port)
+        assert 0 < value(before, "march_sequence_ceiling_ratio_max") < 1e-9
+        assert value(before, "march_worker_ids_busy_max") == 0
+        assert value(before, "march_worker_ids_limit") == 4
+        assert value(before, "march_timestamp_lead_seconds_max") == 0
+        assert value(before, "march_timestamp_lead_ratio_max") == 0
+        big = 9 * 10**18  # 97.6 % of 2**63-1
+        assert c.call("SET", "h:big", str(big)) == "OK"
+        assert c.call("INCR", "h:big") == big + 1
+        for _ in range(3):
+            assert isinstance(c.call("WORKER.ACQUIRE", "svc"), list)
+        assert isinstance(c.call("WORKER.ACQUIRE", "other"), list)
+
+    def acquired() -> Samples | None:  # a body is rendered at most once a second: wait for a new one
+        s = scrape(port)
+        return s if value(s, "march_worker_ids_busy_max") == 3 else None
+
+    after = wait_until(acquired, message="a scrape after the acquires")
+    assert big / (2**63 - 1) < value(after, "march_sequence_ceiling_ratio_max") <= 1
+    assert value(after, "march_worker_ids_limit") == 4

@@ -20,6 +20,8 @@ so an example never binds a fixed port. Anything else is an error: mark it not r
 
 ``march <subcommand>`` runs this checkout's CLI (``python -m march``) from the repository root,
 stdout and stderr compared; ``march serve`` is refused (it never ends: the targets serve).
+``promtool check|test ...`` (checks of the shipped Prometheus files, which read only them) runs
+from the repository root too, stdout and stderr compared.
 
 Nothing here starts a server; ``Targets`` (given by the test) does, and stops them.
 """
@@ -198,6 +200,8 @@ def run_command(command: str, targets: Targets) -> list[str] | None:
         return None
     if argv and argv[0] == "march":
         return _run_march(command, argv[1:])
+    if argv[:1] == ["promtool"] and argv[1:2] in (["check"], ["test"]):
+        return _run_in_repo(argv)
     if not argv or argv[0] != "redis-cli":
         raise ExampleFailed(f"no way to run {command!r} here: mark its fence `<!-- example: not run — why -->`")
     hosts = {b for a, b in itertools.pairwise(argv) if a in ("-h", "--host", "-u")}
@@ -223,11 +227,16 @@ def _run_march(command: str, args: list[str]) -> list[str]:
     README's paths assume); ``march serve`` never ends, so it is not an example: the targets serve."""
     if args[:1] == ["serve"] and "--help" not in args:
         raise ExampleFailed(f"{command!r} would not end: use `$ scripts/serve` or mark its fence not run")
+    return _run_in_repo([sys.executable, "-m", "march", *args])
+
+
+def _run_in_repo(argv: list[str]) -> list[str]:
+    """Run ``argv`` (no shell) from the repository root, without the developer's MARCH_* settings;
+    its stdout then stderr, as lines."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARCH_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "march", *args],
-        capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env,
+        argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env,
     )  # fmt: skip
     return (proc.stdout + proc.stderr).splitlines()
 
