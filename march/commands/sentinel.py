@@ -85,14 +85,13 @@ def _b(value: int | str) -> bytes:
     return str(value).encode()
 
 
-def _master(view: _View, name: bytes) -> dict[bytes, bytes]:
-    p = view.primary
-    flags = b"master" if p is not None else b"master,s_down,o_down"
+def _instance(view: _View, name: bytes, host: str, port: int, runid: str, flags: bytes) -> dict[bytes, bytes]:
+    """The fields every Sentinel entry (master, replica, sentinel) starts with, in Sentinel's order."""
     return {
         b"name": name,
-        b"ip": p.host.encode() if p else b"",
-        b"port": _b(p.port) if p else b"0",
-        b"runid": p.cluster_id.encode() if p else b"",
+        b"ip": host.encode(),
+        b"port": _b(port),
+        b"runid": runid.encode(),
         b"flags": flags,
         b"link-pending-commands": b"0",
         b"link-refcount": b"1",
@@ -100,6 +99,14 @@ def _master(view: _View, name: bytes) -> dict[bytes, bytes]:
         b"last-ok-ping-reply": b"0",
         b"last-ping-reply": b"0",
         b"down-after-milliseconds": view.down_ms,
+    }
+
+
+def _master(view: _View, name: bytes) -> dict[bytes, bytes]:
+    p = view.primary
+    flags = b"master" if p is not None else b"master,s_down,o_down"
+    return {
+        **_instance(view, name, p.host if p else "", p.port if p else 0, p.cluster_id if p else "", flags),
         b"info-refresh": b"0",
         b"role-reported": b"master",
         b"role-reported-time": b"0",
@@ -115,17 +122,7 @@ def _master(view: _View, name: bytes) -> dict[bytes, bytes]:
 def _replica(view: _View, n: NodeInfo) -> dict[bytes, bytes]:
     p = view.primary
     return {
-        b"name": n.addr.encode(),
-        b"ip": n.host.encode(),
-        b"port": _b(n.port),
-        b"runid": n.cluster_id.encode(),
-        b"flags": b"slave",
-        b"link-pending-commands": b"0",
-        b"link-refcount": b"1",
-        b"last-ping-sent": b"0",
-        b"last-ok-ping-reply": b"0",
-        b"last-ping-reply": b"0",
-        b"down-after-milliseconds": view.down_ms,
+        **_instance(view, n.addr.encode(), n.host, n.port, n.cluster_id, b"slave"),
         b"info-refresh": b"0",
         b"role-reported": b"slave",
         b"role-reported-time": b"0",
@@ -141,17 +138,7 @@ def _replica(view: _View, n: NodeInfo) -> dict[bytes, bytes]:
 
 def _sentinel(view: _View, n: NodeInfo) -> dict[bytes, bytes]:
     return {
-        b"name": n.cluster_id.encode(),
-        b"ip": n.host.encode(),
-        b"port": _b(n.port),
-        b"runid": n.cluster_id.encode(),
-        b"flags": b"sentinel",
-        b"link-pending-commands": b"0",
-        b"link-refcount": b"1",
-        b"last-ping-sent": b"0",
-        b"last-ok-ping-reply": b"0",
-        b"last-ping-reply": b"0",
-        b"down-after-milliseconds": view.down_ms,
+        **_instance(view, n.cluster_id.encode(), n.host, n.port, n.cluster_id, b"sentinel"),
         b"last-hello-message": b"0",
         b"voted-leader": b"?",
         b"voted-leader-epoch": b"0",

@@ -135,9 +135,7 @@ def test_fields_and_their_order_are_sentinels(real_sentinel: RedisSentinel, clus
     assert isinstance(theirs[0], list) and isinstance(ours[0], list)
     assert _keys(ours[0][0]) == _keys(theirs[0][0]) == _keys(ours[1]) == _keys(theirs[1])
     assert all(isinstance(v, bytes) for v in ours[1][1::2])  # type: ignore[index]
-    # Real Sentinel's replica and sentinel fields (7.0, from `SENTINEL REPLICAS/SENTINELS` of a
-    # sentinel watching a master with one replica, beside another sentinel).
-    replica_fields = [
+    instance_fields = [  # what every entry starts with
         "name",
         "ip",
         "port",
@@ -149,6 +147,11 @@ def test_fields_and_their_order_are_sentinels(real_sentinel: RedisSentinel, clus
         "last-ok-ping-reply",
         "last-ping-reply",
         "down-after-milliseconds",
+    ]
+    # Real Sentinel's replica and sentinel fields (7.0, from `SENTINEL REPLICAS/SENTINELS` of a
+    # sentinel watching a master with one replica, beside another sentinel).
+    replica_fields = [
+        *instance_fields,
         "info-refresh",
         "role-reported",
         "role-reported-time",
@@ -161,17 +164,7 @@ def test_fields_and_their_order_are_sentinels(real_sentinel: RedisSentinel, clus
         "replica-announced",
     ]
     sentinel_fields = [
-        "name",
-        "ip",
-        "port",
-        "runid",
-        "flags",
-        "link-pending-commands",
-        "link-refcount",
-        "last-ping-sent",
-        "last-ok-ping-reply",
-        "last-ping-reply",
-        "down-after-milliseconds",
+        *instance_fields,
         "last-hello-message",
         "voted-leader",
         "voted-leader-epoch",
