@@ -11,6 +11,15 @@ cd "$ROOT"
 VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 
+_apt_install() {
+    # apt-get install "$@" quietly (as root, or through sudo without a password prompt), after an update.
+    echo "scripts: installing $* (apt)" >&2
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
 march_venv() {
     if [ ! -x "$PY" ]; then
         echo "scripts: creating $VENV" >&2
@@ -34,11 +43,7 @@ march_postgres() {
     if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
         return 0
     fi
-    echo "scripts: installing postgresql (apt)" >&2
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo -n"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+    _apt_install postgresql
 }
 
 march_node() {
@@ -47,11 +52,7 @@ march_node() {
     if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
         return 0
     fi
-    echo "scripts: installing nodejs and npm (apt)" >&2
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo -n"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
+    _apt_install nodejs npm
 }
 
 march_redis_tools() {
@@ -60,11 +61,7 @@ march_redis_tools() {
         command -v "$bin" >/dev/null 2>&1 || missing=1
     done
     [ "$missing" = 0 ] && return 0
-    echo "scripts: installing redis-server and redis-tools (apt)" >&2
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo -n"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-tools redis-server >/dev/null
+    _apt_install redis-tools redis-server
 }
 
 march_prometheus() {
@@ -74,9 +71,5 @@ march_prometheus() {
     if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
         return 0
     fi
-    echo "scripts: installing prometheus (apt)" >&2
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo -n"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    _apt_install --no-install-recommends prometheus
 }
