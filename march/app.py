@@ -23,11 +23,13 @@ from .auth import AclLog, AuthThrottle
 from .config import OPTIONS, Config
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
 from .metrics import NodeMetrics
+from .pubsub import PubSub
 from .serving import Change, Phase
 
 if TYPE_CHECKING:
     from .auth import User
     from .client import Client
+    from .cluster.registry import NodeInfo
     from .commands.registry import Hot
     from .node import Node
 
@@ -130,6 +132,7 @@ class App:
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.monitors = Monitors()
+        self.pubsub = PubSub()
         self._hot = hot
         state = node.group.state
         self.hot: Mapping[bytes, Hot] = hot if state.serving else {}
@@ -146,6 +149,10 @@ class App:
                     close()
             elif not client.authenticated and client.user is self.users.default:
                 client.logout()
+
+    def switch_master(self, old: NodeInfo | None, new: NodeInfo) -> None:
+        """The primary changed (``Registry.on_primary_change``): ``+switch-master`` to subscribers."""
+        self.pubsub.switch_master(self.config.sentinel_master_name.encode(), old, new)
 
     def _follow(self, change: Change) -> None:
         self.hot = self._hot if change.phase is Phase.SERVING else {}

@@ -19,6 +19,10 @@ def _nothing() -> int:
     return 0
 
 
+def _discard(data: bytes) -> None:
+    pass
+
+
 class Client:
     __slots__ = (
         "addr",
@@ -37,6 +41,7 @@ class Client:
         "multi_error",
         "name",
         "proto",
+        "push",
         "query_buffer",
         "tls",
         "unsent",
@@ -58,6 +63,8 @@ class Client:
         self.unsent: Callable[[], int] = _nothing
         # Bytes of memory its unfinished request holds (the server's connection sets it).
         self.query_buffer: Callable[[], int] = _nothing
+        # Writes bytes to this client out of turn (pub/sub messages; the server's connection sets it).
+        self.push: Callable[[bytes], None] = _discard
         self.reset()
 
     def reset(self) -> None:

@@ -303,6 +303,13 @@ CLIENT_LIST_TOO_LARGE = (
 # --- Sentinel discovery (Redis Sentinel 7.0's texts) ------------------------------------------------
 NO_SUCH_MASTER = "ERR No such master with that name"
 
+# --- pub/sub (+switch-master for Sentinel clients; march.pubsub) -------------------------------------
+PUBSUB_CONTEXT = (  # Redis 7.0's text, for a RESP2 connection with subscriptions
+    "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+)
+TOO_MANY_SUBSCRIPTIONS = "ERR too many subscriptions on this connection (at most {})"
+SUBSCRIPTION_NAME_TOO_LONG = "ERR channel or pattern name too long (at most {} bytes)"
+
 
 def wrong_arity(name: str) -> CommandError:
     return CommandError(WRONG_ARITY.format(name.lower()))

@@ -52,7 +52,8 @@ int -> integer (past 64 bits, which no client reads as an integer: RESP3 big num
 Redis does), bytes -> bulk string, str -> simple string, None -> null, bool -> RESP3 boolean
 (RESP2: 1/0), float -> RESP3 double (RESP2: bulk), list/tuple -> array, set -> RESP3 set
 (RESP2: array), dict -> RESP3 map (RESP2: flat array), ``Verbatim`` -> RESP3 verbatim text
-(RESP2: bulk), ``CommandError`` -> error.
+(RESP2: bulk), ``Push`` -> RESP3 push (RESP2: array), ``Replies`` -> each of its items in turn,
+``CommandError`` -> error.
 """
 
 from __future__ import annotations
@@ -104,6 +105,18 @@ class _NullArray:
 
 
 NULL_ARRAY = _NullArray()
+
+
+class Push(list):  # type: ignore[type-arg]
+    """An out-of-band frame (pub/sub confirmations and messages): RESP3 push (``>``), RESP2 array."""
+
+    __slots__ = ()
+
+
+class Replies(list):  # type: ignore[type-arg]
+    """Several replies to one request, one after the other (SUBSCRIBE a b answers once per channel)."""
+
+    __slots__ = ()
 
 
 class RequestParser:
@@ -841,6 +854,13 @@ def _encode(value: Any, proto: int, out: list[bytes]) -> None:
             out.append(b"$%d\r\n%s\r\n" % (len(body), body))
     elif value is NULL_ARRAY:
         out.append(b"_\r\n" if proto >= 3 else b"*-1\r\n")
+    elif t is Push:
+        out.append((b">%d\r\n" if proto >= 3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode(item, proto, out)
+    elif t is Replies:
+        for item in value:
+            _encode(item, proto, out)
     elif isinstance(value, CommandError):
         out.append(encode_error(value.message))
     elif isinstance(value, int):  # IntEnum and friends

@@ -170,6 +170,7 @@ class Connection(asyncio.Protocol):
         self.pending: Coroutine[Any, Any, Any] | None = None  # the handler coroutine ``task`` runs
         self.commands = app.metrics.commands  # per-command counters (``account``)
         self.monitors = app.monitors.feeds  # the MONITOR connections (the same dict for the server's life)
+        self.subscribers = app.pubsub.subscribers  # the subscribed connections (likewise)
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -206,6 +207,7 @@ class Connection(asyncio.Protocol):
         client = Client(app, app.next_client_id(), addr, _addr(sock), self.tls is not None)
         client.unsent = self.unsent
         client.query_buffer = self.query_buffer
+        client.push = self.monitor_line  # (pub/sub messages: written, and bounded, as MONITOR lines are)
         self.client = client
         self.parser.auth_source = client  # Redis' small limits for unauthenticated clients until it is
         self.deaf = False
@@ -230,6 +232,7 @@ class Connection(asyncio.Protocol):
             self.app.clients.pop(self.client.id, None)
             self.app.closers.pop(self.client.id, None)
             self.app.monitors.remove(self.client.id)
+            self.app.pubsub.remove(self.client.id)
         self.conns.discard(self)
         if self.task is not None and not self.task.done():
             self.task.cancel()
@@ -362,12 +365,14 @@ class Connection(asyncio.Protocol):
         client = self.client
         app = self.app
         monitors = self.monitors  # empty unless someone runs MONITOR: one truth test per request
+        subscribers = self.subscribers  # empty unless someone SUBSCRIBEs
         hot = (
             app.hot
             if client.authenticated
             and client.multi is None
             and client.user.unrestricted
             and not (monitors and client.id in monitors)  # a MONITOR connection's requests are checked
+            and not (subscribers and client.id in subscribers)  # (so are a subscribed connection's)
             else _NO_HOT
         )
         transport = self.transport
@@ -415,6 +420,7 @@ class Connection(asyncio.Protocol):
                         and client.multi is None
                         and client.user.unrestricted
                         and not (monitors and client.id in monitors)
+                        and not (subscribers and client.id in subscribers)
                         else _NO_HOT
                     )
                     self.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
@@ -842,6 +848,8 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
             app.tls_port = tls_ports[0].port
             log.info("TLS on %s:%d (client certificates: %s)", config.bind, app.tls_port, config.tls_auth_clients)
         node.join(app.port, app.tls_port)
+        if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.pubsub)
+            app.group.member.registry.on_primary_change(app.switch_master)
         march_log.set_node(node_id(app))
         if config.metrics_port:
             metrics = MetricsServer(registry_for(app), config.metrics_max_connections, config.metrics_timeout)

@@ -115,11 +115,27 @@ class Registry:
         self._listeners: list[Callable[[], None]] = []
         self.leader_changes = 0  # times the leader key named another node (metrics)
         self._last_leader: str | None = None
+        self._primary_listeners: list[Callable[[NodeInfo | None, NodeInfo], None]] = []
+        self._last_primary: NodeInfo | None = None  # the record of the last primary seen
+        self._switch_pending = False  # the primary changed and the listeners have not been told
         self.ttl = lease_ttl  # this node's lease TTL, written in its record (how long a rival waits for it)
         self._rival: _Rival | None = None  # another lease holding this node's id, since when
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
+
+    def on_primary_change(self, listener: Callable[[NodeInfo | None, NodeInfo], None]) -> None:
+        """Call ``listener(old, new)`` each time this node sees another node become the primary
+        (``old``: the last primary it knew, None if its record was never seen). Pub/sub announces
+        ``+switch-master`` from it; a listener must not block, and its failure is logged, never raised."""
+        self._primary_listeners.append(listener)
+
+    def _announce(self, old: NodeInfo | None, new: NodeInfo) -> None:
+        for listener in list(self._primary_listeners):
+            try:
+                listener(old, new)
+            except Exception:
+                log.exception("a listener of primary changes failed")
 
     def _changed(self) -> None:
         for listener in list(self._listeners):
@@ -248,7 +264,14 @@ class Registry:
                 if self._last_leader is not None:
                     self.leader_changes += 1
                     log.info("the primary is now %s (was %s)", leader, self._last_leader)
+                    self._switch_pending = True  # announced once the new primary's record is known
                 self._last_leader = leader
+            primary = topology.primary
+            if primary is not None:
+                if self._switch_pending:
+                    self._switch_pending = False
+                    self._announce(self._last_primary, primary)
+                self._last_primary = primary
         return topology
 
     async def watch(self) -> None:

@@ -2,7 +2,8 @@
 
 Layout: ``registry`` (the decorator and tables), ``dispatch`` (name -> checks -> handler),
 ``connection``, ``transactions``, ``server``, ``ops`` (SLOWLOG, MONITOR, LATENCY), ``keys``, ``sequences``,
-``workers``, ``acl``, ``cluster``, ``sentinel`` (Sentinel discovery, ROLE), ``refused``, ``debug``.
+``workers``, ``acl``, ``cluster``, ``sentinel`` (Sentinel discovery, ROLE),
+``pubsub`` (SUBSCRIBE and friends, for ``+switch-master``), ``refused``, ``debug``.
 """
 
 from . import (  # noqa: F401  (registration)
@@ -12,6 +13,7 @@ from . import (  # noqa: F401  (registration)
     debug,
     keys,
     ops,
+    pubsub,
     refused,
     sentinel,
     sequences,

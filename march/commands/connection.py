@@ -53,6 +53,8 @@ _handshake = partial(
 def ping(client: Client, args: list[bytes]) -> Any:
     if len(args) > 2:
         raise errors.wrong_arity("ping")
+    if client.proto == 2 and client.id in client.app.pubsub.subscribers:  # as Redis, in subscribed mode
+        return [b"pong", b"" if len(args) == 1 else args[1]]
     return "PONG" if len(args) == 1 else args[1]
 
 
@@ -215,6 +217,7 @@ def quit_(client: Client, args: list[bytes]) -> Any:
 def reset(client: Client, args: list[bytes]) -> Any:
     client.reset()
     client.app.monitors.remove(client.id)  # a MONITOR connection stops being one, as in Redis
+    client.app.pubsub.remove(client.id)  # and a subscribed one has no subscription left
     return "RESET"
 
 

@@ -6,7 +6,9 @@
 The checks run in Redis' order: unknown command, arity, authentication (``NOAUTH``), a command
 flagged ``no_multi`` inside MULTI (``ERR Command not allowed inside a transaction``: SHUTDOWN),
 permissions, routing, then what a MONITOR connection may not do (a command that reads or writes
-the keyspace: ``ERR Replica can't interact with the keyspace``, as Redis answers its monitors).
+the keyspace: ``ERR Replica can't interact with the keyspace``, as Redis answers its monitors),
+then what a RESP2 connection with subscriptions may not do (anything but (P)SUBSCRIBE,
+(P)UNSUBSCRIBE, PING, QUIT, RESET: Redis' ``Can't execute`` error; ``commands.pubsub``).
 A request refused by one of them is ``rejected`` (``reject``): counted apart from the calls that
 ran and failed (INFO commandstats), and, inside MULTI, dooming the transaction.
 
@@ -74,6 +76,12 @@ def call(client: Client, args: list[bytes]) -> Any:
     monitors = client.app.monitors.feeds
     if monitors and client.id in monitors and _keyspace(spec):
         raise reject(client, spec, CommandError(errors.MONITOR_KEYSPACE))
+    subscribers = client.app.pubsub.subscribers
+    if subscribers and client.proto == 2 and client.id in subscribers and spec.name not in _SUBSCRIBED_MAY:
+        sub = spec.subcommand(args)
+        raise reject(
+            client, spec, CommandError(errors.PUBSUB_CONTEXT.format(f"{spec.name}|{sub}" if sub else spec.name))
+        )
     if client.multi is not None and spec.queued:
         if len(client.multi) >= client.app.config.max_multi_commands:
             raise reject(client, spec, CommandError(errors.MULTI_TOO_LONG.format(client.app.config.max_multi_commands)))
@@ -81,6 +89,10 @@ def call(client: Client, args: list[bytes]) -> Any:
         client.app.metrics.commands.of(spec.name.encode()).queued += 1  # a call when EXEC runs it
         return "QUEUED"
     return spec.handler(client, args)
+
+
+# What a RESP2 connection with subscriptions may run, as in Redis (its replies would be read as messages).
+_SUBSCRIBED_MAY = frozenset({"subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ping", "quit", "reset"})
 
 
 def _keyspace(spec: CommandSpec) -> bool:

@@ -10,8 +10,8 @@ as its sentinels and finds the primary through them. What they send, checked in 
   ``num-other-sentinels``), ``SENTINEL SLAVES`` for ``slave_for``;
 - ioredis: ``SENTINEL get-master-addr-by-name``, then ``SENTINEL sentinels`` to learn the others,
   then the primary's ``INFO`` (``role:master``) as its ready check;
-- Jedis: ``SENTINEL get-master-addr-by-name`` (plus a ``SUBSCRIBE +switch-master`` listener, which
-  March does not answer: see ``docs/sentinel.md``);
+- Jedis: ``SENTINEL get-master-addr-by-name`` (plus a ``SUBSCRIBE +switch-master`` listener: the
+  node publishes it when it sees the primary change, ``march.pubsub``);
 - Lettuce: ``SENTINEL get-master-addr-by-name``; its master/replica mode ``SENTINEL MASTER`` and
   ``SENTINEL REPLICAS``.
 

@@ -10,6 +10,8 @@
   three-node cluster while its primary is killed with ``kill -9``: they reach the new primary
   through the sentinels, and every ID is new and above the one before (one client, one request at
   a time: each reply arrives before the next request is sent, so guarantee 2 says increasing).
+- ``+switch-master``: redis-py PubSub on a standby, one SUBSCRIBEd to the channel and one
+  PSUBSCRIBEd to ``*``, each get Sentinel's message naming the new primary after a ``kill -9``.
 """
 
 from __future__ import annotations
@@ -260,6 +262,44 @@ def test_redis_py_sentinel_follows_a_killed_primary(cluster: MarchCluster) -> No
     primary = cluster.wait_settled()
     assert sentinel.discover_master("march") == ("127.0.0.1", primary.port)
     master.close()
+
+
+def _next_message(pubsub: redis.client.PubSub, timeout: float) -> dict[str, object]:
+    """The next message (not a subscription confirmation) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        message = pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+        if message is not None:
+            return dict(message)
+    raise AssertionError(f"no message within {timeout}s")
+
+
+def test_standbys_announce_switch_master(cluster: MarchCluster) -> None:
+    """What Jedis and go-redis (SUBSCRIBE +switch-master) and Lettuce (PSUBSCRIBE *) listen for: a
+    standby sends ``march <old-ip> <old-port> <new-ip> <new-port>`` once it sees the new primary."""
+    old = cluster.wait_settled()
+    standby = next(n for n in cluster.nodes if n is not old)
+    conn = redis.Redis(port=standby.port)
+    channel, everything = conn.pubsub(), conn.pubsub()
+    channel.subscribe("+switch-master")
+    everything.psubscribe("*")
+    for p in (channel, everything):  # confirmed: the subscriptions are in place before the kill
+        assert p.get_message(timeout=5) is not None
+    try:
+        cluster.kill(old)
+        new = cluster.wait_primary(15, exclude=[old])
+        expected = f"march 127.0.0.1 {old.port} 127.0.0.1 {new.port}".encode()
+        assert _next_message(channel, 15) == {
+            "type": "message", "pattern": None, "channel": b"+switch-master", "data": expected
+        }  # fmt: skip
+        assert _next_message(everything, 5) == {
+            "type": "pmessage", "pattern": b"*", "channel": b"+switch-master", "data": expected
+        }  # fmt: skip
+    finally:
+        channel.close()
+        everything.close()
+        conn.close()
+        cluster.restart(old)  # back as a standby: the next test starts from three nodes again
 
 
 @pytest.fixture(scope="module")
