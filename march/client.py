@@ -97,10 +97,13 @@ class Client:
     def info_line(self) -> str:
         """One line of CLIENT LIST / CLIENT INFO, with Redis' field names."""
         now = time.monotonic()
-        flags = "x" if self.multi is not None else "N"
+        sub = self.app.pubsub.subscribers.get(self.id)  # (Redis' flag P: it has subscriptions)
+        flags = ("P" if sub is not None else "") + ("x" if self.multi is not None else "") or "N"
+        channels, patterns = (len(sub.channels), len(sub.patterns)) if sub is not None else (0, 0)
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name} "
-            f"age={int(now - self.created)} idle={int(now - self.last_active)} flags={flags} db=0 sub=0 psub=0 "
+            f"age={int(now - self.created)} idle={int(now - self.last_active)} flags={flags} db=0 "
+            f"sub={channels} psub={patterns} "
             f"ssub=0 multi={len(self.multi) if self.multi is not None else -1} "
             f"qbuf={self.query_buffer()} omem={self.unsent()} "
             f"user={self.user.name} lib-name={self.lib_name} lib-ver={self.lib_ver} resp={self.proto}"

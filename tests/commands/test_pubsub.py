@@ -81,3 +81,37 @@ def test_subscriptions_per_connection_are_bounded(march_proc: MarchServer) -> No
         assert c.call("PING") == [b"pong", b""]  # still subscribed, still answered
         long = c.call("SUBSCRIBE", "x" * 2000)
         assert type(long).__name__ == "RespError" and "too long" in str(long)
+
+
+def pipelined(port: int) -> bytes:
+    """SUBSCRIBE and the commands after it in one write (the server reads them at once), then
+    SUBSCRIBE inside MULTI (Redis runs it in EXEC: the connection is subscribed after it)."""
+    with RespConn(port) as c:
+        c.send(b"".join(encode(*r) for r in (["SUBSCRIBE", "a"], ["INCR", "pubsub:y"], ["PING"], ["UNSUBSCRIBE", "a"])))
+        replies = [c.read_reply_raw() for _ in range(4)]
+        c.send(b"".join(encode(*r) for r in (["MULTI"], ["SUBSCRIBE", "m"], ["EXEC"], ["GET", "pubsub:y"])))
+        replies += [c.read_reply_raw() for _ in range(4)]
+        return b"".join(replies)
+
+
+def test_pipelined_requests_after_subscribe_are_checked(march_proc: MarchServer, redis_proc: RedisServer) -> None:
+    """The INCR read with the SUBSCRIBE is refused too (a subscribed connection leaves the fast path)."""
+    ours = pipelined(march_proc.port)
+    assert ours == pipelined(redis_proc.port)
+    assert b"Can't execute 'incr'" in ours and b"Can't execute 'get'" in ours
+
+
+def client_line(port: int) -> dict[str, str]:
+    """The CLIENT LIST fields of a connection subscribed to two channels and one pattern."""
+    with RespConn(port) as sub, RespConn(port) as other:
+        sub.call("CLIENT", "SETNAME", "listener")
+        sub.send(encode("SUBSCRIBE", "a", "b"))
+        sub.read_reply(), sub.read_reply()
+        sub.call("PSUBSCRIBE", "x*")
+        lines = other.call("CLIENT", "LIST").decode().splitlines()
+        line = next(line for line in lines if "name=listener" in line)
+        return {k: v for k, _, v in (f.partition("=") for f in line.split()) if k in ("flags", "sub", "psub")}
+
+
+def test_client_list_counts_subscriptions(march_proc: MarchServer, redis_proc: RedisServer) -> None:
+    assert client_line(march_proc.port) == client_line(redis_proc.port) == {"flags": "P", "sub": "2", "psub": "1"}
