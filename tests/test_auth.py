@@ -158,6 +158,7 @@ def test_the_app_category_is_what_client_libraries_send() -> None:
         # redis-py Sentinel, ioredis sentinels, Jedis, Lettuce: discovery only (docs/sentinel.md)
         "sentinel|get-master-addr-by-name", "sentinel|masters", "sentinel|master", "sentinel|replicas",
         "sentinel|slaves", "sentinel|sentinels", "sentinel|myid", "role",
+        "subscribe", "unsubscribe", "psubscribe", "punsubscribe",  # +switch-master (Jedis, go-redis, Lettuce)
     }  # fmt: skip
 
 
