@@ -1,7 +1,11 @@
 """Server-wide state shared by every connection: config, node (store, group, users), clients, counters.
 
-``App`` is built once by the server and handed to every ``Client``; command handlers reach the
-keyspace, the group, the config and the statistics through it.
+``App`` is built once by the node's assembly and handed to every ``Client``; command handlers reach
+the keyspace, the group, the config and the statistics through it.
+
+It sits below the commands and the per-connection state and imports nothing above it: what the
+assembly built it receives at construction, seen through the small Protocols below (``Assembled``:
+the node; ``FastCommand``: an entry of the fast-path table; ``Connected``: a connection's client).
 
 ``hot`` is the server's fast-path table: the hot commands while the group serves, empty otherwise
 (then every request goes through the dispatcher, which waits or redirects). It is derived from the
@@ -16,25 +20,68 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import log as march_log
-from .auth import AclLog, AuthThrottle
+from .auth import AclCommand, AclLog, AuthThrottle, User, Users
 from .config import OPTIONS, Config
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
-from .metrics import NodeMetrics
+from .group import Group
+from .limits import clients_the_fd_limit_allows
+from .metrics.counters import NodeMetrics
 from .pubsub import PubSub
 from .serving import Change, Phase
+from .store.base import Store
+from .users import SharedUsers
 
 if TYPE_CHECKING:
-    from .auth import User
-    from .client import Client
     from .cluster.registry import NodeInfo
-    from .commands.registry import Hot
-    from .node import Node
 
-VERSION = "0.1.0"
-REDIS_COMPAT_VERSION = "7.0.0"  # what HELLO and INFO report as redis_version: the command set we follow
+
+class Assembled(Protocol):
+    """What ``App`` reads of the node the assembly built (``march.node.Node`` is one)."""
+
+    config: Config  # (CONFIG SET replaces it)
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def group(self) -> Group: ...
+    @property
+    def users(self) -> Users: ...
+    @property
+    def shared_users(self) -> SharedUsers: ...
+    @property
+    def commands(self) -> Mapping[str, AclCommand]: ...  # the registered commands, by name
+
+
+class FastCommand(Protocol):
+    """An entry of the server's fast-path table (``commands.registry.Hot`` is one)."""
+
+    @property
+    def arity(self) -> int: ...
+    @property
+    def handler(self) -> Callable[..., Any]: ...
+    @property
+    def consecutive(self) -> Callable[..., range | None] | None: ...
+
+
+class Connected(Protocol):
+    """What the server-wide state and its readers (CLIENT LIST, CLIENT KILL) see of a connection's
+    client (``march.client.Client`` is one)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def addr(self) -> str: ...
+    @property
+    def laddr(self) -> str: ...
+    @property
+    def user(self) -> User: ...
+    @property
+    def authenticated(self) -> bool: ...
+    def logout(self) -> None: ...
+    def info_line(self) -> str: ...
 
 
 class Stats:
@@ -105,7 +152,7 @@ class OpsRate:
 
 
 class App:
-    def __init__(self, config: Config, node: Node, hot: Mapping[bytes, Hot]) -> None:
+    def __init__(self, config: Config, node: Assembled, hot: Mapping[bytes, FastCommand]) -> None:
         self.config = config
         self.node = node
         self.store = node.store
@@ -114,7 +161,7 @@ class App:
         self.users = node.users
         self.acl_log = AclLog()
         self.auth_throttle = AuthThrottle()  # failed AUTHs per address and per user, across connections
-        self.clients: dict[int, Client] = {}
+        self.clients: dict[int, Connected] = {}
         self.stats = Stats()
         self.ops_rate = OpsRate(lambda: self.stats.commands)
         self.config_changed: set[str] = set()  # options changed by CONFIG SET, for CONFIG REWRITE
@@ -128,14 +175,14 @@ class App:
         self.shutdown_requested: asyncio.Event | None = None
         self.closers: dict[int, Callable[[], None]] = {}
         # observability: what the server counts and records, read by /metrics, SLOWLOG, LATENCY, MONITOR
-        self.metrics = NodeMetrics()
+        self.metrics = NodeMetrics(node.commands)
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.monitors = Monitors()
         self.pubsub = PubSub()
         self._hot = hot
         state = node.group.state
-        self.hot: Mapping[bytes, Hot] = hot if state.serving else {}
+        self.hot: Mapping[bytes, FastCommand] = hot if state.serving else {}
         state.subscribe(self._follow)
         node.shared_users.changed = self._users_changed
 
@@ -182,9 +229,7 @@ class App:
         self.node.config = self.node.shared_users.config = new  # (requirepass itself: stored by CONFIG SET)
         self.keyspace.reconfigure(new)
         if "max_clients" in changed:
-            from .server import _clients_the_fd_limit_allows as fd_limited  # (server imports app)
-
-            self.max_clients = fd_limited(new.max_clients)
+            self.max_clients = clients_the_fd_limit_allows(new.max_clients)
         if changed & {"log_level", "log_format", "requirepass"}:  # (a new password is redacted from logs)
             march_log.apply(new)
         if "slowlog_max_len" in changed:  # a shorter SLOWLOG drops its oldest entries now

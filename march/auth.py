@@ -22,7 +22,8 @@ nothing (``off``, no keys, no commands) and gets only what its rules grant.
 
 A user's ``describe()`` is its rules in a form that, applied to a fresh user, gives the same
 user: that is what ``ACL LIST`` shows and what the store keeps. This module knows the command
-registry only through the ``CommandSpec`` values it is handed; it never touches the store.
+registry only through the values it is handed (``AclCommand``: what a rule reads of a registered
+command); it imports no command and never touches the store.
 """
 
 from __future__ import annotations
@@ -31,17 +32,14 @@ import hashlib
 import hmac
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from . import errors
 from .diagnostics import MAX_STRING, capped
 from .errors import CommandError
 from .glob import Glob, compile_glob
-
-if TYPE_CHECKING:
-    from .commands.registry import CommandSpec
 
 DEFAULT = "default"
 DEFAULT_RULES = "on nopass ~* &* +@all"  # the default user before any password: everything, as in Redis
@@ -56,6 +54,23 @@ CATEGORIES = (
 _GONE_KEPT = 4096  # deletions remembered until the watch passes them: a late write-back of one is refused
 LOG_SIZE = 128  # ACL LOG entries kept (Redis' acllog-max-len default)
 LOG_GROUP_SECONDS = 60  # a repeat of the same denial within this long counts in the same entry
+
+
+class AclCommand(Protocol):
+    """What ACL rules and checks read of a registered command (``commands.registry.CommandSpec`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def categories(self) -> tuple[str, ...]: ...
+    @property
+    def subcommands(self) -> tuple[tuple[str, int, str], ...]: ...  # (name, arity, summary)
+    @property
+    def sub_categories(self) -> Mapping[str, tuple[str, ...]]: ...
+    @property
+    def key_access(self) -> str: ...
+    def categories_of(self, sub: str) -> tuple[str, ...]: ...
+    def key_positions(self, n_args: int) -> list[int]: ...
 
 
 def hash_password(password: bytes) -> str:
@@ -98,7 +113,7 @@ class User:
 
     # --- rules ---------------------------------------------------------------------------------
 
-    def apply(self, rules: Iterable[str], table: dict[str, CommandSpec]) -> None:
+    def apply(self, rules: Iterable[str], table: Mapping[str, AclCommand]) -> None:
         """Apply ``rules`` in order; on an invalid one nothing changes (CommandError, Redis' text)."""
         trial = self.copy()
         for rule in rules:
@@ -121,7 +136,7 @@ class User:
         )
         return other
 
-    def _apply_one(self, rule: str, table: dict[str, CommandSpec]) -> None:
+    def _apply_one(self, rule: str, table: Mapping[str, AclCommand]) -> None:
         low = rule.lower()
         if low == "on":
             self.enabled = True
@@ -210,7 +225,7 @@ class User:
         self.sub_denied.clear()
         self.command_rules = ["-@all"]
 
-    def _command_rule(self, rule: str, table: dict[str, CommandSpec]) -> None:
+    def _command_rule(self, rule: str, table: Mapping[str, AclCommand]) -> None:
         allow = rule[0] == "+"
         what = rule[1:]
         if what.startswith("@"):
@@ -297,7 +312,7 @@ class User:
             return True
         return any((w if write else r) and glob.match(key) for glob, r, w in self._matchers)
 
-    def denial(self, spec: CommandSpec, args: list[bytes]) -> tuple[str, str] | None:
+    def denial(self, spec: AclCommand, args: list[bytes]) -> tuple[str, str] | None:
         """Why this user may not run ``args`` (reason "command" or "key", and the object), or None."""
         sub = args[1].decode("utf-8", "replace").lower() if spec.subcommands and len(args) > 1 else ""
         if not self.may_run(spec.name, sub):
@@ -341,7 +356,7 @@ class Users:
     remembered (``_gone``, bounded) until the watch has passed it.
     """
 
-    def __init__(self, table: dict[str, CommandSpec], loaded: bool = True) -> None:
+    def __init__(self, table: Mapping[str, AclCommand], loaded: bool = True) -> None:
         self.table = table
         self.users: dict[str, User] = {}
         self.revisions: dict[str, int] = {}  # name -> revision of the stored record installed

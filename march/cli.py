@@ -23,9 +23,10 @@ import uvloop
 from . import backup as backup_mod
 from . import config as config_mod
 from . import log as march_log
-from .app import VERSION
+from .commands.registry import REGISTRY  # (importing the commands package registers every command)
 from .server import ListenError, serve
 from .store.base import SequenceRecord, StoreError
+from .version import VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,8 +94,6 @@ def add_through_options(parser: argparse.ArgumentParser) -> None:
 
 def commands_table() -> str:
     """The README's command table, generated from the registry."""
-    from .commands.registry import REGISTRY
-
     lines = ["| command | arity | keys | what it does |", "|---|---|---|---|"]
     for spec in sorted(REGISTRY.values(), key=lambda s: (s.group, s.name)):
         first, last, step = spec.keys
@@ -132,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
             os.execve(sys.executable, [sys.executable, "-m", "march", *rest], {**os.environ, **moved})
     args = build_parser().parse_args(argv)
     if args.command == "commands":
-        import march.commands  # noqa: F401  (registers every command)
-
         print(commands_table())
         return 0
     if args.command == "config-reference":

@@ -21,12 +21,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NewType
+from typing import NewType, Protocol
 
 from .log import event
-
-if TYPE_CHECKING:
-    from .metrics import NodeMetrics
 
 log = logging.getLogger("march.store")
 
@@ -206,13 +203,19 @@ class Monitors:
 SLOW_STORE = 1.0  # seconds: a store transaction this slow is worth a line (requests wait max_wait, 2 s)
 
 
+class StoreCounts(Protocol):
+    """What ``StoreWatch`` counts into (``march.metrics.counters.NodeMetrics`` is one)."""
+
+    def store_chunk(self, operation: str, items: int, seconds: float, failure: BaseException | None) -> None: ...
+
+
 class StoreWatch:
     """Hears of every store transaction (``march.store.batch.listeners``): counts it for metrics,
     records a LATENCY event, and logs what an operator must know: the first failure of a streak,
     the recovery (with how many failed and for how long), and transactions over ``SLOW_STORE``."""
 
     def __init__(
-        self, metrics: NodeMetrics, latency: LatencyMonitor, clock: Callable[[], float] = time.monotonic
+        self, metrics: StoreCounts, latency: LatencyMonitor, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.metrics = metrics
         self.latency = latency

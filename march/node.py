@@ -1,6 +1,7 @@
 """One March node's durable parts, built from the ``Config``: its store and its leadership group,
-and in cluster mode its etcd clients and cluster membership. ``march.server`` starts and stops it;
-nothing here knows a socket or a command.
+and in cluster mode its etcd clients and cluster membership. The server's assembly starts and
+stops it; nothing here knows a socket, and it imports no command: the command table (which the
+users' ACL rules read) is handed to it.
 
 - **Single node** (no ``etcd``): the embedded SQLite store in ``data_dir`` and a group whose
   serving state holds a lease that never ends (the data dir's lock is the leadership). It serves
@@ -32,14 +33,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from .auth import Users
+from .auth import AclCommand, Users
 from .clock import SYSTEM, Clock
 from .cluster.identity import ClusterIdentity
 from .cluster.member import ClusterMember
 from .cluster.registry import NodeInfo
-from .commands.registry import REGISTRY
 from .config import Config
 from .etcd.api import Etcd
 from .etcd.client import TLS, GrpcEtcd
@@ -73,8 +73,16 @@ def etcd_client(c: Config, purpose: str) -> Etcd:
 
 
 class Node:
-    def __init__(self, config: Config, *, clock: Clock = SYSTEM, etcd: EtcdFactory | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        commands: Mapping[str, AclCommand],
+        *,
+        clock: Clock = SYSTEM,
+        etcd: EtcdFactory | None = None,
+    ) -> None:
         self.config = config
+        self.commands = commands  # the command table (name -> spec) the users' rules and the counters read
         self.clock = clock
         self.etcd: dict[str, Etcd] = {}
         self.keys = KeyPaths.of(config.etcd_prefix)
@@ -92,9 +100,9 @@ class Node:
             state = ServingState(clock)  # serves once the data dir is locked (``open``)
         self.store = store
         self.group = Group(state, Keyspace(config, store, state, clock.now))
-        self.users = Users(REGISTRY, loaded=not config.cluster)
+        self.users = Users(commands, loaded=not config.cluster)
         if config.cluster:
-            self.users.default.apply(["off"], REGISTRY)  # nobody gets in until the users are read
+            self.users.default.apply(["off"], commands)  # nobody gets in until the users are read
         self.shared_users = SharedUsers(store, self.users, config, clock, follow=config.cluster)
         self.failure: IdentityConflict | None = None  # why this node may not take part (then it stops)
         self.failed = asyncio.Event()

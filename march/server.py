@@ -47,7 +47,6 @@ import gc
 import inspect
 import ipaddress
 import logging
-import resource
 import socket
 import ssl
 import time
@@ -57,21 +56,25 @@ from typing import Any, cast
 
 from . import errors
 from . import log as march_log
-from .app import VERSION, App
+from .app import App
 from .client import Client
 from .commands import call
 from .commands.dispatch import as_error, monitored, rerun, show
 from .commands.ops import MONITOR_STARTED
-from .commands.registry import HOT, Hot, lookup, redacted
+from .commands.registry import HOT, REGISTRY, Hot, lookup, redacted
 from .commands.server import NO_REPLY
 from .config import Config
 from .diagnostics import COMMAND_WAIT, StoreWatch
 from .errors import CommandError
 from .generators.base import NotServing
-from .metrics import MetricsServer, error_kind, node_id, registry_for
+from .limits import clients_the_fd_limit_allows as _clients_the_fd_limit_allows
+from .metrics.collector import node_id, registry_for
+from .metrics.counters import error_kind
+from .metrics.endpoint import MetricsServer
 from .node import Node
 from .resp import ProtocolError, RequestParser, encode, encode_error
 from .store import batch
+from .version import VERSION
 
 log = logging.getLogger("march")
 
@@ -79,7 +82,6 @@ _HIGH_WATER = 256 << 10  # a client's unsent replies past this: its requests wai
 _monotonic = time.monotonic
 _perf_ns = time.perf_counter_ns
 _NO_HOT: dict[bytes, Hot] = {}  # the fast-path table of a connection that is not plain (AUTH, MULTI)
-_FD_RESERVE = 32  # file descriptors kept for the store, etcd, logs (Redis keeps 32 too)
 # Seconds a TLS client has to finish its handshake (or `timeout`, if shorter). It counts toward
 # max_clients from its accept, so this bound is what keeps silent connections from holding places.
 _HANDSHAKE_TIMEOUT = 10.0
@@ -821,7 +823,7 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
     """
     loop = asyncio.get_running_loop()
     _give_large_frees_back()
-    node = Node(config)
+    node = Node(config, REGISTRY)
     await node.open()
     app = App(config, node, HOT)
     app.max_clients = _clients_the_fd_limit_allows(config.max_clients)
@@ -967,30 +969,6 @@ def tls_context(config: Config) -> ssl.SSLContext:
         "no": ssl.CERT_NONE,
     }[config.tls_auth_clients]
     return context
-
-
-def _clients_the_fd_limit_allows(wanted: int) -> int:
-    """``max_clients``, lowered (and logged) if the process may not open that many files, as Redis does.
-
-    The soft limit is raised toward the hard one first."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = wanted + _FD_RESERVE
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-    if soft == resource.RLIM_INFINITY or soft >= needed:
-        return wanted
-    allowed = max(1, soft - _FD_RESERVE)
-    log.warning(
-        "max_clients lowered from %d to %d: this process may open %d files (ulimit -n), %d are kept for the rest",
-        wanted,
-        allowed,
-        soft,
-        _FD_RESERVE,
-    )
-    return allowed
 
 
 async def _close_connections(conns: set[Connection], timeout: float) -> None:

@@ -167,9 +167,9 @@ def test_json_log_of_a_real_server_has_the_node_and_no_password(
 
 def test_store_watch_logs_a_failure_streak_once_and_its_end(caplog: pytest.LogCaptureFixture) -> None:
     from march.diagnostics import LatencyMonitor, StoreWatch
-    from march.metrics import NodeMetrics
+    from march.metrics.counters import NodeMetrics
 
-    metrics, latency = NodeMetrics(), LatencyMonitor()
+    metrics, latency = NodeMetrics(()), LatencyMonitor()
     now = [0.0]
     watch = StoreWatch(metrics, latency, clock=lambda: now[0])
     with caplog.at_level(logging.INFO, logger="march.store"):

@@ -46,7 +46,7 @@ async def node(etcd: FakeEtcd) -> AsyncIterator[Callable[[], Node]]:
 
     def build() -> Node:
         config = Config(etcd="fake:2379", etcd_prefix=PREFIX, node_id=f"n{len(made)}")
-        n = Node(config, clock=etcd.clock, etcd=lambda purpose: etcd.client(f"n{len(made)}-{purpose}"))
+        n = Node(config, REGISTRY, clock=etcd.clock, etcd=lambda purpose: etcd.client(f"n{len(made)}-{purpose}"))
         made.append(n)
         return n
 
@@ -139,7 +139,10 @@ async def test_a_node_seeding_requirepass_while_another_does_never_leaves_defaul
         return clients[purpose]
 
     n = Node(
-        Config(etcd="fake:2379", etcd_prefix=PREFIX, node_id="n", requirepass="mine"), clock=etcd.clock, etcd=client
+        Config(etcd="fake:2379", etcd_prefix=PREFIX, node_id="n", requirepass="mine"),
+        REGISTRY,
+        clock=etcd.clock,
+        etcd=client,
     )
     data = clients["data"]
     read = data.range

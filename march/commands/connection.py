@@ -23,14 +23,15 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..app import REDIS_COMPAT_VERSION
 from ..errors import CommandError
 from ..resp import Verbatim
+from ..version import REDIS_COMPAT_VERSION
 from .args import parse_int
-from .dispatch import refuse
+from .permissions import refuse
 from .registry import Handler, Secrets, command, run_subcommand
 
 if TYPE_CHECKING:
+    from ..app import Connected
     from ..client import Client
 
 log = logging.getLogger("march")
@@ -336,7 +337,7 @@ def _client_list(client: Client, args: list[bytes]) -> Any:
     return _list_sliced(client, targets)
 
 
-async def _list_sliced(client: Client, targets: list[Client]) -> Any:
+async def _list_sliced(client: Client, targets: list[Connected]) -> Any:
     lines = _Lines(client)
     for start in range(0, len(targets), _LIST_SLICE):
         if start:
@@ -354,7 +355,7 @@ class _Lines:
         self.size = 0
         self.parts: list[str] = []
 
-    def add(self, clients: list[Client]) -> None:
+    def add(self, clients: list[Connected]) -> None:
         for c in clients:
             line = c.info_line() + "\n"
             self.size += len(line) if line.isascii() else len(line.encode())
@@ -377,7 +378,7 @@ class _KillFilter:
     normal: bool = True  # TYPE: every March connection is normal; TYPE master/replica/pubsub matches none
     skipme: bool = True
 
-    def matches(self, caller: Client, c: Client) -> bool:
+    def matches(self, caller: Client, c: Connected) -> bool:
         return (
             self.normal
             and (not self.id or c.id == self.id)

@@ -39,6 +39,7 @@ from .. import errors
 from ..errors import CommandError
 from ..generators.base import NotServing
 from ..store.base import StoreError, StoreFull, StoreRejected
+from .permissions import refuse
 from .registry import TABLE, CommandSpec, lookup, redacted
 
 if TYPE_CHECKING:
@@ -163,44 +164,6 @@ def reject(client: Client, spec: CommandSpec, error: CommandError) -> CommandErr
     if client.multi is not None:
         client.multi_error = True
     return error
-
-
-def refuse(client: Client, reason: str, subject: str) -> CommandError:
-    """NOPERM for a command or a key the user may not use: counted, logged in ACL LOG."""
-    app = client.app
-    context = "multi" if client.multi is not None else "toplevel"
-    app.acl_log.add(reason, context, subject, client.user.name, client.info_line())
-    if reason == "command":
-        app.stats.denied_command += 1
-        return CommandError(errors.NOPERM_COMMAND.format(subject))
-    app.stats.denied_key += 1
-    return CommandError(errors.NOPERM_KEY)
-
-
-def may_create(client: Client, key: bytes) -> None:
-    """NOPERM unless the user may create ``key`` (SEQ.CREATE on it): auto-creation by INCR and SET needs it."""
-    _may(client, "seq.create", key, errors.NOPERM_CREATE)
-
-
-def may_raise_floor(client: Client, key: bytes) -> None:
-    """NOPERM unless the user may raise floors on ``key`` (SET on it): SEQ.CREATE ... START/FLOOR needs it."""
-    _may(client, "set", key, errors.NOPERM_FLOOR)
-
-
-def may_change_settings(client: Client, key: bytes) -> None:
-    """NOPERM unless the user may change ``key``'s settings (SEQ.ALTER on it): SEQ.CREATE with its own
-    MINBATCH/MAXBATCH/LOOKAHEAD/MAXLEAD needs it."""
-    _may(client, "seq.alter", key, errors.NOPERM_SETTINGS)
-
-
-def _may(client: Client, command: str, key: bytes, text: str) -> None:
-    user = client.user
-    if user.unrestricted or (user.may_run(command) and user.may_access(key, write=True)):
-        return
-    refuse(client, "command", command)  # counted and logged as the command it needed
-    if client.multi is not None:
-        client.multi_error = True
-    raise CommandError(text.format(key.decode("utf-8", "replace")))
 
 
 def moved(client: Client, spec: CommandSpec, args: list[bytes]) -> CommandError:

@@ -40,7 +40,7 @@ from ..errors import CommandError
 from ..glob import Glob, compile_glob, literal_prefix
 from ..keyspace import PAGE, Selection, sift
 from .args import parse_int
-from .dispatch import may_create
+from .permissions import may_create
 from .registry import command
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..diagnostics import REDACTED, Redacted
+from ..errors import REFUSAL_REASONS, REFUSED, UNKNOWN_SUBCOMMAND, CommandError, wrong_arity
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -194,8 +195,6 @@ def lookup(name: bytes) -> CommandSpec | None:
 
 def refuse(name: str, arity: int, group: str = "refused") -> None:
     """Register a Redis command March refuses, so clients get a reason, not 'unknown command'."""
-    from ..errors import REFUSAL_REASONS, REFUSED, CommandError
-
     reason = REFUSAL_REASONS[name]
 
     def handler(client: Client, args: list[bytes]) -> Any:
@@ -213,8 +212,6 @@ def refuse(name: str, arity: int, group: str = "refused") -> None:
 
 def check_subcommand(name: str, args: list[bytes]) -> bytes:
     """The subcommand of ``args`` (lower-cased), once its arity is right, with Redis' error texts."""
-    from ..errors import UNKNOWN_SUBCOMMAND, CommandError, wrong_arity
-
     sub = args[1].lower()
     subcommands = REGISTRY[name].subcommands
     if sub == b"help" and all(s != "help" for s, _, _ in subcommands):

@@ -43,8 +43,8 @@ from ..generators import layout as layouts
 from ..generators.timestamp import KIND as TIMESTAMP
 from ..generators.timestamp import TimestampGenerator
 from .args import key_text, parse_int
-from .dispatch import may_change_settings, may_create, may_raise_floor
 from .keys import list_names
+from .permissions import may_change_settings, may_create, may_raise_floor
 from .registry import command
 
 if TYPE_CHECKING:

@@ -23,13 +23,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..app import REDIS_COMPAT_VERSION, VERSION
 from ..config import Config, ConfigError, find_option, parse_value, rewrite_file
 from ..errors import CommandError
 from ..glob import compile_glob
-from ..metrics import CommandCounts
+from ..metrics.counters import CommandCounts
 from ..resp import Verbatim
 from ..store.base import StoreError
+from ..version import REDIS_COMPAT_VERSION, VERSION
 from .registry import REGISTRY, CommandSpec, Handler, Secrets, check_subcommand, command, lookup, run_subcommand
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
-from ..metrics import error_kind
+from ..metrics.counters import error_kind
 from .dispatch import as_error, call, monitored, show
 from .ops import MONITOR_STARTED
 from .registry import command, lookup, redacted

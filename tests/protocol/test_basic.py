@@ -10,7 +10,7 @@ import threading
 import pytest
 from support import MarchServer, RedisServer
 
-from march.app import REDIS_COMPAT_VERSION
+from march.version import REDIS_COMPAT_VERSION
 
 from .raw import Raw, barrier, bulk, info_field, march_bug, mb
 

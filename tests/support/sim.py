@@ -27,6 +27,7 @@ from typing import Any
 
 from march import errors
 from march.clock import ManualClock
+from march.commands.registry import REGISTRY
 from march.config import Config
 from march.errors import CommandError
 from march.etcd.api import Request, TxnResult
@@ -58,7 +59,7 @@ class SimNode:
         }
         options.update(settings)
         self.config = Config(**options)
-        self.node = Node(self.config, clock=sim.clock, etcd=self._client)
+        self.node = Node(self.config, REGISTRY, clock=sim.clock, etcd=self._client)
         self.group = self.node.group
         self.state = self.group.state
         self.keyspace = self.group.keyspace
