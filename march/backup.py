@@ -58,10 +58,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .config import Config
+from .config import MAX_ID, Config
 from .etcd.api import Etcd, Get, Put, Request, created_at, value_is
 from .etcd.keys import KeyPaths
-from .generators.sequence import MAX_ID, TOP
+from .generators.sequence import TOP
 from .node import etcd_client
 from .store.base import SINGLE_NODE, SequenceRecord, WorkerRecord
 from .store.etcd import EtcdStore, decode_record, decode_worker, encode_ceiling, encode_record, encode_worker

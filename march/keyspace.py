@@ -66,12 +66,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import errors
-from .config import Config, clamp_setting, setting_bounds
+from .config import MAX_ID, Config, clamp_setting, setting_bounds
 from .errors import CommandError
 from .generators import timestamp
 from .generators.base import BatchPolicy, Clock, NotServing, WallClock, monotonic
 from .generators.layout import Layout
-from .generators.sequence import MAX_ID, SequenceGenerator
+from .generators.sequence import SequenceGenerator
 from .generators.timestamp import TimestampGenerator
 from .serving import Change, Phase, ServingState, Term
 from .store.base import GuardFailed, SequenceRecord, Store

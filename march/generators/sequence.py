@@ -21,13 +21,13 @@ import logging
 from typing import Any
 
 from .. import errors
+from ..config import MAX_ID
 from ..errors import CommandError
 from ..store.base import Store
 from .base import BatchPolicy, Clock, DurableBound, Lease
 
 log = logging.getLogger(__name__)
 
-MAX_ID = (1 << 63) - 1
 TOP = MAX_ID + 1  # the highest possible ceiling
 
 

@@ -27,9 +27,9 @@ from support.postgres import postgres  # noqa: F401 - a throwaway PostgreSQL (im
 from support.servers import REPO_ROOT, RedisServer
 
 from march.backup import BackupError, Summary, _EtcdWriter
+from march.config import MAX_ID
 from march.etcd.client import GrpcEtcd
 from march.etcd.keys import KeyPaths
-from march.generators.sequence import MAX_ID
 from march.store.base import SequenceRecord
 from march.store.etcd import encode_ceiling, encode_record
 

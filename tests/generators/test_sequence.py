@@ -29,10 +29,11 @@ from support.aio import FakeClock, finish, until
 from support.generators import FakeLease, settle, take_checked
 
 from march import errors
+from march.config import MAX_ID
 from march.errors import CommandError
 from march.generators import base as base_module
 from march.generators.base import BatchPolicy, NotServing
-from march.generators.sequence import MAX_ID, TOP, SequenceGenerator
+from march.generators.sequence import TOP, SequenceGenerator
 from march.store.base import SINGLE_NODE, Guard, SequenceRecord
 from march.store.memory import MemoryStore
 
