@@ -35,7 +35,7 @@ Where the writes go, and why they can never break what a serving primary relies 
   the raise is computed from the stored value in the same transaction). A primary elected
   meanwhile fails the transaction and restore stops, saying so. (Creating names with no term
   current also leaves SCAN's resume points sound: a point is exact only within the term that
-  counted it, ``march.store.etcd``.) With a primary serving, raise
+  counted it, ``march.store.cursors``.) With a primary serving, raise
   floors through it instead: ``--through HOST:PORT`` sends ``SET key N`` (the durable, fenced
   floor raise every node already does) for each sequence-kind record; see docs/backup.md.
 
@@ -64,7 +64,9 @@ from .etcd.keys import KeyPaths
 from .generators.sequence import MAX_ID, TOP
 from .node import etcd_client
 from .store.base import SINGLE_NODE, SequenceRecord, WorkerRecord
-from .store.etcd import EtcdStore, decode_record, decode_worker, encode_ceiling, encode_record, encode_worker
+from .store.etcd import EtcdStore, decode_record, encode_record
+from .store.etcd_guard import encode_ceiling
+from .store.etcd_workers import decode_worker, encode_worker
 from .store.membership import SQLITE_FILE
 from .store.sqlite import SqliteStore
 from .workers import IDS

@@ -39,7 +39,8 @@ from march.etcd.api import Delete, Etcd, Get, Put, created_at
 from march.etcd.client import TLS, GrpcEtcd
 from march.etcd.keys import KeyPaths, prefix_end
 from march.store.base import Guard, GuardFailed, SequenceRecord, StoreError, StoreFull, StoreRejected
-from march.store.etcd import EtcdStore, decode_record, encode_ceiling, encode_record
+from march.store.etcd import EtcdStore, decode_record, encode_record
+from march.store.etcd_guard import encode_ceiling
 
 MAX_ID = 2**63 - 1
 TOP = 2**63

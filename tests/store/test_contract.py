@@ -80,7 +80,8 @@ from march.store.base import (
     UserRecord,
     WorkerRecord,
 )
-from march.store.etcd import USERS_PAGE, EtcdStore
+from march.store.etcd import EtcdStore
+from march.store.etcd_users import USERS_PAGE
 from march.store.sqlite import SqliteStore
 
 TOP = 2**63  # the largest ceiling a store must keep (a sequence's IDs end at 2**63 - 1)
