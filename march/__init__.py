@@ -14,7 +14,7 @@
 - ``keyspace``: the sequences a group serves, read lazily per term, wired to the store.
 - ``cluster/``: lease, election, registry and topology, planned failover (etcd mode).
 - ``generators/``: pure allocation logic with an injected clock, store and lease.
-- ``store/``: durable state behind one interface (sqlite embedded; etcd; memory for tests).
-- ``etcd/``: the etcd interface, key paths, the gRPC client and an in-process fake.
+- ``store/``: durable state behind one interface (sqlite embedded; etcd).
+- ``etcd/``: the etcd interface, key paths, the gRPC client.
 - ``clock``: injected time (real, or moved by tests).
 """

@@ -35,7 +35,7 @@ Where the writes go, and why they can never break what a serving primary relies 
   the raise is computed from the stored value in the same transaction). A primary elected
   meanwhile fails the transaction and restore stops, saying so. (Creating names with no term
   current also leaves SCAN's resume points sound: a point is exact only within the term that
-  counted it, ``march.store.etcd``.) With a primary serving, raise
+  counted it, ``march.store.cursors``.) With a primary serving, raise
   floors through it instead: ``--through HOST:PORT`` sends ``SET key N`` (the durable, fenced
   floor raise every node already does) for each sequence-kind record; see docs/backup.md.
 
@@ -64,7 +64,9 @@ from .etcd.keys import KeyPaths
 from .generators.sequence import TOP
 from .node import etcd_client
 from .store.base import SINGLE_NODE, SequenceRecord, WorkerRecord
-from .store.etcd import EtcdStore, decode_record, decode_worker, encode_ceiling, encode_record, encode_worker
+from .store.etcd import EtcdStore, decode_record, encode_record
+from .store.etcd_guard import encode_ceiling
+from .store.etcd_workers import decode_worker, encode_worker
 from .store.membership import SQLITE_FILE
 from .store.sqlite import SqliteStore
 from .workers import IDS
@@ -142,84 +144,111 @@ def worker_line(record: WorkerRecord) -> dict[str, Any]:
     }
 
 
-def read_backup(stream: IO[str]) -> Backup:
-    """Parse and check a whole backup file (BackupError at the first bad line: nothing is written)."""
-    out = Backup()
-    header: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-    sequences: dict[bytes, SequenceRecord] = {}
-    lines = {"sequences": 0, "users": 0, "workers": 0}
-    for number, text in enumerate(stream, 1):
-        where = f"line {number}"
-        if not text.strip():
-            continue
-        if end is not None:
-            raise BackupError(f"{where}: data after the end line")
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BackupError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(line, dict):
-            raise BackupError(f"{where}: not a JSON object")
-        if header is None:
-            if line.get("format") != FORMAT:
-                raise BackupError(f"{where}: not a March backup (no {FORMAT!r} header)")
-            if line.get("version") != VERSION:
-                raise BackupError(
-                    f"{where}: backup format version {line.get('version')!r} is not supported"
-                    f" (this march reads {VERSION})"
-                )
-            header = line
-            continue
+def _object(text: str, where: str) -> dict[str, Any]:
+    try:
+        line = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BackupError(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(line, dict):
+        raise BackupError(f"{where}: not a JSON object")
+    return line
+
+
+def _check_header(line: dict[str, Any], where: str) -> None:
+    if line.get("format") != FORMAT:
+        raise BackupError(f"{where}: not a March backup (no {FORMAT!r} header)")
+    if line.get("version") != VERSION:
+        raise BackupError(
+            f"{where}: backup format version {line.get('version')!r} is not supported (this march reads {VERSION})"
+        )
+
+
+def _sequence(line: dict[str, Any], where: str) -> SequenceRecord:
+    seq_kind = line.get("kind")
+    if seq_kind not in ("sequence", "timestamp"):
+        raise BackupError(f"{where}: unknown sequence kind {seq_kind!r}")
+    settings = line.get("settings", {})
+    if not isinstance(settings, dict):
+        raise BackupError(f"{where}: settings is not an object")
+    ceiling = _int(line, "ceiling", where, TOP)
+    return SequenceRecord(_name_of(line, "key", where), seq_kind, ceiling, settings)
+
+
+def _worker(line: dict[str, Any], where: str) -> WorkerRecord:
+    token = line.get("token")
+    if not isinstance(token, str):
+        raise BackupError(f"{where}: token is not a string")
+    return WorkerRecord(
+        _name_of(line, "namespace", where),
+        _int(line, "id", where, IDS - 1),
+        token.encode("latin-1"),
+        _int(line, "expires_ms", where, TOP),
+        _int(line, "floor_ms", where, TOP),
+        _int(line, "ttl", where, 1 << 31),
+    )
+
+
+class _Reader:
+    """One pass over a backup file: the records read so far, and whether its header and end came."""
+
+    def __init__(self) -> None:
+        self.out = Backup()
+        self.header = False
+        self.end: dict[str, Any] | None = None
+        self.sequences: dict[bytes, SequenceRecord] = {}
+        self.sequence_lines = 0
+
+    def add(self, line: dict[str, Any], where: str) -> None:
+        if not self.header:
+            _check_header(line, where)
+            self.header = True
+            return
         kind = line.get("type")
         if kind == "sequence":
-            seq_kind = line.get("kind")
-            if seq_kind not in ("sequence", "timestamp"):
-                raise BackupError(f"{where}: unknown sequence kind {seq_kind!r}")
-            settings = line.get("settings", {})
-            if not isinstance(settings, dict):
-                raise BackupError(f"{where}: settings is not an object")
-            ceiling = _int(line, "ceiling", where, TOP)
-            key = _name_of(line, "key", where)
-            lines["sequences"] += 1
-            if key not in sequences or sequences[key].ceiling < ceiling:  # a name twice: the higher ceiling
-                sequences[key] = SequenceRecord(key, seq_kind, ceiling, settings)
+            record = _sequence(line, where)
+            self.sequence_lines += 1
+            known = self.sequences.get(record.key)
+            if known is None or known.ceiling < record.ceiling:  # a name twice: the higher ceiling
+                self.sequences[record.key] = record
         elif kind == "user":
             name, rules = line.get("name"), line.get("rules")
             if not isinstance(name, str) or not isinstance(rules, str):
                 raise BackupError(f"{where}: a user needs a name and rules (strings)")
-            out.users[name] = rules
+            self.out.users[name] = rules
         elif kind == "worker":
-            token = line.get("token")
-            if not isinstance(token, str):
-                raise BackupError(f"{where}: token is not a string")
-            out.workers.append(
-                WorkerRecord(
-                    _name_of(line, "namespace", where),
-                    _int(line, "id", where, IDS - 1),
-                    token.encode("latin-1"),
-                    _int(line, "expires_ms", where, TOP),
-                    _int(line, "floor_ms", where, TOP),
-                    _int(line, "ttl", where, 1 << 31),
-                )
-            )
+            self.out.workers.append(_worker(line, where))
         elif kind == "workers_retired":
-            out.workers_retired = max(out.workers_retired, _int(line, "floor_ms", where, TOP))
+            self.out.workers_retired = max(self.out.workers_retired, _int(line, "floor_ms", where, TOP))
         elif kind == "end":
-            end = line
+            self.end = line
         else:
             raise BackupError(f"{where}: unknown record type {kind!r}")
-    if header is None:
-        raise BackupError("empty file: no March backup header")
-    if end is None:
-        raise BackupError("no end line: the file is truncated")
-    out.sequences = list(sequences.values())
-    lines["users"] = len(out.users)
-    lines["workers"] = len(out.workers)
-    for name, count in lines.items():
-        if end.get(name) != count:
-            raise BackupError(f"the end line counts {end.get(name)!r} {name}, the file holds {count}")
-    return out
+
+    def finish(self) -> Backup:
+        if not self.header:
+            raise BackupError("empty file: no March backup header")
+        if self.end is None:
+            raise BackupError("no end line: the file is truncated")
+        out = self.out
+        out.sequences = list(self.sequences.values())
+        lines = {"sequences": self.sequence_lines, "users": len(out.users), "workers": len(out.workers)}
+        for name, count in lines.items():
+            if self.end.get(name) != count:
+                raise BackupError(f"the end line counts {self.end.get(name)!r} {name}, the file holds {count}")
+        return out
+
+
+def read_backup(stream: IO[str]) -> Backup:
+    """Parse and check a whole backup file (BackupError at the first bad line: nothing is written)."""
+    reader = _Reader()
+    for number, text in enumerate(stream, 1):
+        where = f"line {number}"
+        if not text.strip():
+            continue
+        if reader.end is not None:
+            raise BackupError(f"{where}: data after the end line")
+        reader.add(_object(text, where), where)
+    return reader.finish()
 
 
 def with_margin(backup: Backup, margin: int) -> Backup:

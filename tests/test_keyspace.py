@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 from support.aio import FakeClock, finish, until
+from support.memory_store import MemoryStore
 
 from march import errors
 from march.clock import SYSTEM
@@ -32,7 +33,6 @@ from march.generators.layout import preset
 from march.keyspace import PAGE, SLICE, Keyspace, Selection
 from march.serving import Cause, ServingState
 from march.store.base import SINGLE_NODE, SequenceRecord, StoreError
-from march.store.memory import MemoryStore
 from march.store.sqlite import SqliteStore
 
 CONFIG = Config(min_batch=10, max_batch=1000, max_wait=0.05, store_timeout=5.0, max_key_len=64)

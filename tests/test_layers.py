@@ -65,9 +65,12 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         (
             "march.store",
             "march.store.batch",
+            "march.store.cursors",
             "march.store.etcd",
+            "march.store.etcd_guard",
+            "march.store.etcd_users",
+            "march.store.etcd_workers",
             "march.store.membership",
-            "march.store.memory",
             "march.store.sqlite",
         ),
     ),

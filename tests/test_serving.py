@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 
 import pytest
+from support.manual_clock import ManualClock
 
-from march.clock import ManualClock
 from march.serving import Cause, Change, Phase, ServingState, Term
 from march.store.base import NO_GUARD, SINGLE_NODE, Guard
 

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 from support.aio import finish, until
+from support.fake_etcd import FakeEtcd
+from support.manual_clock import ManualClock
 
 import march.commands  # noqa: F401  (registers every command)
 from march.auth import User, Users, hash_password
-from march.clock import ManualClock
 from march.commands.acl import LIST_SLICE, _sliced
 from march.commands.registry import REGISTRY
 from march.config import Config
-from march.etcd.fake import FakeEtcd
 from march.etcd.keys import KeyPaths
 from march.node import Node
 from march.users import SLICE

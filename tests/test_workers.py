@@ -37,15 +37,15 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support.manual_clock import ManualClock
+from support.memory_store import MemoryStore
 
 from march import workers as workers_module
-from march.clock import ManualClock
 from march.config import Config
 from march.errors import CommandError
 from march.generators.base import NotServing
 from march.serving import Cause, ServingState
 from march.store.base import Guard
-from march.store.memory import MemoryStore
 from march.workers import Workers
 
 MARGIN = 2.0

@@ -1,7 +1,8 @@
 """The etcd client interface March programs against, with its own small value types.
 
 Two implementations stand behind ``Etcd``: ``client.GrpcEtcd`` (a real etcd over gRPC) and
-``fake.FakeEtcd`` (in process, on an injected clock, for tests). One set of contract tests runs
+``FakeEtcd`` (in process, on an injected clock; a test double in ``tests/support/fake_etcd.py``,
+never imported by March). One set of contract tests runs
 against both (``tests/etcd/test_contract.py``), so the fake cannot drift from etcd.
 
 What every implementation must do, as etcd does:

@@ -12,7 +12,7 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
 - ``<prefix>/seq/<key>``: one sequence (its ceiling and settings, see ``march.store.etcd``).
 - ``<prefix>/users/<name>``: one ACL user, as its rules (``march.auth``; passwords only hashed).
 - ``<prefix>/workers/<n>:<namespace>/<id>``: one worker id of a namespace (``march.workers``;
-  JSON, see ``march.store.etcd``). ``n`` is the namespace's length in bytes and ``id`` has four
+  JSON, see ``march.store.etcd_workers``). ``n`` is the namespace's length in bytes and ``id`` has four
   digits, so one namespace's records are exactly one prefix, whatever bytes its name holds
   (``a`` never reads the records of ``a/b``).
 - ``<prefix>/workers-retired``: the highest floor of every worker record deleted so far (20

@@ -53,7 +53,9 @@ the *time field* (in layout units since the layout's epoch) that the store has c
 
 Both clocks are injected: ``clock`` (monotonic seconds, for waits and write latencies) and
 ``wall`` (seconds since 1970, for the time field). Store writes and lease checks are
-``DurableBound``'s, shared with plain sequences. This module never reads a real clock.
+``DurableBound``'s, shared with plain sequences; the lead cap and its steady clock are
+``lead.LeadCap``'s, the distance of the next bound (and its stretch) ``Lookahead``'s, SEQ.DECODE
+``decode_id``. This module never reads a real clock.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from ..errors import CommandError
 from ..store.base import SequenceRecord, Store
 from .base import BatchPolicy, Clock, DurableBound, Lease, WallClock
 from .layout import Layout, iso
+from .lead import LeadCap
 
 KIND = "timestamp"
 MAX_STRETCH = 20  # a burst may push the bound at most 20 lookaheads ahead: a restart jumps no further
@@ -98,6 +101,40 @@ def new_record(
     return SequenceRecord(key, KIND, ceiling, dict(settings)), first
 
 
+def decode_id(layout: Layout, id_: int) -> dict[str, Any]:
+    """SEQ.DECODE: the fields of an ID of ``layout`` and its time, readable."""
+    if not 0 <= id_ <= layout.max_id:
+        raise CommandError(errors.TS_NOT_AN_ID.format(id_, layout.max_id))
+    time_field, node, seq = layout.decode(id_)
+    ms = layout.ms_of(time_field)
+    return {"time": iso(ms), "unix_ms": ms, "time_units": time_field, "node": node, "sequence": seq}
+
+
+class Lookahead:
+    """How far past logical time the next durable bound goes, in time units: ``units`` (the
+    lookahead), stretched under a burst to what the last interval spent in ``batch_interval`` (at
+    most ``MAX_STRETCH`` lookaheads); the next write starts once less than ``low`` of it is left."""
+
+    def __init__(self, units: int, watermark: float) -> None:
+        self.units = units
+        self.ahead = units  # how far ahead of logical time the next bound goes (stretches)
+        self.low = max(1, int(units * watermark))
+        self._last: tuple[float, int] | None = None  # (clock, logical time) at the last extension
+
+    def set_watermark(self, watermark: float) -> None:
+        self.low = max(1, int(self.ahead * watermark))
+
+    def target(self, logical: int, at: float, policy: BatchPolicy, retrying: bool) -> int:
+        """The bound to persist when logical time is ``logical`` at clock ``at``."""
+        previous, self._last = self._last, (at, logical)
+        if previous is not None and at > previous[0] and not retrying:
+            # Logical time spent per batch_interval at the recent pace: one write should last that long.
+            pace = (logical - previous[1]) * policy.interval / (at - previous[0])
+            self.ahead = max(self.units, min(self.units * MAX_STRETCH, int(pace)))
+            self.low = max(1, int(self.ahead * policy.watermark))
+        return logical + self.ahead
+
+
 class TimestampGenerator(DurableBound):
     kind = KIND
 
@@ -126,10 +163,7 @@ class TimestampGenerator(DurableBound):
         self._node_part = layout.node << layout.shifts["node"]
         self._slot_top = layout.slot_top
         self.lookahead_ms = lookahead_ms
-        self._lookahead = lookahead_units(layout, lookahead_ms)
-        self._ahead = self._lookahead  # how far ahead of logical time the next bound goes (stretches)
-        self._low = max(1, int(self._ahead * policy.watermark))
-        self._last_extend: tuple[float, int] | None = None  # (clock, logical time) at the last extension
+        self._lookahead = Lookahead(lookahead_units(layout, lookahead_ms), policy.watermark)
         self._limit = 0  # slots below this have a durable time (ceiling << seq_bits)
         self._extend_at = 0  # a slot at or past this starts the next write
         super().__init__(key, ceiling, layout.time_top, store, lease, policy, clock)
@@ -140,61 +174,37 @@ class TimestampGenerator(DurableBound):
         self._floor = -1  # the highest floor raised (SET): a GET reports at least it
         self._issued = 0
         self.carries = 0  # times the sequence field overflowed into the time field ahead of the clock
-        # The lead cap: a steady clock (wall high-water mark + monotonic time since) and the base.
-        self._base = start >> sb  # time units: the lead counts from here while real time is behind it
-        self._steady_ms = wall() * 1000
-        if first_slot is None:
-            # A wall clock far behind the stored bound (set back before this restart, or a new
-            # primary's clock behind the old one's) is not believed: the bound was at most a
-            # lookahead and a lead ahead of real time, so real time is at least that. Such a node
-            # waits at the cap no longer than a restart on a right clock would, never the whole jump.
-            earliest_ms = layout.ms_of(self._base) - self._lookahead * layout.unit - max_lead_ms
-            self._steady_ms = max(self._steady_ms, float(earliest_ms))
-        self._steady_at = clock()
-        self.max_lead_ms = 0
-        self._lead_units = 0
-        self._lead_span = 0  # slots past the wall clock's unit that the fast path allows unchecked
-        self._lead_ok = 0  # slots below this were within the cap at the last steady reading (still are)
-        self.set_max_lead(max_lead_ms)
-        self.lead_waits = 0  # requests that waited at the cap
-        self.lead_refusals = 0  # requests refused at the cap (TRYAGAIN)
+        # The lead counts from the start slot's unit (the base) or real time, whichever is later; a
+        # restart (from a stored bound) believes no wall clock far behind that bound (see LeadCap).
+        restart = self._lookahead.units if first_slot is None else None
+        self._cap = LeadCap(layout, clock, wall, start >> sb, max_lead_ms, restart)
+
+    @property
+    def max_lead_ms(self) -> int:
+        return self._cap.max_lead_ms
+
+    @property
+    def lead_waits(self) -> int:  # requests that waited at the lead cap
+        return self._cap.waits
+
+    @property
+    def lead_refusals(self) -> int:  # requests refused at the lead cap (TRYAGAIN)
+        return self._cap.refusals
 
     def set_max_lead(self, max_lead_ms: int) -> None:
         """Cap the lead of IDs over real time at ``max_lead_ms`` (0: no cap); applies at once."""
-        self.max_lead_ms = max_lead_ms
-        self._lead_units = max_lead_ms // self._unit
-        self._lead_span = (self._lead_units + 1) << self._sb if max_lead_ms else self._slot_top
-        self._lead_ok = 0  # a new cap: read the steady clock again
+        self._cap.set(max_lead_ms)
         self._notify()  # waiting requests look again
 
     def set_policy(self, policy: BatchPolicy) -> None:
         super().set_policy(policy)
-        self._low = max(1, int(self._ahead * policy.watermark))  # a new watermark applies to this bound already
+        self._lookahead.set_watermark(policy.watermark)  # a new watermark applies to this bound already
         self._set_ceiling(self._ceiling)
-
-    def _steady_units(self) -> int:
-        """Real time in layout units, from a clock that never goes back."""
-        at = self._clock()
-        steady = self._steady_ms + (at - self._steady_at) * 1000
-        wall = self._wall() * 1000
-        if wall > steady:
-            steady = wall
-        self._steady_ms, self._steady_at = steady, at
-        return (int(steady) - self._epoch) // self._unit
-
-    def _lead_excess(self, end: int) -> int:
-        """Units by which slot ``end`` passes the lead cap now (<= 0: within it)."""
-        if not self.max_lead_ms:
-            return 0
-        base = max(self._steady_units(), self._base)
-        # Neither the steady clock nor the base goes back: slots below this stay within the cap.
-        self._lead_ok = (base + self._lead_units + 1) << self._sb
-        return (end >> self._sb) - base - self._lead_units
 
     def _set_ceiling(self, ceiling: int) -> None:
         self._ceiling = ceiling
         self._limit = ceiling << self._sb
-        self._extend_at = max(0, ceiling - self._low) << self._sb
+        self._extend_at = max(0, ceiling - self._lookahead.low) << self._sb
 
     def _now_slot(self) -> int:
         """The first slot of the wall clock's current unit (negative before the epoch)."""
@@ -212,7 +222,8 @@ class TimestampGenerator(DurableBound):
         first = now if now > last else last + 1
         end = first + n - 1
         if end < self._limit and self._valid():
-            if end >= now + self._lead_span and end >= self._lead_ok and self._lead_excess(end) > 0:
+            cap = self._cap
+            if end >= now + cap.span and end >= cap.ok and cap.excess(end) > 0:
                 return None
             return self._hand_out(first, end, now)
         return None
@@ -228,7 +239,8 @@ class TimestampGenerator(DurableBound):
         first = now if now > last else last + 1
         end = min(first + n - 1, first | self._mask, self._limit - 1)
         if end >= first and self._valid():
-            if end >= now + self._lead_span and end >= self._lead_ok and self._lead_excess(end) > 0:
+            cap = self._cap
+            if end >= now + cap.span and end >= cap.ok and cap.excess(end) > 0:
                 return None
             top = self._hand_out(first, end, now)
             return range(top - (end - first), top + 1)
@@ -248,9 +260,7 @@ class TimestampGenerator(DurableBound):
         """Like ``take``, waiting (bounded) for the bound to be extended; raises on failure."""
         deadline = self._clock() + self._policy.max_wait
         waited = False
-        if self.max_lead_ms and n > (self._lead_units + 1) << self._sb:
-            most = (self._lead_units + 1) << self._sb
-            raise CommandError(errors.LEAD_CAP_TOO_LARGE.format(n, self._name, self.max_lead_ms, most))
+        self._cap.check_size(n, self._name)
         while True:
             self._check_serving()
             now = self._now_slot()
@@ -258,7 +268,7 @@ class TimestampGenerator(DurableBound):
             end = first + n - 1
             if end >= self._slot_top:
                 raise CommandError(errors.TS_EXHAUSTED.format(self._name, iso(self.layout.ends_ms)))
-            excess = self._lead_excess(end) if end >= now + self._lead_span else 0
+            excess = self._cap.excess(end) if end >= now + self._cap.span else 0
             if excess > 0:
                 await self._await_lead(excess, deadline)
                 continue
@@ -274,12 +284,7 @@ class TimestampGenerator(DurableBound):
     async def _await_lead(self, excess: int, deadline: float) -> None:
         """Wait until real time has caught up by ``excess`` units (or anything changed); TRYAGAIN
         when that cannot happen before the deadline."""
-        needed = excess * self._unit / 1000
-        remaining = deadline - self._clock()
-        if needed > remaining:
-            self.lead_refusals += 1
-            raise CommandError(errors.TRYAGAIN_LEAD_CAP.format(self._name, self.max_lead_ms))
-        self.lead_waits += 1
+        needed = self._cap.admit(excess, deadline, self._name)
         changed = self._changed
         if changed is None:
             changed = self._changed = asyncio.get_running_loop().create_future()
@@ -310,7 +315,7 @@ class TimestampGenerator(DurableBound):
             await self._await_change(deadline)
         if slot - 1 > self._last:
             self._last = slot - 1
-        self._base = max(self._base, slot >> self._sb)  # a floor in the future is not a lead to wait out
+        self._cap.base = max(self._cap.base, slot >> self._sb)  # a floor in the future is not a lead to wait out
         self._floor = max(self._floor, floor)
 
     @property
@@ -331,12 +336,8 @@ class TimestampGenerator(DurableBound):
         return max(self._id(self._last) if self._last >= 0 else -1, self._floor)
 
     def decode(self, id_: int) -> dict[str, Any]:
-        """SEQ.DECODE: the fields of an ID of this layout and its time, readable."""
-        if not 0 <= id_ <= self.layout.max_id:
-            raise CommandError(errors.TS_NOT_AN_ID.format(id_, self.layout.max_id))
-        time_field, node, seq = self.layout.decode(id_)
-        ms = self.layout.ms_of(time_field)
-        return {"time": iso(ms), "unix_ms": ms, "time_units": time_field, "node": node, "sequence": seq}
+        """SEQ.DECODE of an ID of this generator's layout (``decode_id``)."""
+        return decode_id(self.layout, id_)
 
     # --- extension -----------------------------------------------------------------------------
 
@@ -344,14 +345,7 @@ class TimestampGenerator(DurableBound):
         """A lookahead past logical time (or past the unit a waiting request needs), stretched under a burst."""
         now = (int(self._wall() * 1000) - self._epoch) // self._unit
         logical = max(now, self._last >> self._sb, need)
-        at = self._clock()
-        previous, self._last_extend = self._last_extend, (at, logical)
-        if previous is not None and at > previous[0] and not self._retry_delay:
-            # Logical time spent per batch_interval at the recent pace: one write should last that long.
-            pace = (logical - previous[1]) * self._policy.interval / (at - previous[0])
-            self._ahead = max(self._lookahead, min(self._lookahead * MAX_STRETCH, int(pace)))
-            self._low = max(1, int(self._ahead * self._policy.watermark))
-        return logical + self._ahead
+        return self._lookahead.target(logical, self._clock(), self._policy, bool(self._retry_delay))
 
     def lead_ms(self) -> int:
         """How far (ms) logical time, the last slot handed out, runs ahead of the wall clock (0: not ahead)."""
@@ -379,7 +373,7 @@ class TimestampGenerator(DurableBound):
             "ceiling_time": iso(layout.ms_of(ceiling)),
             "bound_ahead_ms": (ceiling - logical) * layout.unit if self._valid() else 0,
             "lookahead_ms": self.lookahead_ms,
-            "lookahead_now_ms": self._ahead * layout.unit,
+            "lookahead_now_ms": self._lookahead.ahead * layout.unit,
             "max_lead_ms": self.max_lead_ms,
             "lead_cap_waits": self.lead_waits,
             "lead_cap_refusals": self.lead_refusals,

@@ -30,16 +30,17 @@ from pathlib import Path
 
 import pytest
 from support.etcd import EtcdCluster, EtcdMember
+from support.fake_etcd import FakeEtcd
+from support.manual_clock import ManualClock
 from support.proxy import TcpProxy
 from support.tls import Certs, make_certs
 
-from march.clock import ManualClock
 from march.etcd.api import Delete, Etcd, Get, Put, created_at
 from march.etcd.client import TLS, GrpcEtcd
-from march.etcd.fake import FakeEtcd
 from march.etcd.keys import KeyPaths, prefix_end
 from march.store.base import Guard, GuardFailed, SequenceRecord, StoreError, StoreFull, StoreRejected
-from march.store.etcd import EtcdStore, decode_record, encode_ceiling, encode_record
+from march.store.etcd import EtcdStore, decode_record, encode_record
+from march.store.etcd_guard import encode_ceiling
 
 MAX_ID = 2**63 - 1
 TOP = 2**63

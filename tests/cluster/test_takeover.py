@@ -128,8 +128,8 @@ async def test_listing_many_sequences_reads_pages(make_sim: SimFactory) -> None:
             if cursor == 0:
                 break
         assert scanned == names
-        keyspace.store._points.clear()  # type: ignore[attr-defined]  # a cursor this node never gave out: found
-        keyspace.store._offsets.clear()  # type: ignore[attr-defined]  # by a walk from the start
+        keyspace.store.cursors._points.clear()  # type: ignore[attr-defined]  # a cursor this node never gave out: found
+        keyspace.store.cursors._offsets.clear()  # type: ignore[attr-defined]  # by a walk from the start
         cursor, page = await keyspace.scan(5_000, PAGE)
         assert page == names[5_000:6_000] and cursor == 6_000
     reads = [s for s in sent.by(p) if s.endpoint.endswith("-data")]

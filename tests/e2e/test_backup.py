@@ -31,7 +31,8 @@ from march.config import MAX_ID
 from march.etcd.client import GrpcEtcd
 from march.etcd.keys import KeyPaths
 from march.store.base import SequenceRecord
-from march.store.etcd import encode_ceiling, encode_record
+from march.store.etcd import encode_record
+from march.store.etcd_guard import encode_ceiling
 
 MANY = 20_000  # sequences in the scale tests: a realistic size that still runs in a few seconds
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import pytest
 from support.aio import finish
 from support.etcd import EtcdCluster
+from support.fake_etcd import FakeEtcd
+from support.manual_clock import ManualClock
 
-from march.clock import ManualClock
 from march.etcd.api import (
     KV,
     Compare,
@@ -43,7 +44,6 @@ from march.etcd.api import (
     value_is,
 )
 from march.etcd.client import GrpcEtcd
-from march.etcd.fake import FakeEtcd
 from march.store.base import StoreError, StoreRejected
 
 TTL = 2  # the shortest TTL the test etcd grants as asked (its minimum is 1.5 x election timeout, rounded up)

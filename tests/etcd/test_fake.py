@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 from support.aio import finish
+from support.fake_etcd import FakeEtcd, FakeEtcdClient
+from support.manual_clock import ManualClock
 
-from march.clock import ManualClock
 from march.etcd.api import KV, Get, Put, created_at, value_is
-from march.etcd.fake import FakeEtcd, FakeEtcdClient
 from march.store.base import StoreError, StoreFull, StoreRejected
 
 

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.aio import FakeClock, finish, until
 from support.generators import FakeLease, settle, take_checked
+from support.memory_store import MemoryStore
 
 from march import errors
 from march.config import MAX_ID
@@ -35,7 +36,6 @@ from march.generators import base as base_module
 from march.generators.base import BatchPolicy, NotServing
 from march.generators.sequence import TOP, SequenceGenerator
 from march.store.base import SINGLE_NODE, Guard, SequenceRecord
-from march.store.memory import MemoryStore
 
 T = TypeVar("T")
 KEY = b"k"

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.aio import FakeClock, finish, until
 from support.generators import FakeLease, settle, take_checked
+from support.memory_store import MemoryStore
 
 from march import errors
 from march.errors import CommandError
@@ -29,7 +30,6 @@ from march.generators.base import BatchPolicy, NotServing
 from march.generators.layout import PRESETS, Layout, iso
 from march.generators.timestamp import TimestampGenerator, new_record
 from march.store.base import Guard
-from march.store.memory import MemoryStore
 
 KEY = b"ts"
 EPOCH_MS = 1_600_000_000_000

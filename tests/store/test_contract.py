@@ -63,11 +63,12 @@ from typing import Any
 import pytest
 from support.aio import finish
 from support.etcd import EtcdCluster
+from support.fake_etcd import FakeEtcd, FakeEtcdClient
+from support.manual_clock import ManualClock
+from support.memory_store import MemoryStore
 
-from march.clock import ManualClock
 from march.etcd.api import Put, created_at
 from march.etcd.client import GrpcEtcd
-from march.etcd.fake import FakeEtcd, FakeEtcdClient
 from march.etcd.keys import KeyPaths
 from march.store.base import (
     NO_GUARD,
@@ -79,8 +80,8 @@ from march.store.base import (
     UserRecord,
     WorkerRecord,
 )
-from march.store.etcd import USERS_PAGE, EtcdStore
-from march.store.memory import MemoryStore
+from march.store.etcd import EtcdStore
+from march.store.etcd_users import USERS_PAGE
 from march.store.sqlite import SqliteStore
 
 TOP = 2**63  # the largest ceiling a store must keep (a sequence's IDs end at 2**63 - 1)

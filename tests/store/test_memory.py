@@ -14,9 +14,9 @@ import asyncio
 
 import pytest
 from support.aio import finish, until
+from support.memory_store import MemoryStore
 
 from march.store.base import SINGLE_NODE, GuardFailed, SequenceRecord, StoreError
-from march.store.memory import MemoryStore
 
 
 def rec(key: bytes, ceiling: int) -> SequenceRecord:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from march.store.base import SINGLE_NODE, Guard
-from march.store.memory import MemoryStore
 from support.aio import finish
+from support.memory_store import MemoryStore
 
 
 class Taker(Protocol):

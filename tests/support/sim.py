@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from march import errors
-from march.clock import ManualClock
 from march.commands.registry import REGISTRY
 from march.config import Config
 from march.errors import CommandError
 from march.etcd.api import Request, TxnResult
-from march.etcd.fake import FakeEtcd, FakeEtcdClient
 from march.etcd.keys import KeyPaths
 from march.generators.base import NotServing
 from march.node import Node
 from march.serving import Change, Phase
+from support.fake_etcd import FakeEtcd, FakeEtcdClient
+from support.manual_clock import ManualClock
 
 TTL = 3
 PREFIX = "/sim"

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .base import (
+from march.store.base import (
     SINGLE_NODE,
     Guard,
     GuardFailed,

@@ -1,6 +1,6 @@
 """``FakeEtcd``: an in-process etcd behind the ``Etcd`` interface, on an injected clock. Tests only.
 
-Like ``march.store.memory``, it is never used by a running server. One ``FakeEtcd`` is the
+Like ``support.memory_store``, it is never used by a running server. One ``FakeEtcd`` is the
 "cluster"; ``client(name)`` gives each simulated node its own view (``FakeEtcdClient``), with its
 own link to steer. The contract tests (``tests/etcd/test_contract.py``) run against this fake and
 a real etcd alike, so that what tests learn on the fake holds on etcd.
@@ -57,9 +57,9 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..clock import Clock, Timer
-from ..store.base import StoreError, StoreFull, StoreRejected
-from .api import KV, Compare, Delete, Event, Get, Op, Put, Range, Request, Target, TxnResult
+from march.clock import Clock, Timer
+from march.etcd.api import KV, Compare, Delete, Event, Get, Op, Put, Range, Request, Target, TxnResult
+from march.store.base import StoreError, StoreFull, StoreRejected
 
 T = TypeVar("T")
 

@@ -1,0 +1,55 @@
+"""The test doubles stay under ``tests/``: the package neither holds nor imports them.
+
+``tests/support/memory_store.py`` (the memory store, for unit tests of the pure core),
+``tests/support/fake_etcd.py`` and ``tests/support/manual_clock.py`` are what tests run on; a
+running server must never be able to reach them. Read from the source (``ast``), not by importing.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "march"
+DOUBLES = ("FakeEtcd", "FakeEtcdClient", "MemoryStore", "ManualClock")  # the names tests know them by
+
+
+def _modules() -> list[tuple[Path, ast.Module]]:
+    return [(path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def _imported(tree: ast.Module) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def test_the_package_imports_nothing_from_the_tests() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}: {name}"
+        for path, tree in _modules()
+        for name in _imported(tree)
+        if name.split(".")[0] in ("tests", "support")
+    ]
+    assert found == []
+
+
+def test_the_package_defines_no_test_double() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}: {node.name}"
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name in DOUBLES
+    ]
+    assert found == []
+
+
+def test_the_checks_see_a_double_and_an_import() -> None:
+    """The two checks above can fail: the same walk finds what they look for in a planted module."""
+    tree = ast.parse("from support.memory_store import MemoryStore\nclass ManualClock: ...\n")
+    assert "support.memory_store" in _imported(tree)
+    assert any(isinstance(n, ast.ClassDef) and n.name in DOUBLES for n in ast.walk(tree))

@@ -1,0 +1,120 @@
+"""The parts ``Workers`` is built from (``march.workers``), each on its own.
+
+``test_workers.py`` checks the whole against a model; here the two small jobs it hands on are
+checked directly: ``_Serial`` (one namespace's operations one at a time, each within ``max_wait``)
+and ``_Records`` (every store call bounded; a guard refused for leadership ends the term; the
+retired floor read once per term). The sweeper runs through ``Workers.sweep`` in the model test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from support.manual_clock import ManualClock
+from support.memory_store import MemoryStore
+
+from march import errors
+from march.config import Config
+from march.errors import CommandError
+from march.generators.base import NotServing
+from march.serving import ServingState, Term
+from march.store.base import Guard, WorkerRecord
+from march.workers import _Known, _Records, _Serial
+
+LEADER = Guard(b"n1", 1)
+
+
+async def test_one_namespace_runs_one_at_a_time_and_others_alongside() -> None:
+    serial = _Serial(Config(max_wait=30.0))
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def work(name: str, wait: bool) -> str:
+        order.append(f"{name} starts")
+        if wait:
+            await gate.wait()
+        order.append(f"{name} ends")
+        return name
+
+    first = asyncio.create_task(serial.run(b"a", work("a1", wait=True)))
+    second = asyncio.create_task(serial.run(b"a", work("a2", wait=False)))
+    other = asyncio.create_task(serial.run(b"b", work("b1", wait=False)))
+    assert await other == "b1"  # another namespace is not held up by a1
+    assert order == ["a1 starts", "b1 starts", "b1 ends"]  # a2 waits for a1
+    gate.set()
+    assert (await first, await second) == ("a1", "a2")
+    assert order[3:] == ["a1 ends", "a2 starts", "a2 ends"]
+    assert serial._locks == {}  # no lock is kept for a namespace nobody uses
+
+
+async def test_an_operation_past_max_wait_gets_tryagain_and_frees_its_namespace() -> None:
+    serial = _Serial(Config(max_wait=0.05))
+    with pytest.raises(CommandError) as caught:
+        await serial.run(b"ns", asyncio.Event().wait())
+    assert str(caught.value) == errors.TRYAGAIN_WORKERS.format("ns")
+    assert serial._locks == {}
+    assert await serial.run(b"ns", finish_with(7)) == 7
+
+
+async def finish_with(value: int) -> int:
+    return value
+
+
+def leading() -> tuple[ServingState, Term]:
+    state = ServingState(ManualClock())
+    state.renewed(math.inf)
+    term = state.promote(LEADER)
+    state.serve()
+    return state, term
+
+
+RECORD = WorkerRecord(b"ns", 0, b"token", 0, 5, 10)
+
+
+@pytest.mark.parametrize("call", ["swap", "delete"])
+async def test_a_refused_guard_ends_the_term(call: str) -> None:
+    store = MemoryStore()
+    store.guard = Guard(b"n2", 2)  # another node leads now
+    state, term = leading()
+    records = _Records(Config(), store)
+    with pytest.raises(NotServing):
+        if call == "swap":
+            await records.swap(RECORD, None, term)
+        else:
+            await records.delete(RECORD, term)
+    assert not state.serving and term.ended
+
+
+async def test_a_write_under_a_guard_that_holds_lands() -> None:
+    store = MemoryStore()
+    store.guard = LEADER
+    state, term = leading()
+    records = _Records(Config(), store)
+    assert await records.swap(RECORD, None, term)
+    assert not await records.swap(RECORD, None, term)  # the compare: it is no longer absent
+    assert await records.delete(RECORD, term)
+    assert state.serving
+    assert await store.retired_worker_floor() == RECORD.floor_ms
+
+
+async def test_a_store_call_is_bounded_by_store_timeout() -> None:
+    store = MemoryStore()
+    store.hold()  # a frozen disk
+    records = _Records(Config(store_timeout=0.05), store)
+    with pytest.raises(TimeoutError):
+        await records.call(store.retired_worker_floor())
+    store.release()
+
+
+async def test_the_retired_floor_is_read_once_per_term() -> None:
+    store = MemoryStore()
+    store.retired_floor = 5
+    _, term = leading()
+    records = _Records(Config(), store)
+    known = _Known(term, started=0.0)
+    assert await records.retired(known) == 5
+    store.retired_floor = 9  # written by nobody else while this term leads: it is not read again
+    assert await records.retired(known) == 5
+    assert await records.retired(_Known(term, started=0.0)) == 9  # a new term reads it again
