@@ -219,15 +219,15 @@ class User:
                 raise _modifier(rule, errors.ACL_UNKNOWN_COMMAND)
             for name, each in table.items():
                 if each.sub_categories:  # its subcommands' categories differ: one by one
-                    for sub, _, _ in each.subcommands:
-                        if category in each.categories_of(sub):
-                            self._set_subcommand(name, sub, allow)
+                    for row in each.subcommands:
+                        if category in each.categories_of(row.name):
+                            self._set_subcommand(name, row.name, allow)
                 elif category in each.categories:
                     self._set_command(name, allow)
         else:
             name, _, sub = what.partition("|")
             spec = table.get(name)
-            if spec is None or (sub and sub not in {s[0] for s in spec.subcommands}):
+            if spec is None or (sub and sub not in {s.name for s in spec.subcommands}):
                 raise _modifier(rule, errors.ACL_UNKNOWN_COMMAND)
             if sub:
                 self._set_subcommand(name, sub, allow)

@@ -323,3 +323,7 @@ def unknown_command(args: list[bytes]) -> CommandError:
             break
         rest += f"'{a.decode('utf-8', 'replace')[: 128 - len(rest)]}' "
     return CommandError(UNKNOWN_COMMAND.format(name, rest))
+
+
+# --- the argument parser (commands.args) and container tables: Redis 7.0's texts --------------------
+NOT_FLOAT = "ERR value is not a valid float"
