@@ -98,6 +98,8 @@ class CommandSpec:
     secrets: Mapping[str, Secrets] = field(default_factory=dict)  # subcommand ("" for the command) -> its secrets
     # the subcommands by name as sent in lower case, and (below) in upper case: most requests need no ``.lower()``
     sub_index: Mapping[bytes, Subcommand] = field(default_factory=dict)
+    # a container's first check, before its subcommand is looked at (DEBUG while it is off: refused)
+    gate: Callable[[Client], None] | None = None
 
     def categories_of(self, sub: str) -> tuple[str, ...]:
         """A subcommand's ACL categories (its own, else the command's)."""
@@ -182,6 +184,7 @@ def command(
     queued: bool = True,
     key_access: str | None = None,
     secrets: Secrets | None = None,
+    gate: Callable[[Client], None] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``primary``: served by the primary only (default: when it has keys);
     ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...);
@@ -217,6 +220,7 @@ def command(
                 **{s.name.encode(): s for s in subcommands},
                 **{s.name.upper().encode(): s for s in subcommands},
             },
+            gate=gate,
         )
         REGISTRY[name] = spec
         TABLE[name.encode()] = spec
@@ -264,14 +268,24 @@ def container(
     )
 
     def run(client: Client, args: list[bytes]) -> Any:
-        if gate is not None:
-            gate(client)
         if bare is not None and len(args) == 1:
             return bare(client, args)
-        return find_subcommand(spec, args).handler(client, args)
+        return find_subcommand(spec, args).handler(client, args)  # (``check_container`` passed it)
 
-    command(name, -2 if bare is None else -1, flags, categories, summary=summary, group=group, subcommands=rows)(run)
+    arity = -2 if bare is None else -1
+    command(name, arity, flags, categories, summary=summary, group=group, subcommands=rows, gate=gate)(run)
     spec = REGISTRY[name]
+
+
+def check_container(client: Client, spec: CommandSpec, args: list[bytes]) -> None:
+    """A container's checks, in Redis' order, right after the command's arity (``dispatch.call``):
+    its gate, then its subcommand (known, with its arity). Like an unknown command, an unknown
+    subcommand is refused before authentication, ACL and MULTI look at it (Redis 7 knows subcommands
+    when it looks a command up): inside MULTI it dooms the transaction, as in Redis."""
+    if spec.gate is not None:
+        spec.gate(client)
+    if len(args) > 1:
+        find_subcommand(spec, args)
 
 
 def find_subcommand(spec: CommandSpec, args: list[bytes]) -> Subcommand:
