@@ -105,7 +105,6 @@ ACL_NO_FILE = (
     "in order to store users in the Redis configuration."
 )
 ACL_FILE = "ERR Error loading ACLs, {}"
-ACL_LOG_COUNT = "ERR value is out of range, must be positive"
 ACL_GENPASS_BITS = (
     "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
 )

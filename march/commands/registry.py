@@ -190,11 +190,9 @@ def command(
     ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...);
     ``key_access``: what an ACL key pattern must allow on its keys, as Redis' key specs say
     ("R" reads the value, "W" writes it, "RW" both, "" only looks at whether it exists; default:
-    "R" for a readonly command, "RW" otherwise); ``subcommands``: a container's table (use
-    ``container``); each subcommand's own ACL categories (CLIENT KILL is @admin, CLIENT ID is not:
-    ``+@category``/``-@category`` grant or take them one by one, as in Redis), flags (MONITOR does
-    not show CLIENT LIST, which is ``admin``) and secrets come from it; ``secrets``: the arguments
-    MONITOR and SLOWLOG must never show."""
+    "R" for a readonly command, "RW" otherwise); ``subcommands``: a container's table (``container``),
+    with each subcommand's own ACL categories (CLIENT KILL is @admin, CLIENT ID is not), flags (MONITOR
+    does not show CLIENT LIST, ``admin``) and secrets; ``secrets``: what MONITOR and SLOWLOG never show."""
 
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(

@@ -20,6 +20,7 @@ import platform
 import resource
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -431,119 +432,138 @@ def _info_text(client: Client, sections: list[str], count: int | None) -> Verbat
 
 
 def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
+    return _SECTION_FIELDS[section](client, count)
+
+
+def _server(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
-    state = app.group.state
-    if section == "server":
-        up = time.monotonic() - app.started_mono
-        return {
-            "redis_version": REDIS_COMPAT_VERSION,
-            "march_version": VERSION,
-            "redis_mode": "cluster" if app.cluster else "standalone",
-            "os": f"{platform.system()} {platform.release()} {platform.machine()}",
-            "arch_bits": 64,
-            "process_id": os.getpid(),
-            "python_version": sys.version.split()[0],
-            "run_id": app.run_id,
-            "tcp_port": app.port,
-            "uptime_in_seconds": int(up),
-            "uptime_in_days": int(up // 86400),
-            "executable": sys.argv[0],
-            "config_file": app.config.config_file,
-            "multiplexing_api": "uvloop",
-        }
-    if section == "clients":
-        return {
-            "connected_clients": len(app.clients),
-            "maxclients": app.max_clients,
-            "blocked_clients": 0,
-            "client_output_limit_disconnections": app.stats.output_closed,
-            "client_query_buffer_budget_disconnections": app.stats.input_closed,
-        }
-    if section == "memory":
-        return _memory()
-    if section == "cpu":
-        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return {
-            "used_cpu_sys": f"{own.ru_stime:.6f}",
-            "used_cpu_user": f"{own.ru_utime:.6f}",
-            "used_cpu_sys_children": f"{children.ru_stime:.6f}",
-            "used_cpu_user_children": f"{children.ru_utime:.6f}",
-        }
-    if section == "commandstats":
-        return {
-            f"cmdstat_{name}": f"calls={c.calls},usec={c.usec},usec_per_call={c.usec / c.calls if c.calls else 0:.2f},"
-            f"rejected_calls={c.rejected},failed_calls={c.failed}"
-            for name, c in _command_counts(app).items()
-            if c.calls or c.rejected
-        }
-    if section == "errorstats":
-        kinds: dict[str, int] = {}
-        for counts in _command_counts(app).values():
-            for kind, n in counts.errors.items():
-                kinds[kind] = kinds.get(kind, 0) + n
-        return {f"errorstat_{kind}": f"count={n}" for kind, n in sorted(kinds.items()) if n}
-    if section == "stats":
-        s = app.stats
-        return {
-            "total_connections_received": s.connections,
-            "total_commands_processed": s.commands,
-            "instantaneous_ops_per_sec": app.ops_rate.rate(),
-            "rejected_connections": s.rejected,
-            "total_error_replies": s.errors,
-            "protocol_errors": s.protocol_errors,
-            "idle_timeouts": s.timeouts_closed,
-            "acl_access_denied_auth": s.denied_auth,
-            "acl_access_denied_cmd": s.denied_command,
-            "acl_access_denied_key": s.denied_key,
-            "acl_access_denied_channel": 0,
-            "expired_keys": 0,  # sequences never expire
-            "evicted_keys": 0,  # nor are they evicted
-        }
-    if section == "persistence":
-        gens = list(app.keyspace.generators.values())
-        out: dict[str, Any] = {"loading": 0, "async_loading": 0}
-        out.update(app.store.describe())
-        out["store_writes"] = sum(g.writes for g in gens)
-        out["store_write_failures"] = sum(g.write_failures for g in gens)
-        out["rdb_changes_since_last_save"] = 0  # every write is durable before its reply
-        out["rdb_bgsave_in_progress"] = 0  # redis-cli --stat reads these two
-        out["aof_enabled"] = 0
-        out["aof_rewrite_in_progress"] = 0
-        return out
-    if section == "replication":
-        return _replication(client)
-    if section == "keyspace":
-        return {"db0": f"keys={count},expires=0,avg_ttl=0"} if count else {}
-    if section == "sequences":
-        gens = list(app.keyspace.generators.values())
-        return {
-            "sequences": count if count is not None else "?",
-            "active_sequences": len(gens),
-            "ids_issued": sum(g.issued for g in gens),
-            "waits": sum(g.waits for g in gens),
-            "wait_timeouts": sum(g.wait_timeouts for g in gens),
-            "auto_create": "yes" if app.config.auto_create else "no",
-            "min_batch": app.config.min_batch,
-            "max_batch": app.config.max_batch,
-        }
-    if section == "cluster":
-        member = app.group.member
-        if member is None:
-            return {"cluster_enabled": 0}
-        return {
-            "cluster_enabled": 1,
-            "march_node_id": member.me.id,
-            "march_advertise": member.me.addr,
-            "march_role": member.election.role,
-            "march_phase": state.phase.value,
-            "etcd_prefix": app.config.etcd_prefix,
-            "lease_ttl": member.ttl,
-            "lease_remaining_ms": int(state.remaining() * 1000),
-            "promotions": state.promotions,
-            "demotions": state.demotions,
-            "last_change": state.last_change,
-        }
-    return {}
+    up = time.monotonic() - app.started_mono
+    return {
+        "redis_version": REDIS_COMPAT_VERSION,
+        "march_version": VERSION,
+        "redis_mode": "cluster" if app.cluster else "standalone",
+        "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "arch_bits": 64,
+        "process_id": os.getpid(),
+        "python_version": sys.version.split()[0],
+        "run_id": app.run_id,
+        "tcp_port": app.port,
+        "uptime_in_seconds": int(up),
+        "uptime_in_days": int(up // 86400),
+        "executable": sys.argv[0],
+        "config_file": app.config.config_file,
+        "multiplexing_api": "uvloop",
+    }
+
+
+def _clients(client: Client, count: int | None) -> dict[str, Any]:
+    app = client.app
+    return {
+        "connected_clients": len(app.clients),
+        "maxclients": app.max_clients,
+        "blocked_clients": 0,
+        "client_output_limit_disconnections": app.stats.output_closed,
+        "client_query_buffer_budget_disconnections": app.stats.input_closed,
+    }
+
+
+def _cpu(client: Client, count: int | None) -> dict[str, Any]:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "used_cpu_sys": f"{own.ru_stime:.6f}",
+        "used_cpu_user": f"{own.ru_utime:.6f}",
+        "used_cpu_sys_children": f"{children.ru_stime:.6f}",
+        "used_cpu_user_children": f"{children.ru_utime:.6f}",
+    }
+
+
+def _commandstats(client: Client, count: int | None) -> dict[str, Any]:
+    return {
+        f"cmdstat_{name}": f"calls={c.calls},usec={c.usec},usec_per_call={c.usec / c.calls if c.calls else 0:.2f},"
+        f"rejected_calls={c.rejected},failed_calls={c.failed}"
+        for name, c in _command_counts(client.app).items()
+        if c.calls or c.rejected
+    }
+
+
+def _errorstats(client: Client, count: int | None) -> dict[str, Any]:
+    kinds: dict[str, int] = {}
+    for counts in _command_counts(client.app).values():
+        for kind, n in counts.errors.items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    return {f"errorstat_{kind}": f"count={n}" for kind, n in sorted(kinds.items()) if n}
+
+
+def _stats(client: Client, count: int | None) -> dict[str, Any]:
+    s = client.app.stats
+    return {
+        "total_connections_received": s.connections,
+        "total_commands_processed": s.commands,
+        "instantaneous_ops_per_sec": client.app.ops_rate.rate(),
+        "rejected_connections": s.rejected,
+        "total_error_replies": s.errors,
+        "protocol_errors": s.protocol_errors,
+        "idle_timeouts": s.timeouts_closed,
+        "acl_access_denied_auth": s.denied_auth,
+        "acl_access_denied_cmd": s.denied_command,
+        "acl_access_denied_key": s.denied_key,
+        "acl_access_denied_channel": 0,
+        "expired_keys": 0,  # sequences never expire
+        "evicted_keys": 0,  # nor are they evicted
+    }
+
+
+def _persistence(client: Client, count: int | None) -> dict[str, Any]:
+    app = client.app
+    gens = list(app.keyspace.generators.values())
+    out: dict[str, Any] = {"loading": 0, "async_loading": 0}
+    out.update(app.store.describe())
+    out["store_writes"] = sum(g.writes for g in gens)
+    out["store_write_failures"] = sum(g.write_failures for g in gens)
+    out["rdb_changes_since_last_save"] = 0  # every write is durable before its reply
+    out["rdb_bgsave_in_progress"] = 0  # redis-cli --stat reads these two
+    out["aof_enabled"] = 0
+    out["aof_rewrite_in_progress"] = 0
+    return out
+
+
+def _keyspace(client: Client, count: int | None) -> dict[str, Any]:
+    return {"db0": f"keys={count},expires=0,avg_ttl=0"} if count else {}
+
+
+def _sequences(client: Client, count: int | None) -> dict[str, Any]:
+    app = client.app
+    gens = list(app.keyspace.generators.values())
+    return {
+        "sequences": count if count is not None else "?",
+        "active_sequences": len(gens),
+        "ids_issued": sum(g.issued for g in gens),
+        "waits": sum(g.waits for g in gens),
+        "wait_timeouts": sum(g.wait_timeouts for g in gens),
+        "auto_create": "yes" if app.config.auto_create else "no",
+        "min_batch": app.config.min_batch,
+        "max_batch": app.config.max_batch,
+    }
+
+
+def _cluster(client: Client, count: int | None) -> dict[str, Any]:
+    app = client.app
+    member, state = app.group.member, app.group.state
+    if member is None:
+        return {"cluster_enabled": 0}
+    return {
+        "cluster_enabled": 1,
+        "march_node_id": member.me.id,
+        "march_advertise": member.me.addr,
+        "march_role": member.election.role,
+        "march_phase": state.phase.value,
+        "etcd_prefix": app.config.etcd_prefix,
+        "lease_ttl": member.ttl,
+        "lease_remaining_ms": int(state.remaining() * 1000),
+        "promotions": state.promotions,
+        "demotions": state.demotions,
+        "last_change": state.last_change,
+    }
 
 
 def _command_counts(app: App) -> dict[str, CommandCounts]:
@@ -618,3 +638,20 @@ def _replication(client: Client) -> dict[str, Any]:
         "master_link_status": "up" if primary and primary.id != me.id else "down",
         "march_role": member.election.role,
     }
+
+
+# INFO's sections: each one's fields, from the client (and the number of sequences, when counted)
+_SECTION_FIELDS: dict[str, Callable[[Client, int | None], dict[str, Any]]] = {
+    "server": _server,
+    "clients": _clients,
+    "memory": lambda client, count: _memory(),
+    "persistence": _persistence,
+    "stats": _stats,
+    "replication": lambda client, count: _replication(client),
+    "cpu": _cpu,
+    "commandstats": _commandstats,
+    "errorstats": _errorstats,
+    "keyspace": _keyspace,
+    "sequences": _sequences,
+    "cluster": _cluster,
+}
