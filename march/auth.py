@@ -56,6 +56,13 @@ LOG_SIZE = 128  # ACL LOG entries kept (Redis' acllog-max-len default)
 LOG_GROUP_SECONDS = 60  # a repeat of the same denial within this long counts in the same entry
 
 
+class AclSubcommand(Protocol):
+    """What ACL rules read of a container's subcommand (``commands.registry.Subcommand`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+
 class AclCommand(Protocol):
     """What ACL rules and checks read of a registered command (``commands.registry.CommandSpec`` is one)."""
 
@@ -64,7 +71,7 @@ class AclCommand(Protocol):
     @property
     def categories(self) -> tuple[str, ...]: ...
     @property
-    def subcommands(self) -> tuple[tuple[str, int, str], ...]: ...  # (name, arity, summary)
+    def subcommands(self) -> tuple[AclSubcommand, ...]: ...
     @property
     def sub_categories(self) -> Mapping[str, tuple[str, ...]]: ...
     @property
@@ -234,15 +241,15 @@ class User:
                 raise _modifier(rule, errors.ACL_UNKNOWN_COMMAND)
             for name, each in table.items():
                 if each.sub_categories:  # its subcommands' categories differ: one by one
-                    for sub, _, _ in each.subcommands:
-                        if category in each.categories_of(sub):
-                            self._set_subcommand(name, sub, allow)
+                    for row in each.subcommands:
+                        if category in each.categories_of(row.name):
+                            self._set_subcommand(name, row.name, allow)
                 elif category in each.categories:
                     self._set_command(name, allow)
         else:
             name, _, sub = what.partition("|")
             spec = table.get(name)
-            if spec is None or (sub and sub not in {s[0] for s in spec.subcommands}):
+            if spec is None or (sub and sub not in {s.name for s in spec.subcommands}):
                 raise _modifier(rule, errors.ACL_UNKNOWN_COMMAND)
             if sub:
                 self._set_subcommand(name, sub, allow)

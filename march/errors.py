@@ -103,7 +103,6 @@ ACL_NO_FILE = (
     "in order to store users in the Redis configuration."
 )
 ACL_FILE = "ERR Error loading ACLs, {}"
-ACL_LOG_COUNT = "ERR value is out of range, must be positive"
 ACL_GENPASS_BITS = (
     "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
 )
@@ -321,3 +320,7 @@ def unknown_command(args: list[bytes]) -> CommandError:
             break
         rest += f"'{a.decode('utf-8', 'replace')[: 128 - len(rest)]}' "
     return CommandError(UNKNOWN_COMMAND.format(name, rest))
+
+
+# --- the argument parser (commands.args) and container tables: Redis 7.0's texts --------------------
+NOT_FLOAT = "ERR value is not a valid float"

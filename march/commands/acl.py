@@ -25,109 +25,96 @@ from typing import TYPE_CHECKING, Any
 
 from .. import auth, errors
 from ..errors import CommandError
-from .args import parse_int
-from .registry import REGISTRY, Secrets, check_subcommand, command, lookup
+from .args import Args
+from .registry import REGISTRY, Secrets, Subcommand, container, lookup
 
 if TYPE_CHECKING:
     from ..client import Client
 
 LIST_SLICE = 500  # users described per event-loop step (~2 ms): ACL LIST of 10,000 users lets others run between
 
-_SUBS = (
-    ("setuser", -3, "Create or modify a user with the given rules."),
-    ("deluser", -3, "Delete users (and close their connections)."),
-    ("getuser", 3, "A user's flags, passwords (hashed), commands, keys and channels."),
-    ("list", 2, "Every user, as ACL rules."),
-    ("users", 2, "Every user name."),
-    ("whoami", 2, "The user of this connection."),
-    ("cat", -2, "The categories, or the commands of one."),
-    ("log", -2, "Recent denials: ACL LOG [count | RESET]."),
-    ("dryrun", -4, "Whether a user may run a command: ACL DRYRUN user command [arg ...]."),
-    ("genpass", -2, "A random password: ACL GENPASS [bits]."),
-    ("load", 2, "Make the stored users exactly those of the aclfile."),
-    ("save", 2, "Write the users to the aclfile."),
-)
+
+def _acl_syntax(args: list[bytes]) -> CommandError:
+    """Redis' reply to ACL CAT/LOG/GENPASS with one argument too many (their arity allows any number)."""
+    return CommandError(errors.SUBCOMMAND_SYNTAX.format(args[1].decode("utf-8", "replace"), "ACL"))
 
 
-@command(
-    "acl",
-    -2,
-    ("admin", "noscript", "loading", "stale"),
-    ("@admin", "@slow", "@dangerous"),
-    summary="ACL SETUSER/DELUSER/GETUSER/LIST/USERS/WHOAMI/CAT/LOG/DRYRUN/GENPASS/LOAD/SAVE: users and permissions.",
-    group="server",
-    subcommands=_SUBS,
-    # As in Redis: who am I, the categories and a random password are for everyone; the rest is admin.
-    sub_categories={sub: ("@slow",) for sub in ("whoami", "cat", "genpass", "help")},
-    # SETUSER: every argument, as Redis (a rule may hold a password anywhere: >pw, #hash, (>pw ~k));
-    # DRYRUN: the secrets of the command it carries (ACL DRYRUN u AUTH pw)
-    secrets={"setuser": Secrets(start=2, rest=True), "dryrun": Secrets(command=3)},
-)
-def acl(client: Client, args: list[bytes]) -> Any:
-    sub = check_subcommand("acl", args)
-    users = client.app.users
-    if sub == b"help":
-        return [b"ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"] + [
-            f"{name.upper()}: {text}".encode() for name, _, text in _SUBS
-        ]
-    if sub == b"setuser":
-        name = _username(args[2])
-        rules = [a.decode("utf-8", "surrogateescape") for a in args[3:]]
-        if any(r.startswith("(") for r in rules):
-            raise CommandError(errors.ACL_SELECTORS)
-        return _setuser(client, name, rules)
-    if sub == b"deluser":
-        names = [_username(a) for a in args[2:]]
-        if auth.DEFAULT in names:
-            raise CommandError(errors.ACL_DELETE_DEFAULT)
-        return client.app.node.shared_users.delete(names)
-    if sub == b"getuser":
-        user = users.get(args[2].decode("utf-8", "surrogateescape"))
-        if user is None:
-            return None
-        return {
-            b"flags": [b"on" if user.enabled else b"off", *([b"nopass"] if user.nopass else [])],
-            b"passwords": [h.encode() for h in user.passwords],
-            b"commands": user.commands_text().encode(),
-            b"keys": user.keys_text().encode(),
-            b"channels": user.channels.encode(),
-            b"selectors": [],
-        }
-    if sub == b"list":
-        return _sliced(users, lambda u: f"user {u.name} {u.describe()}".encode())
-    if sub == b"users":
-        return _sliced(users, lambda u: u.name.encode())
-    if sub == b"whoami":
-        return client.user.name.encode()
-    if sub == b"cat":
-        if len(args) == 2:
-            return [c.encode() for c in auth.CATEGORIES]
-        if len(args) != 3:
-            raise errors.wrong_arity("acl|cat")
-        category = args[2].decode("utf-8", "replace").lower()
-        if category not in auth.CATEGORIES:
-            raise CommandError(errors.ACL_UNKNOWN_CATEGORY.format(category))
-        out: list[bytes] = []
-        for name, spec in REGISTRY.items():
-            if spec.sub_categories:
-                out += [
-                    f"{name}|{s}".encode() for s, _, _ in spec.subcommands if "@" + category in spec.categories_of(s)
-                ]
-            elif "@" + category in spec.categories:
-                out.append(name.encode())
-        return out
-    if sub == b"log":
-        return _log(client, args)
-    if sub == b"dryrun":
-        return _dryrun(client, args)
-    if sub == b"genpass":
-        bits = parse_int(args[2]) if len(args) > 2 else 256
-        if not 0 < bits <= 4096:
-            raise CommandError(errors.ACL_GENPASS_BITS)
-        return os.urandom((bits + 7) // 8).hex()[: (bits + 3) // 4].encode()
-    if sub == b"load":
-        return _load(client)
-    return _save(client)
+def _acl_setuser(client: Client, args: list[bytes]) -> Any:
+    cursor = Args(args, 2)
+    name = _username(cursor.next())
+    rules = [a.decode("utf-8", "surrogateescape") for a in cursor.rest()]
+    if any(r.startswith("(") for r in rules):
+        raise CommandError(errors.ACL_SELECTORS)
+    return _setuser(client, name, rules)
+
+
+def _acl_deluser(client: Client, args: list[bytes]) -> Any:
+    names = [_username(a) for a in Args(args, 2).rest()]
+    if auth.DEFAULT in names:
+        raise CommandError(errors.ACL_DELETE_DEFAULT)
+    return client.app.node.shared_users.delete(names)
+
+
+def _acl_getuser(client: Client, args: list[bytes]) -> Any:
+    user = client.app.users.get(Args(args, 2).name())
+    if user is None:
+        return None
+    return {
+        b"flags": [b"on" if user.enabled else b"off", *([b"nopass"] if user.nopass else [])],
+        b"passwords": [h.encode() for h in user.passwords],
+        b"commands": user.commands_text().encode(),
+        b"keys": user.keys_text().encode(),
+        b"channels": user.channels.encode(),
+        b"selectors": [],
+    }
+
+
+def _acl_list(client: Client, args: list[bytes]) -> Any:
+    return _sliced(client.app.users, lambda u: f"user {u.name} {u.describe()}".encode())
+
+
+def _acl_users(client: Client, args: list[bytes]) -> Any:
+    return _sliced(client.app.users, lambda u: u.name.encode())
+
+
+def _acl_whoami(client: Client, args: list[bytes]) -> Any:
+    return client.user.name.encode()
+
+
+def _acl_cat(client: Client, args: list[bytes]) -> Any:
+    cursor = Args(args, 2)
+    if not cursor.more():
+        return [c.encode() for c in auth.CATEGORIES]
+    category = cursor.text().lower()
+    cursor.finish(_acl_syntax(args).message)
+    if category not in auth.CATEGORIES:
+        raise CommandError(errors.ACL_UNKNOWN_CATEGORY.format(category))
+    out: list[bytes] = []
+    for name, spec in REGISTRY.items():
+        if spec.sub_categories:
+            out += [
+                f"{name}|{s.name}".encode() for s in spec.subcommands if "@" + category in spec.categories_of(s.name)
+            ]
+        elif "@" + category in spec.categories:
+            out.append(name.encode())
+    return out
+
+
+def _acl_genpass(client: Client, args: list[bytes]) -> Any:
+    cursor = Args(args, 2)
+    bits = cursor.integer() if cursor.more() else 256
+    cursor.finish(_acl_syntax(args).message)
+    if not 0 < bits <= 4096:
+        raise CommandError(errors.ACL_GENPASS_BITS)
+    return os.urandom((bits + 7) // 8).hex()[: (bits + 3) // 4].encode()
+
+
+def _acl_load(client: Client, args: list[bytes]) -> Any:
+    return _load_file(client, _aclfile(client))
+
+
+def _acl_save(client: Client, args: list[bytes]) -> Any:
+    return _save_file(client, _aclfile(client))
 
 
 def _username(raw: bytes) -> str:
@@ -154,29 +141,30 @@ async def _sliced(users: auth.Users, line: Callable[[auth.User], bytes]) -> list
 
 
 def _log(client: Client, args: list[bytes]) -> Any:
+    """ACL LOG [count | RESET], as Redis 7.0: a count below 0 shows nothing."""
     log = client.app.acl_log
-    if len(args) > 3:
-        raise errors.wrong_arity("acl|log")
+    cursor = Args(args, 2)
     count = len(log.entries)
-    if len(args) == 3:
-        if args[2].lower() == b"reset":
-            log.reset()
-            return "OK"
-        count = parse_int(args[2], errors.ACL_LOG_COUNT)
-        if count < 0:
-            raise CommandError(errors.ACL_LOG_COUNT)
+    if cursor.flag(b"reset"):
+        cursor.finish(_acl_syntax(args).message)
+        log.reset()
+        return "OK"
+    if cursor.more():
+        count = max(0, cursor.integer())
+    cursor.finish(_acl_syntax(args).message)
     return [e.fields() for e in log.entries[:count]]
 
 
 def _dryrun(client: Client, args: list[bytes]) -> Any:
-    name = args[2].decode("utf-8", "surrogateescape")
+    cursor = Args(args, 2)
+    name = cursor.name()
     user = client.app.users.get(name)
     if user is None:
         raise CommandError(errors.ACL_USER_NOT_FOUND.format(name))
-    spec = lookup(args[3])
+    command_args = cursor.rest()
+    spec = lookup(command_args[0])
     if spec is None:
-        raise CommandError(errors.ACL_COMMAND_NOT_FOUND.format(args[3].decode("utf-8", "replace")))
-    command_args = args[3:]
+        raise CommandError(errors.ACL_COMMAND_NOT_FOUND.format(command_args[0].decode("utf-8", "replace")))
     if not spec.arity_ok(len(command_args)):
         raise errors.wrong_arity(spec.name)
     denied = user.denial(spec, command_args)
@@ -191,11 +179,6 @@ def _aclfile(client: Client) -> Path:
     if not path:
         raise CommandError(errors.ACL_NO_FILE)
     return Path(path)
-
-
-def _load(client: Client) -> Any:
-    path = _aclfile(client)
-    return _load_file(client, path)
 
 
 async def _load_file(client: Client, path: Path) -> str:
@@ -215,10 +198,6 @@ async def _load_file(client: Client, path: Path) -> str:
     return "OK"
 
 
-def _save(client: Client) -> Any:
-    return _save_file(client, _aclfile(client))
-
-
 async def _save_file(client: Client, path: Path) -> str:
     lines = await _sliced(client.app.users, lambda u: f"user {u.name} {u.describe()}\n".encode())
     try:
@@ -232,3 +211,66 @@ def _write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+_ANYONE = ("@slow",)  # as in Redis: who am I, the categories and a random password are for everyone
+
+container(
+    "acl",
+    ("admin", "noscript", "loading", "stale"),
+    ("@admin", "@slow", "@dangerous"),
+    (
+        # SETUSER: every argument is secret, as Redis (a rule may hold a password anywhere: >pw, #hash, (>pw ~k))
+        Subcommand(
+            "setuser",
+            -3,
+            "Create or modify a user with the given rules.",
+            _acl_setuser,
+            "SETUSER <username> <attribute> [<attribute> ...]",
+            secrets=Secrets(start=2, rest=True),
+        ),
+        Subcommand(
+            "deluser",
+            -3,
+            "Delete users (and close their connections).",
+            _acl_deluser,
+            "DELUSER <username> [<username> ...]",
+        ),
+        Subcommand(
+            "getuser",
+            3,
+            "A user's flags, passwords (hashed), commands, keys and channels.",
+            _acl_getuser,
+            "GETUSER <username>",
+        ),
+        Subcommand("list", 2, "Every user, as ACL rules.", _acl_list),
+        Subcommand("users", 2, "Every user name.", _acl_users),
+        Subcommand("whoami", 2, "The user of this connection.", _acl_whoami, categories=_ANYONE),
+        Subcommand(
+            "cat", -2, "The categories, or the commands of one.", _acl_cat, "CAT [<category>]", categories=_ANYONE
+        ),
+        Subcommand("log", -2, "Recent denials: ACL LOG [count | RESET].", _log, "LOG [<count> | RESET]"),
+        # DRYRUN: the secrets of the command it carries (ACL DRYRUN u AUTH pw)
+        Subcommand(
+            "dryrun",
+            -4,
+            "Whether a user may run a command: ACL DRYRUN user command [arg ...].",
+            _dryrun,
+            "DRYRUN <username> <command> [<arg> ...]",
+            secrets=Secrets(command=3),
+        ),
+        Subcommand(
+            "genpass",
+            -2,
+            "A random password: ACL GENPASS [bits].",
+            _acl_genpass,
+            "GENPASS [<bits>]",
+            categories=_ANYONE,
+        ),
+        Subcommand("load", 2, "Make the stored users exactly those of the aclfile.", _acl_load),
+        Subcommand("save", 2, "Write the users to the aclfile.", _acl_save),
+    ),
+    summary="ACL SETUSER/DELUSER/GETUSER/LIST/USERS/WHOAMI/CAT/LOG/DRYRUN/GENPASS/LOAD/SAVE: users and permissions.",
+    group="server",
+    help_categories=_ANYONE,
+)

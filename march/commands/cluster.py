@@ -29,20 +29,11 @@ from ..cluster.registry import NodeInfo
 from ..cluster.slots import SLOTS, key_slot
 from ..errors import CommandError
 from ..resp import Verbatim
-from .args import parse_int
-from .registry import check_subcommand, command
+from .args import Args
+from .registry import Subcommand, command, container
 
 if TYPE_CHECKING:
     from ..client import Client
-
-_CLUSTER_SUBS = (
-    ("slots", 2, "the slot ranges and the nodes that serve them (the primary owns 0-16383)"),
-    ("shards", 2, "the shard (one: the primary and its standbys) with its nodes"),
-    ("nodes", 2, "the nodes in CLUSTER NODES text format"),
-    ("info", 2, "cluster state: ok while a primary is known"),
-    ("myid", 2, "this node's id"),
-    ("keyslot", 3, "the hash slot of a key (CRC16 with hash tags)"),
-)
 
 _DEFAULT_FAILOVER_TIMEOUT_MS = 5000
 
@@ -58,35 +49,37 @@ def _endpoint(n: NodeInfo) -> list[Any]:
     return [n.host.encode(), n.port, n.cluster_id.encode()]
 
 
-@command(
-    "cluster",
-    -2,
-    ("stale",),
-    ("@slow", "@app"),  # read-only topology: what every cluster client asks first
-    summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT.",
-    group="cluster",
-    subcommands=_CLUSTER_SUBS,
-)
-def cluster(client: Client, args: list[bytes]) -> Any:
-    sub = check_subcommand("cluster", args)
-    if sub == b"help":
-        return [f"CLUSTER {s.upper()}: {text}".encode() for s, _, text in _CLUSTER_SUBS]
+def _cluster_keyslot(client: Client, args: list[bytes]) -> Any:
+    _member(client)
+    return key_slot(args[2])
+
+
+def _cluster_myid(client: Client, args: list[bytes]) -> Any:
+    return _member(client).me.cluster_id.encode()
+
+
+def _cluster_slots(client: Client, args: list[bytes]) -> Any:
+    primary, standbys = _member(client).registry.members(client.tls)
+    if primary is None:
+        return []
+    return [[0, SLOTS - 1, _endpoint(primary), *(_endpoint(n) for n in standbys)]]
+
+
+def _cluster_shards(client: Client, args: list[bytes]) -> Any:
+    return _shards(*_member(client).registry.members(client.tls))
+
+
+def _cluster_nodes(client: Client, args: list[bytes]) -> Any:
     member = _member(client)
-    if sub == b"keyslot":
-        return key_slot(args[2])
-    if sub == b"myid":
-        return member.me.cluster_id.encode()
     primary, standbys = member.registry.members(client.tls)
-    if sub == b"slots":
-        if primary is None:
-            return []
-        return [[0, SLOTS - 1, _endpoint(primary), *(_endpoint(n) for n in standbys)]]
-    if sub == b"shards":
-        return _shards(primary, standbys)
     epoch = member.registry.topology.leader_revision
-    if sub == b"nodes":
-        return Verbatim(_nodes_text(member.me.seen_by(client.tls), epoch, primary, standbys))
-    return Verbatim(_info_text(epoch, primary, standbys))
+    return Verbatim(_nodes_text(member.me.seen_by(client.tls), epoch, primary, standbys))
+
+
+def _cluster_info(client: Client, args: list[bytes]) -> Any:
+    member = _member(client)
+    primary, standbys = member.registry.members(client.tls)
+    return Verbatim(_info_text(member.registry.topology.leader_revision, primary, standbys))
 
 
 def _shards(primary: NodeInfo | None, standbys: list[NodeInfo]) -> list[Any]:
@@ -139,6 +132,25 @@ def _info_text(epoch: int, primary: NodeInfo | None, standbys: list[NodeInfo]) -
     return "".join(f"{k}:{v}\r\n" for k, v in fields)
 
 
+container(
+    "cluster",
+    ("stale",),
+    ("@slow", "@app"),  # read-only topology: what every cluster client asks first
+    (
+        Subcommand(
+            "slots", 2, "The slot ranges and the nodes that serve them (the primary owns 0-16383).", _cluster_slots
+        ),
+        Subcommand("shards", 2, "The shard (one: the primary and its standbys) with its nodes.", _cluster_shards),
+        Subcommand("nodes", 2, "The nodes in CLUSTER NODES text format.", _cluster_nodes),
+        Subcommand("info", 2, "Cluster state: ok while a primary is known.", _cluster_info),
+        Subcommand("myid", 2, "This node's id.", _cluster_myid),
+        Subcommand("keyslot", 3, "The hash slot of a key (CRC16 with hash tags).", _cluster_keyslot, "KEYSLOT <key>"),
+    ),
+    summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT.",
+    group="cluster",
+)
+
+
 def _accept(client: Client, args: list[bytes]) -> Any:
     _member(client)
     return "OK"
@@ -166,27 +178,22 @@ def failover(client: Client, args: list[bytes]) -> Any:
     target: str | None = None
     timeout_ms = _DEFAULT_FAILOVER_TIMEOUT_MS
     abort = False
-    i = 1
-    while i < len(args):
-        opt = args[i].lower()
-        if opt == b"to" and i + 2 < len(args):
-            port = parse_int(args[i + 2])
+    cursor = Args(args)
+    for option in cursor.options(b"to", b"timeout", b"abort"):
+        if option == b"to":
+            host = cursor.text()
+            port = cursor.integer()
             if not 0 < port < 65536:
                 raise CommandError(errors.SYNTAX)
-            target = f"{args[i + 1].decode('utf-8', 'replace')}:{port}"
-            i += 3
-        elif opt == b"timeout" and i + 1 < len(args):
-            timeout_ms = parse_int(args[i + 1])
+            target = f"{host}:{port}"
+        elif option == b"timeout":
+            timeout_ms = cursor.integer()
             if timeout_ms <= 0:
                 raise CommandError(errors.FAILOVER_TIMEOUT_RANGE)
             if timeout_ms > MAX_TIMEOUT_MS:
                 raise CommandError(errors.FAILOVER_TIMEOUT_TOO_LONG.format(MAX_TIMEOUT_MS))
-            i += 2
-        elif opt == b"abort":
-            abort = True
-            i += 1
         else:
-            raise CommandError(errors.SYNTAX)
+            abort = True
     member = client.app.group.member
     if abort:
         if target is not None or len(args) > 2:

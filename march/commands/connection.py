@@ -26,9 +26,9 @@ from .. import errors
 from ..errors import CommandError
 from ..resp import Verbatim
 from ..version import REDIS_COMPAT_VERSION
-from .args import parse_int
+from .args import Args, parse_int
 from .permissions import refuse
-from .registry import Handler, Secrets, command, run_subcommand
+from .registry import Secrets, Subcommand, command, container
 
 if TYPE_CHECKING:
     from ..app import Connected
@@ -52,11 +52,12 @@ _handshake = partial(
 
 @command("ping", -1, ("fast", "stale"), _CONN, summary="Reply PONG, or the message given.", group="connection")
 def ping(client: Client, args: list[bytes]) -> Any:
-    if len(args) > 2:
-        raise errors.wrong_arity("ping")
+    cursor = Args(args)
+    message = cursor.next() if cursor.more() else None
+    cursor.finish(errors.WRONG_ARITY.format("ping"))
     if client.proto == 2 and client.id in client.app.pubsub.subscribers:  # as Redis, in subscribed mode
-        return [b"pong", b"" if len(args) == 1 else args[1]]
-    return "PONG" if len(args) == 1 else args[1]
+        return [b"pong", b"" if message is None else message]
+    return "PONG" if message is None else message
 
 
 @command("echo", 2, ("fast",), _CONN, summary="Reply the message given.", group="connection", hot=True)
@@ -120,50 +121,45 @@ async def _check_later(client: Client, username: str, password: bytes, wait: flo
     "auth",
     -2,
     summary="Authenticate: AUTH password (the default user), or AUTH username password.",
-    secrets={"": Secrets(rest=True)},
+    secrets=Secrets(rest=True),
 )
 def auth(client: Client, args: list[bytes]) -> Any:
-    if len(args) > 3:
-        raise CommandError(errors.SYNTAX)
-    if len(args) == 2:
+    cursor = Args(args)
+    first = cursor.next()
+    if not cursor.more():
         if not client.app.users.loaded:  # (default is unknown yet, not password-less)
             raise CommandError(errors.CLUSTERDOWN)
         if client.app.users.default.nopass:
             raise CommandError(errors.AUTH_NOT_CONFIGURED)
-        return _authenticate(client, b"default", args[1])
-    return _authenticate(client, args[1], args[2])
+        return _authenticate(client, b"default", first)
+    password = cursor.next()
+    cursor.finish()
+    return _authenticate(client, first, password)
 
 
 @_handshake(
     "hello",
     -1,
     summary="Handshake: HELLO [protover [AUTH user pass] [SETNAME name]].",
-    secrets={"": Secrets(start=1, after={b"auth": 2})},  # from 1: HELLO AUTH u pw (refused) is shown as sent
+    secrets=Secrets(start=1, after={b"auth": 2}),  # from 1: HELLO AUTH u pw (refused) is shown as sent
 )
 def hello(client: Client, args: list[bytes]) -> Any:
     proto = client.proto
-    i = 1
-    if len(args) > 1:
-        try:
-            proto = int(args[1])
-        except ValueError:
-            raise CommandError(errors.HELLO_PROTOVER) from None
+    cursor = Args(args)
+    if cursor.more():
+        proto = cursor.integer(errors.HELLO_PROTOVER)
         if proto not in (2, 3):
             raise CommandError(errors.PROTOCOL_VERSION)
-        i = 2
     name: bytes | None = None
     auth_pair: tuple[bytes, bytes] | None = None
-    while i < len(args):
-        opt = args[i].lower()
-        more = len(args) - i - 1
-        if opt == b"auth" and more >= 2:
-            auth_pair = (args[i + 1], args[i + 2])
-            i += 3
-        elif opt == b"setname" and more >= 1:
-            name = args[i + 1]
-            i += 2
+    while cursor.more():
+        option = cursor.next()
+        if option.lower() == b"auth" and len(cursor) >= 2:
+            auth_pair = (cursor.next(), cursor.next())
+        elif option.lower() == b"setname" and cursor.more():
+            name = cursor.next()
         else:
-            raise CommandError(errors.HELLO_OPTION.format(args[i].decode("utf-8", "replace")))
+            raise CommandError(errors.HELLO_OPTION.format(option.decode("utf-8", "replace")))
     if name is not None:
         _check_name(name)  # before anything changes
     if auth_pair is not None:
@@ -201,7 +197,7 @@ def _hello_rest(client: Client, proto: int, name: bytes | None) -> Any:
     "select", 2, ("loading", "stale", "fast"), _CONN, summary="Select database 0 (the only one).", group="connection"
 )
 def select(client: Client, args: list[bytes]) -> Any:
-    if parse_int(args[1]) != 0:
+    if Args(args).integer() != 0:
         raise CommandError(errors.DB_INDEX)
     return "OK"
 
@@ -251,26 +247,8 @@ def _set_name(client: Client, name: bytes) -> None:
 
 _LIST_SLICE = 1000  # CLIENT LIST lines made per step of the event loop (~1 ms): other clients run between
 _CLIENT_TYPES = (b"normal", b"master", b"replica", b"slave", b"pubsub")  # Redis' names
-_ON_OFF = (b"on", b"off")
 
-_CLIENT_SUBS = (
-    ("id", 2, "This connection's id."),
-    ("setname", 3, "Name this connection."),
-    ("getname", 2, "This connection's name, or nil."),
-    ("setinfo", 4, "Record the client library's name or version."),
-    ("info", 2, "One line about this connection."),
-    ("list", -2, "One line per connection: CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id...]."),
-    (
-        "kill",
-        -3,
-        "Close connections: CLIENT KILL addr | [ID id] [ADDR ip:port] [LADDR ip:port] [TYPE t] "
-        "[USER name] [SKIPME yes|no].",
-    ),
-    ("no-evict", 3, "Accepted (ON or OFF), no effect."),
-    ("no-touch", 3, "Accepted (ON or OFF), no effect."),
-    ("help", 2, "Show the subcommands."),
-)
-_CLIENT_ADMIN = ("list", "kill", "no-evict")  # as in Redis: listing and closing others is admin work
+_CLIENT_ADMIN = ("@admin", "@slow", "@dangerous", "@connection")  # as in Redis: listing and closing others
 _CLIENT_FLAGS = ("noscript", "loading", "stale")
 
 
@@ -288,16 +266,17 @@ def _client_getname(client: Client, args: list[bytes]) -> Any:
 
 
 def _client_setinfo(client: Client, args: list[bytes]) -> Any:
-    attr = args[2].lower()
-    value = args[3].decode("utf-8", "replace")
+    cursor = Args(args, 2)
+    attr = cursor.next()
+    value = cursor.text()
     if any(c in value for c in " \n\r"):
-        raise CommandError(errors.CLIENT_INFO_VALUE.format(args[2].decode("utf-8", "replace")))
-    if attr == b"lib-name":
+        raise CommandError(errors.CLIENT_INFO_VALUE.format(attr.decode("utf-8", "replace")))
+    if attr.lower() == b"lib-name":
         client.lib_name = value
-    elif attr == b"lib-ver":
+    elif attr.lower() == b"lib-ver":
         client.lib_ver = value
     else:
-        raise CommandError(errors.CLIENT_OPTION.format(args[2].decode("utf-8", "replace")))
+        raise CommandError(errors.CLIENT_OPTION.format(attr.decode("utf-8", "replace")))
     return "OK"
 
 
@@ -306,27 +285,23 @@ def _client_info(client: Client, args: list[bytes]) -> Any:
 
 
 def _client_flag(client: Client, args: list[bytes]) -> Any:
-    if args[2].lower() not in _ON_OFF:
-        raise CommandError(errors.SYNTAX)
+    Args(args, 2).choice(b"on", b"off")
     return "OK"
-
-
-def _client_help(client: Client, args: list[bytes]) -> Any:
-    return [f"CLIENT {s.upper()}: {text}".encode() for s, _, text in _CLIENT_SUBS]
 
 
 def _client_list(client: Client, args: list[bytes]) -> Any:
     app = client.app
-    n = len(args)
-    if n == 2:
+    cursor = Args(args, 2)
+    option = cursor.choice(b"type", b"id") if cursor.more() else b""
+    if not option:
         targets = list(app.clients.values())
-    elif n == 4 and args[2].lower() == b"type":
-        kind = args[3].lower()
-        if kind not in _CLIENT_TYPES:
-            raise CommandError(errors.CLIENT_TYPE.format(args[3].decode("utf-8", "replace")))
-        targets = list(app.clients.values()) if kind == b"normal" else []
-    elif n > 3 and args[2].lower() == b"id":
-        ids = [parse_int(a, errors.CLIENT_LIST_ID) for a in args[3:]]  # all checked before any line
+    elif option == b"type" and len(cursor) == 1:
+        kind = cursor.next()
+        if kind.lower() not in _CLIENT_TYPES:
+            raise CommandError(errors.CLIENT_TYPE.format(kind.decode("utf-8", "replace")))
+        targets = list(app.clients.values()) if kind.lower() == b"normal" else []
+    elif option == b"id" and cursor.more():
+        ids = [parse_int(a, errors.CLIENT_LIST_ID) for a in cursor.rest()]  # all checked before any line
         targets = [c for c in map(app.clients.get, ids) if c is not None]  # in the order asked, as Redis
     else:
         raise CommandError(errors.SYNTAX)
@@ -392,33 +367,25 @@ class _KillFilter:
 def _kill_filter(client: Client, args: list[bytes]) -> _KillFilter:
     """The filters of ``CLIENT KILL <option> <value>...``, every one checked (Redis' texts) before anyone is closed."""
     chosen = _KillFilter()
-    if len(args) % 2:  # an option without its value
-        raise CommandError(errors.SYNTAX)
-    for i in range(2, len(args), 2):
-        option, value = args[i].lower(), args[i + 1]
-        text = value.decode("utf-8", "replace")
+    cursor = Args(args, 2)
+    for option in cursor.options(b"id", b"type", b"addr", b"laddr", b"user", b"skipme"):
         if option == b"id":
-            chosen.id = parse_int(value, errors.CLIENT_ID)
-            if chosen.id < 1:
-                raise CommandError(errors.CLIENT_ID)
+            chosen.id = cursor.integer(errors.CLIENT_ID, low=1)
         elif option == b"type":
-            if value.lower() not in _CLIENT_TYPES:
-                raise CommandError(errors.CLIENT_TYPE.format(text))
-            chosen.normal = value.lower() == b"normal"
+            kind = cursor.next()
+            if kind.lower() not in _CLIENT_TYPES:
+                raise CommandError(errors.CLIENT_TYPE.format(kind.decode("utf-8", "replace")))
+            chosen.normal = kind.lower() == b"normal"
         elif option == b"addr":
-            chosen.addr = text
+            chosen.addr = cursor.text()
         elif option == b"laddr":
-            chosen.laddr = text
+            chosen.laddr = cursor.text()
         elif option == b"user":
-            if client.app.users.get(text) is None:
-                raise CommandError(errors.CLIENT_NO_SUCH_USER.format(text))
-            chosen.user = text
-        elif option == b"skipme":
-            if value.lower() not in (b"yes", b"no"):
-                raise CommandError(errors.SYNTAX)
-            chosen.skipme = value.lower() == b"yes"
+            chosen.user = cursor.text()
+            if client.app.users.get(chosen.user) is None:
+                raise CommandError(errors.CLIENT_NO_SUCH_USER.format(chosen.user))
         else:
-            raise CommandError(errors.SYNTAX)
+            chosen.skipme = cursor.choice(b"yes", b"no") == b"yes"
     return chosen
 
 
@@ -444,34 +411,55 @@ def _client_kill(client: Client, args: list[bytes]) -> Any:
     return killed
 
 
-_CLIENT: dict[bytes, Handler] = {
-    b"id": _client_id,
-    b"setname": _client_setname,
-    b"getname": _client_getname,
-    b"setinfo": _client_setinfo,
-    b"info": _client_info,
-    b"list": _client_list,
-    b"kill": _client_kill,
-    b"no-evict": _client_flag,
-    b"no-touch": _client_flag,
-    b"help": _client_help,
-}
-
-
-@command(
+container(
     "client",
-    -2,
     (),
     ("@slow", "@connection", "@app"),
+    (
+        Subcommand("id", 2, "This connection's id.", _client_id, flags=_CLIENT_FLAGS),
+        Subcommand("setname", 3, "Name this connection.", _client_setname, "SETNAME <name>", flags=_CLIENT_FLAGS),
+        Subcommand("getname", 2, "This connection's name, or nil.", _client_getname, flags=_CLIENT_FLAGS),
+        Subcommand(
+            "setinfo",
+            4,
+            "Record the client library's name or version.",
+            _client_setinfo,
+            "SETINFO <LIB-NAME|LIB-VER> <value>",
+            flags=_CLIENT_FLAGS,
+        ),
+        Subcommand("info", 2, "One line about this connection.", _client_info, flags=_CLIENT_FLAGS),
+        Subcommand(
+            "list",
+            -2,
+            "One line per connection: CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id...].",
+            _client_list,
+            "LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB) | ID <id> [<id> ...]]",
+            categories=_CLIENT_ADMIN,
+            flags=("admin", *_CLIENT_FLAGS),
+        ),
+        Subcommand(
+            "kill",
+            -3,
+            "Close connections: CLIENT KILL addr | [ID id] [ADDR ip:port] [LADDR ip:port] [TYPE t] "
+            "[USER name] [SKIPME yes|no].",
+            _client_kill,
+            "KILL <ip:port> | <option> <value> [<option> <value> ...]",
+            categories=_CLIENT_ADMIN,
+            flags=("admin", *_CLIENT_FLAGS),
+        ),
+        Subcommand(
+            "no-evict",
+            3,
+            "Accepted (ON or OFF), no effect.",
+            _client_flag,
+            "NO-EVICT (ON|OFF)",
+            categories=_CLIENT_ADMIN,
+            flags=("admin", *_CLIENT_FLAGS),
+        ),
+        Subcommand(
+            "no-touch", 3, "Accepted (ON or OFF), no effect.", _client_flag, "NO-TOUCH (ON|OFF)", flags=_CLIENT_FLAGS
+        ),
+    ),
     summary="Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST, KILL.",
     group="connection",
-    subcommands=_CLIENT_SUBS,
-    sub_categories={sub: ("@admin", "@slow", "@dangerous", "@connection") for sub in _CLIENT_ADMIN},
-    sub_flags={
-        **{sub: _CLIENT_FLAGS for sub, _, _ in _CLIENT_SUBS},
-        **{sub: ("admin", *_CLIENT_FLAGS) for sub in _CLIENT_ADMIN},
-        "help": ("loading", "stale"),
-    },
 )
-def client_(client: Client, args: list[bytes]) -> Any:
-    return run_subcommand("client", _CLIENT, client, args)

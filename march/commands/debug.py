@@ -17,32 +17,45 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import CommandError
-from .args import parse_int
-from .registry import check_subcommand, command
+from .args import Args
+from .registry import Subcommand, container
 
 if TYPE_CHECKING:
     from ..client import Client
 
 
-@command(
-    "debug",
-    -2,
-    ("admin", "noscript", "loading", "stale"),
-    ("@admin", "@slow", "@dangerous"),
-    summary="DEBUG CLOCK-OFFSET [ms]: move the clock timestamp IDs read (needs enable_debug_command).",
-    group="server",
-    subcommands=(("clock-offset", -2, "Move (or show) the wall clock offset of timestamp sequences, in ms."),),
-)
-def debug(client: Client, args: list[bytes]) -> Any:
+def _enabled(client: Client) -> None:
+    """Everything DEBUG does, HELP included, is refused while it is off (Redis' order)."""
     if not client.app.config.enable_debug_command:
         raise CommandError(errors.DEBUG_DISABLED)
-    sub = check_subcommand("debug", args)
-    if sub == b"help":
-        return [b"DEBUG CLOCK-OFFSET [<ms>]", b"    Move the wall clock of timestamp sequences by <ms> (or show it)."]
+
+
+def _clock_offset(client: Client, args: list[bytes]) -> Any:
     keyspace = client.app.keyspace
-    if len(args) == 2:
+    cursor = Args(args, 2)
+    if not cursor.more():
         return round(keyspace.wall_offset * 1000)
-    if len(args) != 3:
-        raise errors.wrong_arity("debug|clock-offset")
-    keyspace.wall_offset = parse_int(args[2]) / 1000
+    offset = cursor.integer()
+    cursor.finish(errors.WRONG_ARITY.format("debug|clock-offset"))
+    keyspace.wall_offset = offset / 1000
     return "OK"
+
+
+container(
+    "debug",
+    ("admin", "noscript", "loading", "stale"),
+    ("@admin", "@slow", "@dangerous"),
+    (
+        Subcommand(
+            "clock-offset",
+            -2,
+            "Move (or show) the wall clock offset of timestamp sequences, in ms.",
+            _clock_offset,
+            "CLOCK-OFFSET [<ms>]",
+            ("Move the wall clock of timestamp sequences by <ms> (or show it).",),
+        ),
+    ),
+    summary="DEBUG CLOCK-OFFSET [ms]: move the clock timestamp IDs read (needs enable_debug_command).",
+    group="server",
+    gate=_enabled,
+)

@@ -3,7 +3,8 @@
 ``call`` returns what the handler returned (a value, or a coroutine to await) or raises
 ``CommandError``. The server encodes; EXEC calls ``call`` for each queued request.
 
-The checks run in Redis' order: unknown command, arity, authentication (``NOAUTH``), a command
+The checks run in Redis' order: unknown command, arity, a container's subcommand (unknown, or its
+arity: ``registry.check_container``), authentication (``NOAUTH``), a command
 flagged ``no_multi`` inside MULTI (``ERR Command not allowed inside a transaction``: SHUTDOWN),
 permissions, routing, then what a MONITOR connection may not do (a command that reads or writes
 the keyspace: ``ERR Replica can't interact with the keyspace``, as Redis answers its monitors),
@@ -40,7 +41,7 @@ from ..errors import CommandError
 from ..generators.base import NotServing
 from ..store.base import StoreError, StoreFull, StoreRejected
 from .permissions import refuse
-from .registry import TABLE, CommandSpec, lookup, redacted
+from .registry import TABLE, CommandSpec, check_container, lookup, redacted
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -59,6 +60,11 @@ def call(client: Client, args: list[bytes]) -> Any:
     a = spec.arity
     if (len(args) != a) if a > 0 else (len(args) < -a):
         raise reject(client, spec, errors.wrong_arity(spec.name))
+    if spec.subcommands:
+        try:
+            check_container(client, spec, args)
+        except CommandError as exc:
+            raise reject(client, spec, exc) from None
     if not client.authenticated and "no_auth" not in spec.flags:
         # A cluster node that has not read its users yet (etcd unreachable since it started) knows
         # nobody: it cannot serve, like a node with no primary, rather than ask for a password.

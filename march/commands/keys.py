@@ -39,7 +39,7 @@ from .. import errors
 from ..errors import CommandError
 from ..glob import Glob, compile_glob, literal_prefix
 from ..keyspace import PAGE, Selection, sift
-from .args import parse_int
+from .args import Args, parse_int
 from .permissions import may_create
 from .registry import command
 
@@ -129,16 +129,15 @@ async def _mget(client: Client, keys: list[bytes]) -> list[bytes | None]:
     group="string",
 )
 def set_(client: Client, args: list[bytes]) -> Any:
+    cursor = Args(args)
+    key, value = cursor.key(), cursor.next()
     nx = False
-    for opt in args[3:]:
-        if opt.lower() == b"nx":
-            nx = True
-        else:
-            raise CommandError(errors.SET_OPTION)
-    floor = parse_int(args[2])
+    for _ in cursor.options(b"nx", message=errors.SET_OPTION):
+        nx = True
+    floor = parse_int(value)
     if floor < 0:
         raise CommandError(errors.SET_NEGATIVE)
-    return _set(client, args[1], floor, nx)
+    return _set(client, key, floor, nx)
 
 
 async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
@@ -276,24 +275,18 @@ def _common_prefix(prefixes: list[bytes]) -> bytes:
     group="generic",
 )
 def scan(client: Client, args: list[bytes]) -> Any:
-    cursor = _cursor(args[1])
+    request = Args(args)
+    cursor = _cursor(request.next())
     count, pattern, kind = 10, None, None
-    i = 2
-    while i < len(args):
-        opt = args[i].lower()
-        if i + 1 >= len(args):
-            raise CommandError(errors.SYNTAX)
-        if opt == b"count":
-            count = parse_int(args[i + 1])
+    for option in request.options(b"count", b"match", b"type"):
+        if option == b"count":
+            count = request.integer()
             if count < 1:
                 raise CommandError(errors.SYNTAX)
-        elif opt == b"match":
-            pattern = args[i + 1]
-        elif opt == b"type":
-            kind = args[i + 1].lower()
+        elif option == b"match":
+            pattern = request.next()
         else:
-            raise CommandError(errors.SYNTAX)
-        i += 2
+            kind = request.next().lower()
     plan = _plan(client, pattern) if kind in (None, b"string") else None
     return _scan(client, cursor, min(count, PAGE), plan)
 

@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
-from ..errors import CommandError
 from ..resp import Verbatim
-from .args import parse_int
-from .registry import Handler, command, run_subcommand
+from .args import Args
+from .registry import Subcommand, command, container
 from .server import NO_REPLY
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 # and they and their HELP are only @slow.
 _ADMIN = ("@admin", "@slow", "@dangerous")
 _FLAGS = ("admin", "noscript", "loading", "stale")
-_HELP_FLAGS = ("loading", "stale")
+_SUB_FLAGS = ("admin", "loading", "stale")  # SLOWLOG's subcommands (no noscript, as Redis)
 
 
 class _MonitorStarted:
@@ -55,45 +54,17 @@ class _MonitorStarted:
 MONITOR_STARTED = _MonitorStarted()
 
 
-def _help(name: str, lines: list[str]) -> list[str]:
-    return [
-        f"{name} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        *lines,
-        "HELP",
-        "    Prints this help.",
-    ]
-
-
-def _syntax(args: list[bytes], name: str) -> CommandError:
-    return CommandError(errors.SUBCOMMAND_SYNTAX.format(args[1].decode("utf-8", "replace"), name))
+def _syntax(args: list[bytes], name: str) -> str:
+    return errors.SUBCOMMAND_SYNTAX.format(args[1].decode("utf-8", "replace"), name)
 
 
 # --- SLOWLOG --------------------------------------------------------------------------------------
 
-_SLOWLOG_HELP = [
-    "GET [<count>]",
-    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
-    "    Entries are made of:",
-    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
-    "    client name",
-    "LEN",
-    "    Return the length of the slowlog.",
-    "RESET",
-    "    Reset the slowlog.",
-]
-
 
 def _slowlog_get(client: Client, args: list[bytes]) -> Any:
-    if len(args) > 3:
-        raise _syntax(args, "SLOWLOG")
-    count = 10
-    if len(args) == 3:
-        try:
-            count = parse_int(args[2])
-        except CommandError:
-            raise CommandError(errors.SLOWLOG_COUNT) from None
-        if count < -1:
-            raise CommandError(errors.SLOWLOG_COUNT)
+    cursor = Args(args, 2)
+    count = cursor.integer(errors.SLOWLOG_COUNT, low=-1) if cursor.more() else 10
+    cursor.finish(_syntax(args, "SLOWLOG"))
     entries = client.app.slowlog.get(count)
     return [[e.id, e.time, e.duration_us, list(e.args), e.addr.encode(), e.name.encode()] for e in entries]
 
@@ -107,41 +78,48 @@ def _slowlog_reset(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-def _slowlog_help(client: Client, args: list[bytes]) -> Any:
-    return _help("SLOWLOG", _SLOWLOG_HELP)
-
-
-_SLOWLOG: dict[bytes, Handler] = {
-    b"get": _slowlog_get,
-    b"len": _slowlog_len,
-    b"reset": _slowlog_reset,
-    b"help": _slowlog_help,
-}
-
-
-@command(
+container(
     "slowlog",
-    -2,
     (),
     ("@slow",),
+    (
+        Subcommand(
+            "get",
+            -2,
+            "The newest entries (default 10, -1: all).",
+            _slowlog_get,
+            "GET [<count>]",
+            (
+                "Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+                "Entries are made of:",
+                "id, timestamp, time in microseconds, arguments array, client IP and port,",
+                "client name",
+            ),
+            categories=_ADMIN,
+            flags=_SUB_FLAGS,
+        ),
+        Subcommand(
+            "len",
+            2,
+            "How many entries.",
+            _slowlog_len,
+            help=("Return the length of the slowlog.",),
+            categories=_ADMIN,
+            flags=_SUB_FLAGS,
+        ),
+        Subcommand(
+            "reset",
+            2,
+            "Forget every entry.",
+            _slowlog_reset,
+            help=("Reset the slowlog.",),
+            categories=_ADMIN,
+            flags=_SUB_FLAGS,
+        ),
+    ),
     summary="SLOWLOG GET [count] | LEN | RESET | HELP: this node's slowest requests (slowlog_log_slower_than).",
     group="server",
-    subcommands=(
-        ("get", -2, "The newest entries (default 10, -1: all)."),
-        ("len", 2, "How many entries."),
-        ("reset", 2, "Forget every entry."),
-        ("help", 2, "Show the subcommands."),
-    ),
-    sub_categories={"get": _ADMIN, "len": _ADMIN, "reset": _ADMIN},
-    sub_flags={
-        "get": ("admin", "loading", "stale"),
-        "len": ("admin", "loading", "stale"),
-        "reset": ("admin", "loading", "stale"),
-        "help": _HELP_FLAGS,
-    },
 )
-def slowlog(client: Client, args: list[bytes]) -> Any:
-    return run_subcommand("slowlog", _SLOWLOG, client, args)
 
 
 # --- MONITOR --------------------------------------------------------------------------------------
@@ -163,22 +141,6 @@ def monitor(client: Client, args: list[bytes]) -> Any:
 
 # --- LATENCY --------------------------------------------------------------------------------------
 
-_LATENCY_HELP = [
-    "DOCTOR",
-    "    Return a human readable latency analysis report.",
-    "HISTORY <event>",
-    "    Return time-latency samples for the <event> class.",
-    "LATEST",
-    "    Return the latest latency samples for all events.",
-    "RESET [<event> ...]",
-    "    Reset latency data of one or more <event> classes.",
-    "    (default: reset all data for all event classes)",
-    "HISTOGRAM [COMMAND ...]",
-    "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
-    "    If no commands are specified then all histograms are replied.",
-    f"Events: {STORE_WRITE}, {STORE_READ} (one per store transaction), {COMMAND_WAIT} (a request that waited).",
-]
-
 _ADVICE = {
     STORE_WRITE: "Store writes make the INCRs that need a new range wait; above a second, check the disk "
     "(single node) or etcd's health, disk and network latency (cluster).",
@@ -193,11 +155,11 @@ def _latency_latest(client: Client, args: list[bytes]) -> Any:
 
 
 def _latency_history(client: Client, args: list[bytes]) -> Any:
-    return [[at, ms] for at, ms in client.app.latency.history(args[2].decode("utf-8", "replace"))]
+    return [[at, ms] for at, ms in client.app.latency.history(Args(args, 2).text())]
 
 
 def _latency_reset(client: Client, args: list[bytes]) -> Any:
-    names = [a.decode("utf-8", "replace") for a in args[2:]]
+    names = [a.decode("utf-8", "replace") for a in Args(args, 2).rest()]
     return client.app.latency.reset(names or None)
 
 
@@ -206,47 +168,76 @@ def _latency_doctor(client: Client, args: list[bytes]) -> Any:
 
 
 def _latency_histogram(client: Client, args: list[bytes]) -> Any:
-    return _histograms(client, args[2:])
+    return _histograms(client, Args(args, 2).rest())
 
 
-def _latency_help(client: Client, args: list[bytes]) -> Any:
-    return _help("LATENCY", _LATENCY_HELP)
-
-
-_LATENCY: dict[bytes, Handler] = {
-    b"latest": _latency_latest,
-    b"history": _latency_history,
-    b"reset": _latency_reset,
-    b"doctor": _latency_doctor,
-    b"histogram": _latency_histogram,
-    b"help": _latency_help,
-}
-
-
-@command(
+container(
     "latency",
-    -2,
     (),
     ("@slow",),
+    (
+        Subcommand(
+            "doctor",
+            2,
+            "A short report.",
+            _latency_doctor,
+            help=("Return a human readable latency analysis report.",),
+            categories=_ADMIN,
+            flags=_FLAGS,
+        ),
+        Subcommand(
+            "history",
+            3,
+            "An event's samples: the worst of each second.",
+            _latency_history,
+            "HISTORY <event>",
+            ("Return time-latency samples for the <event> class.",),
+            categories=_ADMIN,
+            flags=_FLAGS,
+        ),
+        Subcommand(
+            "latest",
+            2,
+            "The latest sample of every event.",
+            _latency_latest,
+            help=("Return the latest latency samples for all events.",),
+            categories=_ADMIN,
+            flags=_FLAGS,
+        ),
+        Subcommand(
+            "reset",
+            -2,
+            "Forget events (all by default).",
+            _latency_reset,
+            "RESET [<event> ...]",
+            (
+                "Reset latency data of one or more <event> classes.",
+                "(default: reset all data for all event classes)",
+            ),
+            categories=_ADMIN,
+            flags=_FLAGS,
+        ),
+        Subcommand(
+            "histogram",
+            -2,
+            "Request latency histograms by command (since CONFIG RESETSTAT).",
+            _latency_histogram,
+            "HISTOGRAM [COMMAND ...]",
+            (
+                "Return a cumulative distribution of latencies in the format of a histogram for the specified "
+                "command names.",
+                "If no commands are specified then all histograms are replied.",
+                f"Events: {STORE_WRITE}, {STORE_READ} (one per store transaction), {COMMAND_WAIT} (a request "
+                "that waited).",
+            ),
+            categories=_ADMIN,
+            flags=_FLAGS,
+        ),
+    ),
     summary="LATENCY LATEST | HISTORY event | RESET [event...] | DOCTOR | HISTOGRAM [command...] | HELP: "
     "store and wait latency events of this node.",
     group="server",
-    subcommands=(
-        ("latest", 2, "The latest sample of every event."),
-        ("history", 3, "An event's samples: the worst of each second."),
-        ("reset", -2, "Forget events (all by default)."),
-        ("doctor", 2, "A short report."),
-        ("histogram", -2, "Request latency histograms by command (since CONFIG RESETSTAT)."),
-        ("help", 2, "Show the subcommands."),
-    ),
-    sub_categories={name: _ADMIN for name in ("latest", "history", "reset", "doctor", "histogram")},
-    sub_flags={
-        **{name: _FLAGS for name in ("latest", "history", "reset", "doctor", "histogram")},
-        "help": _HELP_FLAGS,
-    },
 )
-def latency(client: Client, args: list[bytes]) -> Any:
-    return run_subcommand("latency", _LATENCY, client, args)
 
 
 def _doctor(client: Client) -> str:

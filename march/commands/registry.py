@@ -8,6 +8,12 @@ or raises ``CommandError``. A handler never touches the transport.
 ``arity`` follows Redis: N means exactly N arguments including the name, -N means at least N.
 ``keys`` is (first, last, step) as in ``COMMAND INFO``: cluster clients read key positions from it.
 
+A container command (ACL, CLIENT, CLUSTER, COMMAND, CONFIG, DEBUG, LATENCY, SENTINEL, SLOWLOG) is
+one table of ``Subcommand`` rows registered by ``container``: the same rows run the requests,
+reject an unknown subcommand or a wrong arity with Redis' texts, make HELP, feed ``COMMAND INFO``
+/ ``COMMAND DOCS`` and ACL rules (``+client|setname``, a subcommand's own categories). Handlers read
+their arguments with ``args.Args`` (one cursor, Redis' error texts).
+
 ``secrets`` declares which arguments carry a password (``Secrets``): ``redacted(args)`` replaces
 them with ``(redacted)`` before SLOWLOG keeps a request or MONITOR shows it, following the
 declaration of each command a request carries inside it (``ACL DRYRUN user AUTH pw``, ``COMMAND
@@ -21,8 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import errors
 from ..diagnostics import REDACTED, Redacted
-from ..errors import REFUSAL_REASONS, REFUSED, UNKNOWN_SUBCOMMAND, CommandError, wrong_arity
+from ..errors import CommandError
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -49,6 +56,29 @@ class Secrets:
     command: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Subcommand:
+    """One subcommand of a container command (ACL, CLIENT, CONFIG...), one row of its table (``container``).
+
+    ``arity`` counts as Redis does, the container's name and the subcommand's included (``CLIENT
+    SETNAME name``: 3). ``categories``, ``flags`` and ``secrets``: where the subcommand differs from
+    its container (None: the container's). ``usage`` and ``help`` are its lines in HELP (default: the
+    name in upper case, and the summary)."""
+
+    name: str  # lower case, as ``COMMAND INFO`` and ACL rules (``+client|setname``) name it
+    arity: int
+    summary: str
+    handler: Handler
+    usage: str = ""
+    help: tuple[str, ...] = ()
+    categories: tuple[str, ...] | None = None
+    flags: tuple[str, ...] | None = None
+    secrets: Secrets | None = None
+
+    def help_lines(self) -> list[str]:
+        return [self.usage or self.name.upper(), *(f"    {line}" for line in self.help or (self.summary,))]
+
+
 @dataclass(eq=False)
 class CommandSpec:
     name: str
@@ -59,13 +89,17 @@ class CommandSpec:
     keys: tuple[int, int, int]
     summary: str
     group: str
-    subcommands: tuple[tuple[str, int, str], ...] = ()  # (name, arity, summary)
+    subcommands: tuple[Subcommand, ...] = ()  # a container's table (``container``), HELP included
     primary: bool = False  # served by the primary only: standbys redirect it (MOVED)
     queued: bool = True  # inside MULTI it is queued for EXEC (False: it acts at once)
     key_access: str = "RW"  # what ACL key patterns must allow: "R", "W", "RW", or "" (metadata: either)
     sub_categories: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a subcommand's own
     sub_flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a subcommand's own (Redis' COMMAND INFO)
     secrets: Mapping[str, Secrets] = field(default_factory=dict)  # subcommand ("" for the command) -> its secrets
+    # the subcommands by name as sent in lower case, and (below) in upper case: most requests need no ``.lower()``
+    sub_index: Mapping[bytes, Subcommand] = field(default_factory=dict)
+    # a container's first check, before its subcommand is looked at (DEBUG while it is off: refused)
+    gate: Callable[[Client], None] | None = None
 
     def categories_of(self, sub: str) -> tuple[str, ...]:
         """A subcommand's ACL categories (its own, else the command's)."""
@@ -75,30 +109,31 @@ class CommandSpec:
         """A subcommand's flags (its own, else the command's), as Redis' COMMAND INFO lists them."""
         return self.sub_flags.get(sub, self.flags)
 
+    def find(self, arg: bytes) -> Subcommand | None:
+        """The subcommand ``arg`` names (any case), or None."""
+        sub = self.sub_index.get(arg)
+        return sub if sub is not None else self.sub_index.get(arg.lower())
+
     def subcommand(self, args: list[bytes]) -> str:
         """The registered subcommand ``args`` names (lower case), or "" (no subcommands, or not one of them)."""
         if not self.subcommands or len(args) < 2:
             return ""
-        sub = args[1].lower().decode("utf-8", "replace")
-        return sub if any(name == sub for name, _, _ in self.subcommands) else ""
+        sub = self.find(args[1])
+        return "" if sub is None else sub.name
 
     def subcommand_ok(self, args: list[bytes]) -> bool:
-        """Whether ``check_subcommand`` lets ``args`` through: no subcommands, or a known one with its arity."""
+        """Whether ``args`` gets past its container's table: no subcommands, or a known one with its arity."""
         if not self.subcommands:
             return True
-        sub = args[1].lower() if len(args) > 1 else b""
-        for name, arity, _ in self.subcommands:
-            if name.encode() == sub:
-                return len(args) == arity if arity > 0 else len(args) >= -arity
-        return sub == b"help"  # a container that does not register HELP takes it with any arguments
+        sub = self.find(args[1]) if len(args) > 1 else None
+        return sub is not None and _arity_ok(sub.arity, len(args))
 
     @property
     def noauth(self) -> bool:
         return "no_auth" in self.flags
 
     def arity_ok(self, n: int) -> bool:
-        a = self.arity
-        return n == a if a > 0 else n >= -a
+        return _arity_ok(self.arity, n)
 
     def key_positions(self, n_args: int) -> list[int]:
         first, last, step = self.keys
@@ -106,6 +141,11 @@ class CommandSpec:
             return []
         end = n_args + last if last < 0 else min(last, n_args - 1)
         return list(range(first, end + 1, step))
+
+
+def _arity_ok(arity: int, n: int) -> bool:
+    """Redis' rule: ``arity`` N means exactly N arguments (the name included), -N at least N."""
+    return n == arity if arity > 0 else n >= -arity
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,26 +177,22 @@ def command(
     keys: tuple[int, int, int] = (0, 0, 0),
     summary: str = "",
     group: str = "generic",
-    subcommands: tuple[tuple[str, int, str], ...] = (),
+    subcommands: tuple[Subcommand, ...] = (),
     hot: bool = False,
     consecutive: Consecutive | None = None,
     primary: bool | None = None,
     queued: bool = True,
     key_access: str | None = None,
-    sub_categories: Mapping[str, tuple[str, ...]] | None = None,
-    sub_flags: Mapping[str, tuple[str, ...]] | None = None,
-    secrets: Mapping[str, Secrets] | None = None,
+    secrets: Secrets | None = None,
+    gate: Callable[[Client], None] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``primary``: served by the primary only (default: when it has keys);
     ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...);
     ``key_access``: what an ACL key pattern must allow on its keys, as Redis' key specs say
     ("R" reads the value, "W" writes it, "RW" both, "" only looks at whether it exists; default:
-    "R" for a readonly command, "RW" otherwise); ``sub_categories``: subcommands whose ACL
-    categories differ from the command's (CLIENT KILL is @admin, CLIENT ID is not), so that
-    ``+@category``/``-@category`` grant or take them one by one, as in Redis; ``sub_flags``: the
-    same for flags (MONITOR does not show CLIENT LIST, which is ``admin``, and shows CLIENT ID);
-    ``secrets``: the arguments MONITOR and SLOWLOG must never show, by subcommand ("" for the
-    command itself)."""
+    "R" for a readonly command, "RW" otherwise); ``subcommands``: a container's table (``container``),
+    with each subcommand's own ACL categories (CLIENT KILL is @admin, CLIENT ID is not), flags (MONITOR
+    does not show CLIENT LIST, ``admin``) and secrets; ``secrets``: what MONITOR and SLOWLOG never show."""
 
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(
@@ -172,9 +208,17 @@ def command(
             primary=keys[0] != 0 if primary is None else primary,
             queued=queued,
             key_access=("R" if "readonly" in flags else "RW") if key_access is None else key_access,
-            sub_categories=dict(sub_categories or {}),
-            sub_flags=dict(sub_flags or {}),
-            secrets=dict(secrets or {}),
+            sub_categories={s.name: s.categories for s in subcommands if s.categories is not None},
+            sub_flags={s.name: s.flags for s in subcommands if s.flags is not None},
+            secrets={
+                **({"": secrets} if secrets is not None else {}),
+                **{s.name: s.secrets for s in subcommands if s.secrets is not None},
+            },
+            sub_index={
+                **{s.name.encode(): s for s in subcommands},
+                **{s.name.upper().encode(): s for s in subcommands},
+            },
+            gate=gate,
         )
         REGISTRY[name] = spec
         TABLE[name.encode()] = spec
@@ -186,6 +230,72 @@ def command(
     return register
 
 
+_HELP_FLAGS = ("loading", "stale")  # Redis' flags of every container's HELP
+
+
+def container(
+    name: str,
+    flags: tuple[str, ...],
+    categories: tuple[str, ...],
+    subcommands: tuple[Subcommand, ...],
+    summary: str,
+    group: str,
+    help_categories: tuple[str, ...] | None = None,
+    bare: Handler | None = None,
+    gate: Callable[[Client], None] | None = None,
+) -> None:
+    """Register a container command (``ACL``, ``CLIENT``, ``CONFIG``...) from its table.
+
+    The command runs the subcommand its first argument names (any case) with the whole request;
+    an unknown one is ``ERR unknown subcommand 'x'. Try NAME HELP.`` and a wrong count of arguments
+    ``ERR wrong number of arguments for 'name|sub' command`` (Redis 7's texts). ``HELP`` (arity 2,
+    ``loading stale``, ``help_categories`` or the container's) is added to the table, its reply made
+    from the table in Redis' shape. ``bare``: what the command alone does (``COMMAND``: every
+    command's details); without it the command needs a subcommand (arity -2). ``gate``: run before
+    anything else (DEBUG refuses everything while it is off, HELP too, as Redis)."""
+    lines = [f"{name.upper()} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
+    lines += [line for row in subcommands for line in row.help_lines()]
+    lines += ["HELP", "    Prints this help."]
+
+    def help_(client: Client, args: list[bytes]) -> Any:
+        return list(lines)  # status lines, as Redis' HELP
+
+    rows = (
+        *subcommands,
+        Subcommand("help", 2, "Show the subcommands.", help_, categories=help_categories, flags=_HELP_FLAGS),
+    )
+
+    def run(client: Client, args: list[bytes]) -> Any:
+        if bare is not None and len(args) == 1:
+            return bare(client, args)
+        return find_subcommand(spec, args).handler(client, args)  # (``check_container`` passed it)
+
+    arity = -2 if bare is None else -1
+    command(name, arity, flags, categories, summary=summary, group=group, subcommands=rows, gate=gate)(run)
+    spec = REGISTRY[name]
+
+
+def check_container(client: Client, spec: CommandSpec, args: list[bytes]) -> None:
+    """A container's checks, in Redis' order, right after the command's arity (``dispatch.call``):
+    its gate, then its subcommand (known, with its arity). Like an unknown command, an unknown
+    subcommand is refused before authentication, ACL and MULTI look at it (Redis 7 knows subcommands
+    when it looks a command up): inside MULTI it dooms the transaction, as in Redis."""
+    if spec.gate is not None:
+        spec.gate(client)
+    if len(args) > 1:
+        find_subcommand(spec, args)
+
+
+def find_subcommand(spec: CommandSpec, args: list[bytes]) -> Subcommand:
+    """The subcommand of ``args``, once its arity is right, with Redis' error texts."""
+    sub = spec.find(args[1])
+    if sub is None:
+        raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), spec.name.upper()))
+    if not _arity_ok(sub.arity, len(args)):
+        raise errors.wrong_arity(f"{spec.name}|{sub.name}")
+    return sub
+
+
 def lookup(name: bytes) -> CommandSpec | None:
     spec = TABLE.get(name)
     if spec is None:
@@ -195,10 +305,10 @@ def lookup(name: bytes) -> CommandSpec | None:
 
 def refuse(name: str, arity: int, group: str = "refused") -> None:
     """Register a Redis command March refuses, so clients get a reason, not 'unknown command'."""
-    reason = REFUSAL_REASONS[name]
+    reason = errors.REFUSAL_REASONS[name]
 
     def handler(client: Client, args: list[bytes]) -> Any:
-        raise CommandError(REFUSED.format(name.upper(), reason))
+        raise CommandError(errors.REFUSED.format(name.upper(), reason))
 
     keys = (1, 1, 1) if name not in ("flushdb", "flushall") else (0, 0, 0)
     if name in ("del", "unlink"):
@@ -208,27 +318,6 @@ def refuse(name: str, arity: int, group: str = "refused") -> None:
     if name in ("mset", "msetnx"):
         keys = (1, -1, 2)
     command(name, arity, ("write",), ("@write",), keys, f"refused: {reason}", group)(handler)
-
-
-def check_subcommand(name: str, args: list[bytes]) -> bytes:
-    """The subcommand of ``args`` (lower-cased), once its arity is right, with Redis' error texts."""
-    sub = args[1].lower()
-    subcommands = REGISTRY[name].subcommands
-    if sub == b"help" and all(s != "help" for s, _, _ in subcommands):
-        return sub  # (a container that does not register HELP takes it with any arguments)
-    for sub_name, arity, _ in subcommands:
-        if sub_name.encode() == sub:
-            if not (len(args) == arity if arity > 0 else len(args) >= -arity):
-                raise wrong_arity(f"{name}|{sub_name}")
-            return sub
-    raise CommandError(UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), name.upper()))
-
-
-def run_subcommand(name: str, table: Mapping[bytes, Handler], client: Client, args: list[bytes]) -> Any:
-    """Run the handler ``table`` has for the subcommand of ``args`` (Redis' errors for an unknown one
-    or a wrong arity, from ``check_subcommand``). A container command's table names every
-    registered subcommand and HELP (``tests/commands/test_registry.py`` checks it)."""
-    return table[check_subcommand(name, args)](client, args)
 
 
 # --- secrets ---------------------------------------------------------------------------------------

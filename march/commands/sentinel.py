@@ -40,20 +40,10 @@ from .. import errors
 from ..cluster.registry import NodeInfo
 from ..errors import CommandError
 from ..resp import NULL_ARRAY
-from .registry import Handler, command, run_subcommand
+from .registry import Subcommand, command, container
 
 if TYPE_CHECKING:
     from ..client import Client
-
-_SENTINEL_SUBS = (
-    ("get-master-addr-by-name", 3, "the ip and port of the primary of <master-name>"),
-    ("masters", 2, "the one master (the cluster's primary) and its state"),
-    ("master", 3, "the state of <master-name>"),
-    ("replicas", 3, "the standbys of <master-name> and their state"),
-    ("slaves", 3, "the standbys of <master-name> (old name of REPLICAS)"),
-    ("sentinels", 3, "the other nodes, each also a sentinel, and their state"),
-    ("myid", 2, "this node's id"),
-)
 
 _PRIORITY = b"100"  # Redis' default replica-priority: every standby may be elected
 
@@ -183,38 +173,38 @@ def _myid(client: Client, args: list[bytes]) -> Any:
     return _View(client).me.cluster_id.encode()
 
 
-def _help(client: Client, args: list[bytes]) -> Any:
-    lines = ["SENTINEL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]  # status lines, as Redis
-    for sub, arity, text in _SENTINEL_SUBS:
-        lines.append(f"{sub.upper()}{' <master-name>' if arity == 3 else ''}")
-        lines.append(f"    {text[0].upper()}{text[1:]}.")
-    lines += ["HELP", "    Prints this help."]
-    return lines  # (str: status replies, as Redis' HELP)
+_MASTER = "<master-name>"
 
-
-_TABLE: dict[bytes, Handler] = {
-    b"get-master-addr-by-name": _get_master_addr,
-    b"masters": _masters,
-    b"master": _master_one,
-    b"replicas": _replicas,
-    b"slaves": _replicas,
-    b"sentinels": _sentinels,
-    b"myid": _myid,
-    b"help": _help,
-}
-
-
-@command(
+container(
     "sentinel",
-    -2,
     ("stale", "loading"),
     ("@slow", "@app"),  # read-only discovery, what a Sentinel-configured client asks first (not @admin)
+    (
+        Subcommand(
+            "get-master-addr-by-name",
+            3,
+            "The ip and port of the primary of <master-name>.",
+            _get_master_addr,
+            f"GET-MASTER-ADDR-BY-NAME {_MASTER}",
+        ),
+        Subcommand("masters", 2, "The one master (the cluster's primary) and its state.", _masters),
+        Subcommand("master", 3, "The state of <master-name>.", _master_one, f"MASTER {_MASTER}"),
+        Subcommand("replicas", 3, "The standbys of <master-name> and their state.", _replicas, f"REPLICAS {_MASTER}"),
+        Subcommand(
+            "slaves", 3, "The standbys of <master-name> (old name of REPLICAS).", _replicas, f"SLAVES {_MASTER}"
+        ),
+        Subcommand(
+            "sentinels",
+            3,
+            "The other nodes, each also a sentinel, and their state.",
+            _sentinels,
+            f"SENTINELS {_MASTER}",
+        ),
+        Subcommand("myid", 2, "This node's id.", _myid),
+    ),
     summary="Sentinel discovery: GET-MASTER-ADDR-BY-NAME, MASTERS, MASTER, REPLICAS, SLAVES, SENTINELS, MYID.",
     group="sentinel",
-    subcommands=_SENTINEL_SUBS,
 )
-def sentinel(client: Client, args: list[bytes]) -> Any:
-    return run_subcommand("sentinel", _TABLE, client, args)
 
 
 @command(

@@ -32,7 +32,6 @@ store write. This module is the INCR hot path: keep it lean.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +41,7 @@ from ..errors import CommandError
 from ..generators import layout as layouts
 from ..generators.timestamp import KIND as TIMESTAMP
 from ..generators.timestamp import TimestampGenerator
-from .args import key_text, parse_int
+from .args import Args, key_text, parse_int
 from .keys import list_names
 from .permissions import may_change_settings, may_create, may_raise_floor
 from .registry import command
@@ -81,7 +80,7 @@ def incr(client: Client, args: list[bytes]) -> Any:
 
 @_hands_out_ids("incrby", 3, summary="INCRBY key n: hand out n consecutive IDs, return the last.")
 def incrby(client: Client, args: list[bytes]) -> Any:
-    n = parse_int(args[2])
+    n = parse_int(args[2])  # (the hot path: no cursor for one argument at a fixed place)
     if n < 1:
         raise CommandError(errors.INCRBY_NOT_POSITIVE)
     if n > client.app.config.max_incrby:
@@ -115,23 +114,19 @@ async def _take(client: Client, key: bytes, n: int) -> int:
     group="sequence",
 )
 def seq_create(client: Client, args: list[bytes]) -> Any:
-    if len(args) > 2 and args[2].lower() == b"timestamp":
-        return _create_timestamp(client, args)
+    cursor = Args(args, 2)
+    if cursor.flag(b"timestamp"):
+        return _create_timestamp(client, args[1], cursor)
     config = client.app.config
     start = 1
     settings: dict[str, int] = {}
-    for opt, arg in _option_pairs(args, 2):
-        value = parse_int(arg)
-        if opt == b"start":
-            if not 1 <= value <= MAX_ID:
+    for option in cursor.options(b"start", b"minbatch", b"maxbatch"):
+        if option == b"start":
+            start = cursor.integer()
+            if not 1 <= start <= MAX_ID:
                 raise CommandError(errors.START_RANGE)
-            start = value
-        elif opt == b"minbatch":
-            settings["min_batch"] = _batch(value)
-        elif opt == b"maxbatch":
-            settings["max_batch"] = _batch(value)
         else:
-            raise CommandError(errors.SYNTAX)
+            settings["min_batch" if option == b"minbatch" else "max_batch"] = _batch(cursor)
     lo = settings.get("min_batch", min(config.min_batch, settings.get("max_batch", config.min_batch)))
     hi = settings.get("max_batch", max(config.max_batch, lo))
     if lo > hi:
@@ -154,35 +149,33 @@ _LAYOUT_INTS = {
 }
 
 
-def _create_timestamp(client: Client, args: list[bytes]) -> Any:
+def _create_timestamp(client: Client, key: bytes, cursor: Args) -> Any:
     preset = "snowflake"
     changes: dict[str, Any] = {}
     node = 0
     start = 0
     settings: dict[str, Any] = {}
-    for opt, value in _option_pairs(args, 3):
-        if opt == b"preset":
-            preset = value.decode("utf-8", "replace").lower()
+    for option in cursor.options(b"preset", b"order", *_LAYOUT_INTS, b"node", b"floor", b"lookahead", b"maxlead"):
+        if option == b"preset":
+            preset = cursor.text().lower()
             layouts.preset(preset)  # an unknown name fails here, before anything else is looked at
-        elif opt == b"order":
-            changes["order"] = tuple(value.decode("utf-8", "replace").lower().split(","))
-        elif opt in _LAYOUT_INTS:
-            changes[_LAYOUT_INTS[opt]] = parse_int(value)
-        elif opt == b"node":
-            node = parse_int(value)
-        elif opt == b"floor":
-            floor = parse_int(value)
+        elif option == b"order":
+            changes["order"] = tuple(cursor.text().lower().split(","))
+        elif option in _LAYOUT_INTS:
+            changes[_LAYOUT_INTS[option]] = cursor.integer()
+        elif option == b"node":
+            node = cursor.integer()
+        elif option == b"floor":
+            floor = cursor.integer()
             if floor < 0:
                 raise CommandError(errors.SET_NEGATIVE)
             start = floor + 1
-        elif opt == b"lookahead":
-            settings["lookahead"] = _ms("lookahead", value, errors.TS_LOOKAHEAD)
-        elif opt == b"maxlead":
-            settings["max_lead"] = _max_lead(value)
+        elif option == b"lookahead":
+            settings["lookahead"] = _ms("lookahead", cursor, errors.TS_LOOKAHEAD)
         else:
-            raise CommandError(errors.SYNTAX)
+            settings["max_lead"] = _ms("max_lead", cursor, errors.TS_MAXLEAD)
     if settings:
-        may_change_settings(client, args[1])  # its own LOOKAHEAD/MAXLEAD: what SEQ.ALTER sets
+        may_change_settings(client, key)  # its own LOOKAHEAD/MAXLEAD: what SEQ.ALTER sets
     base = layouts.preset(preset)
     layout = dataclasses.replace(base, node=node, **changes)  # validates: bits, order, unit, node
     if layout != dataclasses.replace(base, node=node):
@@ -191,31 +184,25 @@ def _create_timestamp(client: Client, args: list[bytes]) -> Any:
     layout.check_new(int(keyspace.wall() * 1000))
     settings.update(layout.to_settings())
     if start:
-        may_raise_floor(client, args[1])  # FLOOR
-    return _create(client, args[1], start, settings, TIMESTAMP)
+        may_raise_floor(client, key)  # FLOOR
+    return _create(client, key, start, settings, TIMESTAMP)
 
 
 _BATCH = setting_bounds("min_batch")  # MINBATCH and MAXBATCH: those of min_batch/max_batch (march.config)
 
 
-def _batch(value: int) -> int:
+def _batch(cursor: Args) -> int:
+    """MINBATCH or MAXBATCH's value: an integer (Redis' text) within the bounds of min_batch/max_batch."""
+    value = cursor.integer()
     if not _BATCH.low <= value <= _BATCH.high:
         raise CommandError(errors.BATCH_RANGE.format(int(_BATCH.high)))
     return value
 
 
-def _ms(setting: str, arg: bytes, text: str) -> int:
+def _ms(setting: str, cursor: Args, text: str) -> int:
     """A per-sequence time setting within the bounds of the option it overrides (``march.config``)."""
     bounds = setting_bounds(setting)
-    error = text.format(int(bounds.low), int(bounds.high))
-    value = parse_int(arg, error)
-    if not bounds.low <= value <= bounds.high:
-        raise CommandError(error)
-    return value
-
-
-def _max_lead(arg: bytes) -> int:
-    return _ms("max_lead", arg, errors.TS_MAXLEAD)
+    return cursor.integer(text.format(int(bounds.low), int(bounds.high)), low=int(bounds.low), high=int(bounds.high))
 
 
 @command(
@@ -230,13 +217,12 @@ def _max_lead(arg: bytes) -> int:
 )
 def seq_alter(client: Client, args: list[bytes]) -> Any:
     changes: dict[str, int] = {}
-    for opt, arg in _option_pairs(args, 2):
-        if opt in (b"minbatch", b"maxbatch"):
-            changes["min_batch" if opt == b"minbatch" else "max_batch"] = _batch(parse_int(arg))
-        elif opt == b"maxlead":
-            changes["max_lead"] = _max_lead(arg)
+    cursor = Args(args, 2)
+    for option in cursor.options(b"minbatch", b"maxbatch", b"maxlead"):
+        if option == b"maxlead":
+            changes["max_lead"] = _ms("max_lead", cursor, errors.TS_MAXLEAD)
         else:
-            raise CommandError(errors.SYNTAX)
+            changes["min_batch" if option == b"minbatch" else "max_batch"] = _batch(cursor)
     if not changes:
         raise CommandError(errors.ALTER_NOTHING)
     return _alter(client, args[1], changes)
@@ -245,14 +231,6 @@ def seq_alter(client: Client, args: list[bytes]) -> Any:
 async def _alter(client: Client, key: bytes, changes: dict[str, int]) -> str:
     await client.app.keyspace.alter(key, changes)
     return "OK"
-
-
-def _option_pairs(args: list[bytes], first: int) -> Iterator[tuple[bytes, bytes]]:
-    """``NAME value`` pairs from ``args[first:]``, names lower-cased; a name without a value is a syntax error."""
-    if (len(args) - first) % 2:
-        raise CommandError(errors.SYNTAX)
-    for i in range(first, len(args), 2):
-        yield args[i].lower(), args[i + 1]
 
 
 async def _create(client: Client, key: bytes, start: int, settings: dict[str, Any], kind: str = "sequence") -> Any:
@@ -270,7 +248,8 @@ async def _create(client: Client, key: bytes, start: int, settings: dict[str, An
     group="sequence",
 )
 def seq_decode(client: Client, args: list[bytes]) -> Any:
-    return _decode(client, args[1], parse_int(args[2]))
+    cursor = Args(args)
+    return _decode(client, cursor.key(), cursor.integer())
 
 
 async def _decode(client: Client, key: bytes, id_: int) -> Any:

@@ -31,7 +31,8 @@ from ..metrics.counters import CommandCounts
 from ..resp import Verbatim
 from ..store.base import StoreError
 from ..version import REDIS_COMPAT_VERSION, VERSION
-from .registry import REGISTRY, CommandSpec, Handler, Secrets, check_subcommand, command, lookup, run_subcommand
+from .args import Args
+from .registry import REGISTRY, CommandSpec, Secrets, Subcommand, command, container, lookup
 
 if TYPE_CHECKING:
     from ..app import App
@@ -59,18 +60,18 @@ def _info(spec: CommandSpec) -> list[Any]:
     first, last, step = spec.keys
     subs = [
         [
-            f"{spec.name}|{name}".encode(),
-            arity,
-            list(spec.flags_of(name)),
+            f"{spec.name}|{sub.name}".encode(),
+            sub.arity,
+            list(spec.flags_of(sub.name)),
             0,
             0,
             0,
-            list(spec.categories_of(name)),
+            list(spec.categories_of(sub.name)),
             [],
             [],
             [],
         ]
-        for name, arity, _ in spec.subcommands
+        for sub in spec.subcommands
     ]
     return [
         spec.name.encode(),
@@ -90,74 +91,96 @@ def _docs(spec: CommandSpec) -> dict[bytes, Any]:
     doc: dict[bytes, Any] = {b"summary": spec.summary.encode(), b"since": b"0.1.0", b"group": spec.group.encode()}
     if spec.subcommands:
         doc[b"subcommands"] = {
-            f"{spec.name}|{name}".encode(): {
-                b"summary": text.encode(),
+            f"{spec.name}|{sub.name}".encode(): {
+                b"summary": sub.summary.encode(),
                 b"since": b"0.1.0",
                 b"group": spec.group.encode(),
             }
-            for name, _, text in spec.subcommands
+            for sub in spec.subcommands
         }
     return doc
 
 
-@command(
+def _command_all(client: Client, args: list[bytes]) -> Any:
+    return [_info(s) for s in REGISTRY.values()]
+
+
+def _command_count(client: Client, args: list[bytes]) -> Any:
+    return len(REGISTRY)
+
+
+def _command_info(client: Client, args: list[bytes]) -> Any:
+    names = Args(args, 2).rest()
+    if not names:
+        return _command_all(client, args)
+    return [_info(s) if s is not None else None for s in map(lookup, names)]
+
+
+def _command_docs(client: Client, args: list[bytes]) -> Any:
+    names = Args(args, 2).rest()
+    specs = [s for s in map(lookup, names) if s is not None] if names else list(REGISTRY.values())
+    return {s.name.encode(): _docs(s) for s in specs}
+
+
+def _command_list(client: Client, args: list[bytes]) -> Any:
+    cursor = Args(args, 2)
+    if not cursor.more():
+        return [s.name.encode() for s in REGISTRY.values()]
+    cursor.choice(b"filterby")
+    how = cursor.choice(b"pattern", b"aclcat", b"module")
+    what = cursor.next()
+    cursor.finish()
+    if how == b"pattern":
+        glob = compile_glob(what, nocase=True)  # Redis: case-insensitive, like command names
+        return [s.name.encode() for s in REGISTRY.values() if glob.match(s.name.encode())]
+    if how == b"aclcat":
+        cat = "@" + what.decode("utf-8", "replace").lower()
+        return [s.name.encode() for s in REGISTRY.values() if cat in s.categories]
+    return []
+
+
+def _command_getkeys(client: Client, args: list[bytes]) -> Any:
+    carried = Args(args, 2).rest()
+    spec = lookup(carried[0])
+    if spec is None:
+        raise CommandError(errors.GETKEYS_NO_COMMAND)
+    if not spec.arity_ok(len(carried)):
+        raise CommandError(errors.GETKEYS_ARITY)
+    positions = spec.key_positions(len(carried))
+    if not positions:
+        raise CommandError(errors.GETKEYS_NO_KEYS)
+    return [carried[p] for p in positions]
+
+
+container(
     "command",
-    -1,
     ("loading", "stale"),
     ("@slow", "@connection", "@app"),
+    (
+        Subcommand("count", 2, "How many commands.", _command_count),
+        Subcommand("info", -2, "Details of commands.", _command_info, "INFO [<command-name> ...]"),
+        Subcommand("docs", -2, "Documentation of commands.", _command_docs, "DOCS [<command-name> ...]"),
+        Subcommand(
+            "list",
+            -2,
+            "Command names.",
+            _command_list,
+            "LIST [FILTERBY (MODULE <module-name>|ACLCAT <category>|PATTERN <pattern>)]",
+        ),
+        # COMMAND GETKEYS AUTH pw: the carried command's own secrets
+        Subcommand(
+            "getkeys",
+            -3,
+            "The keys of a full command.",
+            _command_getkeys,
+            "GETKEYS <full-command>",
+            secrets=Secrets(command=2),
+        ),
+    ),
     summary="The command table: COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS cmd args...].",
     group="server",
-    subcommands=(
-        ("count", 2, "How many commands."),
-        ("info", -2, "Details of commands."),
-        ("docs", -2, "Documentation of commands."),
-        ("list", -2, "Command names."),
-        ("getkeys", -3, "The keys of a full command."),
-    ),
-    secrets={"getkeys": Secrets(command=2)},  # COMMAND GETKEYS AUTH pw: the carried command's own secrets
+    bare=_command_all,
 )
-def command_(client: Client, args: list[bytes]) -> Any:
-    if len(args) == 1:
-        return [_info(s) for s in REGISTRY.values()]
-    sub = check_subcommand("command", args)
-    if sub == b"count" and len(args) == 2:
-        return len(REGISTRY)
-    if sub == b"info":
-        if len(args) == 2:
-            return [_info(s) for s in REGISTRY.values()]
-        found = [lookup(a) for a in args[2:]]
-        return [_info(s) if s is not None else None for s in found]
-    if sub == b"docs":
-        specs = list(REGISTRY.values()) if len(args) == 2 else [s for s in map(lookup, args[2:]) if s is not None]
-        return {s.name.encode(): _docs(s) for s in specs}
-    if sub == b"list":
-        names = [s.name.encode() for s in REGISTRY.values()]
-        if len(args) == 2:
-            return names
-        if len(args) == 5 and args[2].lower() == b"filterby":
-            how, what = args[3].lower(), args[4]
-            if how == b"pattern":
-                glob = compile_glob(what, nocase=True)  # Redis: case-insensitive, like command names
-                return [n for n in names if glob.match(n)]
-            if how == b"aclcat":
-                cat = "@" + what.decode().lower()
-                return [s.name.encode() for s in REGISTRY.values() if cat in s.categories]
-            if how == b"module":
-                return []
-        raise CommandError(errors.SYNTAX)
-    if sub == b"getkeys" and len(args) >= 3:
-        spec = lookup(args[2])
-        if spec is None:
-            raise CommandError(errors.GETKEYS_NO_COMMAND)
-        if not spec.arity_ok(len(args) - 2):
-            raise CommandError(errors.GETKEYS_ARITY)
-        positions = spec.key_positions(len(args) - 2)
-        if not positions:
-            raise CommandError(errors.GETKEYS_NO_KEYS)
-        return [args[2 + p] for p in positions]
-    if sub == b"help":
-        return [b"COMMAND [COUNT | INFO name... | DOCS name... | LIST [FILTERBY ...] | GETKEYS cmd args...]"]
-    raise CommandError(errors.UNKNOWN_SUBCOMMAND.format(args[1].decode("utf-8", "replace"), "COMMAND"))
 
 
 def _secret_option(name: bytes) -> bool:
@@ -173,41 +196,7 @@ def _config_resetstat(client: Client, args: list[bytes]) -> Any:
     return "OK"
 
 
-def _config_help(client: Client, args: list[bytes]) -> Any:
-    return [
-        b"CONFIG GET <pattern> [<pattern> ...]",
-        b"CONFIG SET <name> <value> [<name> <value> ...]",
-        b"CONFIG REWRITE",
-        b"CONFIG RESETSTAT",
-    ]
-
-
 _CONFIG_FLAGS = ("admin", "noscript", "loading", "stale")
-
-
-@command(
-    "config",
-    -2,
-    (),
-    ("@slow",),
-    summary="CONFIG GET pattern... / SET name value... / REWRITE / RESETSTAT: the running configuration.",
-    group="server",
-    subcommands=(
-        ("get", -3, "Options matching glob patterns."),
-        ("set", -4, "Change live options, all or none (this node only)."),
-        ("rewrite", 2, "Write the options changed by CONFIG SET into the config file."),
-        ("resetstat", 2, "Reset the statistics of INFO (stats, commandstats, errorstats) and LATENCY HISTOGRAM."),
-        ("help", 2, "Show the subcommands."),
-    ),
-    sub_flags={
-        **{sub: _CONFIG_FLAGS for sub in ("get", "set", "rewrite", "resetstat")},
-        "help": ("loading", "stale"),
-    },
-    sub_categories={**{sub: _ADMIN for sub in ("get", "set", "rewrite", "resetstat")}, "help": ("@slow",)},
-    secrets={"set": Secrets(start=2, pairs=_secret_option)},
-)
-def config(client: Client, args: list[bytes]) -> Any:
-    return run_subcommand("config", _CONFIG, client, args)
 
 
 def _config_get(client: Client, args: list[bytes]) -> dict[bytes, bytes]:
@@ -216,7 +205,7 @@ def _config_get(client: Client, args: list[bytes]) -> dict[bytes, bytes]:
     items["save"] = ""  # tools such as redis-benchmark ask; persistence is always on, per write
     items["appendonly"] = "no"
     out: dict[bytes, bytes] = {}
-    for pattern in args[2:]:
+    for pattern in Args(args, 2).rest():
         glob = compile_glob(pattern, nocase=True)  # Redis matches option names without case
         for name, value in items.items():
             if glob.match(name.encode()) or glob.match(name.replace("-", "_").encode()):
@@ -232,9 +221,10 @@ _PERSISTENCE = {b"save": b"", b"appendonly": b"no"}
 def _config_set(client: Client, args: list[bytes]) -> Any:
     """All or nothing, as in Redis 7: every name known, live and given once, every value parsed,
     the whole new Config validated (``Config.__post_init__``) before anything is applied."""
-    if len(args) % 2:
-        raise CommandError(errors.SYNTAX)  # Redis 7.0's reply to a name without its value
-    pairs = list(zip(args[2::2], args[3::2], strict=True))
+    cursor = Args(args, 2)
+    pairs: list[tuple[bytes, bytes]] = []
+    while cursor.more():
+        pairs.append((cursor.next(), cursor.next()))  # a name without its value: Redis 7.0's syntax error
     for raw, _ in pairs:  # an unknown name is reported first, wherever it is (Redis' order)
         if raw.lower() not in _PERSISTENCE and find_option(raw.decode("utf-8", "replace")) is None:
             raise CommandError(errors.CONFIG_SET_UNKNOWN.format(raw.decode("utf-8", "replace")))
@@ -304,13 +294,51 @@ async def _rewrite(client: Client) -> str:
     return "OK"
 
 
-_CONFIG: dict[bytes, Handler] = {
-    b"get": _config_get,
-    b"set": _config_set,
-    b"rewrite": _config_rewrite,
-    b"resetstat": _config_resetstat,
-    b"help": _config_help,
-}
+container(
+    "config",
+    (),
+    ("@slow",),
+    (
+        Subcommand(
+            "get",
+            -3,
+            "Options matching glob patterns.",
+            _config_get,
+            "GET <pattern> [<pattern> ...]",
+            categories=_ADMIN,
+            flags=_CONFIG_FLAGS,
+        ),
+        Subcommand(
+            "set",
+            -4,
+            "Change live options, all or none (this node only).",
+            _config_set,
+            "SET <name> <value> [<name> <value> ...]",
+            categories=_ADMIN,
+            flags=_CONFIG_FLAGS,
+            secrets=Secrets(start=2, pairs=_secret_option),
+        ),
+        Subcommand(
+            "rewrite",
+            2,
+            "Write the options changed by CONFIG SET into the config file.",
+            _config_rewrite,
+            categories=_ADMIN,
+            flags=_CONFIG_FLAGS,
+        ),
+        Subcommand(
+            "resetstat",
+            2,
+            "Reset the statistics of INFO (stats, commandstats, errorstats) and LATENCY HISTOGRAM.",
+            _config_resetstat,
+            categories=_ADMIN,
+            flags=_CONFIG_FLAGS,
+        ),
+    ),
+    summary="CONFIG GET pattern... / SET name value... / REWRITE / RESETSTAT: the running configuration.",
+    group="server",
+    help_categories=("@slow",),
+)
 
 
 @command(
@@ -331,10 +359,8 @@ def time_(client: Client, args: list[bytes]) -> Any:
     group="server",
 )
 def shutdown(client: Client, args: list[bytes]) -> Any:
-    for a in args[1:]:
-        if a.lower() not in (b"nosave", b"save", b"now", b"force", b"abort"):
-            raise CommandError(errors.SYNTAX)
-        if a.lower() == b"abort":
+    for option in Args(args).options(b"nosave", b"save", b"now", b"force", b"abort"):
+        if option == b"abort":
             raise CommandError(errors.NO_SHUTDOWN)
     client.app.request_shutdown()
     client.close_after = True
@@ -376,7 +402,7 @@ _DEFAULT = tuple(s for s in _SECTIONS if s != "commandstats")
     group="server",
 )
 def info(client: Client, args: list[bytes]) -> Any:
-    wanted = [a.decode("utf-8", "replace").lower() for a in args[1:]]
+    wanted = [a.decode("utf-8", "replace").lower() for a in Args(args).rest()]
     if any(w in ("all", "everything") for w in wanted):
         wanted = list(_SECTIONS)
     elif not wanted or "default" in wanted:
@@ -406,12 +432,10 @@ def _info_text(client: Client, sections: list[str], count: int | None) -> Verbat
 
 
 def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
-    """One INFO section's fields (none for a section March does not have)."""
-    build = _BUILDERS.get(section)
-    return build(client, count) if build is not None else {}
+    return _SECTION_FIELDS[section](client, count)
 
 
-def _info_server(client: Client, count: int | None) -> dict[str, Any]:
+def _server(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
     up = time.monotonic() - app.started_mono
     return {
@@ -432,7 +456,7 @@ def _info_server(client: Client, count: int | None) -> dict[str, Any]:
     }
 
 
-def _info_clients(client: Client, count: int | None) -> dict[str, Any]:
+def _clients(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
     return {
         "connected_clients": len(app.clients),
@@ -443,7 +467,7 @@ def _info_clients(client: Client, count: int | None) -> dict[str, Any]:
     }
 
 
-def _info_cpu(client: Client, count: int | None) -> dict[str, Any]:
+def _cpu(client: Client, count: int | None) -> dict[str, Any]:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "used_cpu_sys": f"{own.ru_stime:.6f}",
@@ -453,7 +477,7 @@ def _info_cpu(client: Client, count: int | None) -> dict[str, Any]:
     }
 
 
-def _info_commandstats(client: Client, count: int | None) -> dict[str, Any]:
+def _commandstats(client: Client, count: int | None) -> dict[str, Any]:
     return {
         f"cmdstat_{name}": f"calls={c.calls},usec={c.usec},usec_per_call={c.usec / c.calls if c.calls else 0:.2f},"
         f"rejected_calls={c.rejected},failed_calls={c.failed}"
@@ -462,7 +486,7 @@ def _info_commandstats(client: Client, count: int | None) -> dict[str, Any]:
     }
 
 
-def _info_errorstats(client: Client, count: int | None) -> dict[str, Any]:
+def _errorstats(client: Client, count: int | None) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for counts in _command_counts(client.app).values():
         for kind, n in counts.errors.items():
@@ -470,13 +494,12 @@ def _info_errorstats(client: Client, count: int | None) -> dict[str, Any]:
     return {f"errorstat_{kind}": f"count={n}" for kind, n in sorted(kinds.items()) if n}
 
 
-def _info_stats(client: Client, count: int | None) -> dict[str, Any]:
-    app = client.app
-    s = app.stats
+def _stats(client: Client, count: int | None) -> dict[str, Any]:
+    s = client.app.stats
     return {
         "total_connections_received": s.connections,
         "total_commands_processed": s.commands,
-        "instantaneous_ops_per_sec": app.ops_rate.rate(),
+        "instantaneous_ops_per_sec": client.app.ops_rate.rate(),
         "rejected_connections": s.rejected,
         "total_error_replies": s.errors,
         "protocol_errors": s.protocol_errors,
@@ -490,7 +513,7 @@ def _info_stats(client: Client, count: int | None) -> dict[str, Any]:
     }
 
 
-def _info_persistence(client: Client, count: int | None) -> dict[str, Any]:
+def _persistence(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
     gens = list(app.keyspace.generators.values())
     out: dict[str, Any] = {"loading": 0, "async_loading": 0}
@@ -504,11 +527,11 @@ def _info_persistence(client: Client, count: int | None) -> dict[str, Any]:
     return out
 
 
-def _info_keyspace(client: Client, count: int | None) -> dict[str, Any]:
+def _keyspace(client: Client, count: int | None) -> dict[str, Any]:
     return {"db0": f"keys={count},expires=0,avg_ttl=0"} if count else {}
 
 
-def _info_sequences(client: Client, count: int | None) -> dict[str, Any]:
+def _sequences(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
     gens = list(app.keyspace.generators.values())
     return {
@@ -523,10 +546,9 @@ def _info_sequences(client: Client, count: int | None) -> dict[str, Any]:
     }
 
 
-def _info_cluster(client: Client, count: int | None) -> dict[str, Any]:
+def _cluster(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
-    state = app.group.state
-    member = app.group.member
+    member, state = app.group.member, app.group.state
     if member is None:
         return {"cluster_enabled": 0}
     return {
@@ -542,23 +564,6 @@ def _info_cluster(client: Client, count: int | None) -> dict[str, Any]:
         "demotions": state.demotions,
         "last_change": state.last_change,
     }
-
-
-# INFO's sections, by name: each builds its fields when asked.
-_BUILDERS: dict[str, Callable[[Client, int | None], dict[str, Any]]] = {
-    "server": _info_server,
-    "clients": _info_clients,
-    "memory": lambda client, count: _memory(),
-    "cpu": _info_cpu,
-    "commandstats": _info_commandstats,
-    "errorstats": _info_errorstats,
-    "stats": _info_stats,
-    "persistence": _info_persistence,
-    "replication": lambda client, count: _replication(client),
-    "keyspace": _info_keyspace,
-    "sequences": _info_sequences,
-    "cluster": _info_cluster,
-}
 
 
 def _command_counts(app: App) -> dict[str, CommandCounts]:
@@ -633,3 +638,20 @@ def _replication(client: Client) -> dict[str, Any]:
         "master_link_status": "up" if primary and primary.id != me.id else "down",
         "march_role": member.election.role,
     }
+
+
+# INFO's sections: each one's fields, from the client (and the number of sequences, when counted)
+_SECTION_FIELDS: dict[str, Callable[[Client, int | None], dict[str, Any]]] = {
+    "server": _server,
+    "clients": _clients,
+    "memory": lambda client, count: _memory(),
+    "persistence": _persistence,
+    "stats": _stats,
+    "replication": lambda client, count: _replication(client),
+    "cpu": _cpu,
+    "commandstats": _commandstats,
+    "errorstats": _errorstats,
+    "keyspace": _keyspace,
+    "sequences": _sequences,
+    "cluster": _cluster,
+}

@@ -15,9 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..errors import CommandError
 from ..workers import IDS
-from .args import parse_int
+from .args import Args
 from .registry import command
 
 if TYPE_CHECKING:
@@ -29,24 +28,17 @@ def _workers(client: Client) -> Workers:
     return client.app.keyspace.workers
 
 
-def _id(arg: bytes) -> int:
-    value = parse_int(arg, errors.WORKER_ID)
-    if not 0 <= value < IDS:
-        raise CommandError(errors.WORKER_ID)
-    return value
-
-
-def _upto(args: list[bytes], first: int) -> int:
-    """``[UPTO ms]`` from ``args[first:]`` (0 when absent)."""
-    rest = args[first:]
-    if not rest:
-        return 0
-    if len(rest) != 2 or rest[0].lower() != b"upto":
-        raise CommandError(errors.SYNTAX)
-    value = parse_int(rest[1], errors.WORKER_UPTO)
-    if value < 0:
-        raise CommandError(errors.WORKER_UPTO)
-    return value
+def _held(args: list[bytes]) -> tuple[bytes, int, bytes, int]:
+    """``namespace id token [UPTO ms]`` of WORKER.RENEW and WORKER.RELEASE."""
+    cursor = Args(args)
+    namespace = cursor.key()
+    worker_id = cursor.integer(errors.WORKER_ID, low=0, high=IDS - 1)
+    token = cursor.next()
+    upto = 0
+    for _ in cursor.options(b"upto"):
+        upto = cursor.nonneg(errors.WORKER_UPTO)
+        cursor.finish()
+    return namespace, worker_id, token, upto
 
 
 @command(
@@ -62,12 +54,13 @@ def _upto(args: list[bytes], first: int) -> int:
     group="worker",
 )
 def worker_acquire(client: Client, args: list[bytes]) -> Any:
+    cursor = Args(args)
+    namespace = cursor.key()
     ttl = None
-    if len(args) > 2:
-        if len(args) != 4 or args[2].lower() != b"ttl":
-            raise CommandError(errors.SYNTAX)
-        ttl = parse_int(args[3], errors.WORKER_TTL)
-    return _acquire(client, args[1], ttl)
+    for _ in cursor.options(b"ttl"):
+        ttl = cursor.integer(errors.WORKER_TTL)
+        cursor.finish()
+    return _acquire(client, namespace, ttl)
 
 
 async def _acquire(client: Client, namespace: bytes, ttl: int | None) -> list[Any]:
@@ -88,7 +81,7 @@ async def _acquire(client: Client, namespace: bytes, ttl: int | None) -> list[An
     group="worker",
 )
 def worker_renew(client: Client, args: list[bytes]) -> Any:
-    return _workers(client).renew(args[1], _id(args[2]), args[3], _upto(args, 4))
+    return _workers(client).renew(*_held(args))
 
 
 @command(
@@ -103,7 +96,7 @@ def worker_renew(client: Client, args: list[bytes]) -> Any:
     group="worker",
 )
 def worker_release(client: Client, args: list[bytes]) -> Any:
-    return _release(client, args[1], _id(args[2]), args[3], _upto(args, 4))
+    return _release(client, *_held(args))
 
 
 async def _release(client: Client, namespace: bytes, worker_id: int, token: bytes, upto: int) -> str:

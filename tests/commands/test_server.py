@@ -208,8 +208,10 @@ def test_config_set_persistence_as_redis_reports_it(mc: redis.Redis) -> None:
 
 
 def test_config_help(mc: redis.Redis) -> None:
-    lines = mc.execute_command("CONFIG", "HELP")
-    assert any(line.startswith(b"CONFIG SET") for line in lines)
+    lines = mc.execute_command("CONFIG", "HELP")  # Redis' shape: usage lines, each followed by indented text
+    assert lines[0] == b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    assert any(line.startswith(b"SET <name> <value>") for line in lines)
+    assert lines[-2:] == [b"HELP", b"    Prints this help."]
 
 
 # --- INFO and CLIENT -------------------------------------------------------------------------------------

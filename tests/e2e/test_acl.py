@@ -133,9 +133,10 @@ def test_app_user_draws_ids_creates_and_raises_floors_only_when_granted(bar_serv
             (["ACL", "SETUSER", "app", "+@all"], "acl|setuser"),
             (["CONFIG", "GET", "requirepass"], "config|get"),
             (["SHUTDOWN", "NOSAVE"], "shutdown"),
-            (["DEBUG", "CLOCK-OFFSET", "1000"], "debug|clock-offset"),
         ]:
             assert app.call(*args) == noperm_command(name), args
+        # DEBUG while it is off: refused to everyone before permissions are looked at, as Redis
+        assert app.call("DEBUG", "CLOCK-OFFSET", "1000") == RespError(errors.DEBUG_DISABLED)
         assert adm.call("EXISTS", "orders:new", "orders:y", "orders:x") == 0  # nothing was created
         assert adm.call("GET", "orders:eu") == b"6"  # no floor was raised
 
