@@ -27,22 +27,14 @@ and creating it is an error, so no request can pass what the store accepts. At m
 ``max_sequences`` can exist (sequences are never deleted, so a client creating names in a loop
 must be stopped).
 
-**Counting** (``count``: DBSIZE, INFO, ``max_sequences``) is a number in memory: the store is
-asked once per term, by the term's first creation or count, and every creation of the term waits
-for that answer before it starts (so none is counted twice or missed), then adds itself. No
-request ever runs ``COUNT(*)``. A node that does not serve (INFO on a standby) asks the store, at
-most once a second.
+**Counting** (``count``: DBSIZE, INFO, ``max_sequences``) is a number in memory (``march.census``):
+no request ever runs ``COUNT(*)``. **Listing** (``keys``, ``scan``) reads a page at a time in
+slices and never queues in front of writes (``march.listing``).
 
-**Listing** (``keys``, ``scan``) never queues in front of writes: the store reads names beside its
-writes (``march.store.base``). ``keys`` reads a page at a time in byte order, and decides on the
-names of a page in slices (``sift``): at most ``SLICE`` units of work (``Selection.cost``, about a
-byte of a name matched against a pattern each) between two yields to the event loop, so a 2 KiB
-glob over a thousand 1 KiB names takes turns with every other client. A reply that would pass
-the caller's budget (the room left in its output buffer) is an error before it is built: a listing
-holds its reply and one page. ``scan`` is the store's: its cursors describe their own position
-(SQLite's rowids, etcd's offsets checked by counting), so an unknown cursor (another node's, a
-forgotten one, garbage) costs a bounded amount of reading, never a walk on the write path; a pass
-returns every name that existed throughout it.
+**Memory.** A generator is what an active sequence costs (``march.generators.base``: slots, one
+shared ``Context`` per term, about 250 bytes with its name and dict entry). Sequences idle for
+``sequence_idle_seconds`` leave memory (``march.idle``: their unspent range becomes a gap; the
+next request reads the record again, as after a restart); INFO counts them (``idle_dropped``).
 
 **Settings** (``SEQ.ALTER``, ``alter``) change durably first (guarded, after the key's ceiling
 write in flight has landed), then on the live generator (``apply_settings``). The group's worker
@@ -57,61 +49,32 @@ changes (tests of clock jumps).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
-from . import errors
+from . import errors, listing
+from .census import Census
 from .config import Config, clamp_setting, setting_bounds
 from .errors import CommandError
 from .generators import timestamp
-from .generators.base import BatchPolicy, Clock, NotServing, WallClock, monotonic
+from .generators.base import BatchPolicy, Clock, Context, NotServing, WallClock, monotonic
 from .generators.layout import Layout
 from .generators.sequence import MAX_ID, SequenceGenerator
 from .generators.timestamp import TimestampGenerator
+from .idle import IdleSweeper
+from .listing import PAGE, SLICE, Selection, sift
 from .serving import Change, Phase, ServingState, Term
 from .store.base import GuardFailed, SequenceRecord, Store
 from .workers import Workers
 
 Generator = SequenceGenerator | TimestampGenerator
 T = TypeVar("T")
+__all__ = ["PAGE", "SLICE", "Generator", "Keyspace", "Selection", "sift"]  # (listing's, for its old importers)
 
 log = logging.getLogger("march")
-
-PAGE = 1000  # names per store read when listing
-SLICE = 20_000  # work units (~0.1 us each) a listing does between two yields to the event loop: ~2 ms
-_STANDBY_COUNT = 1.0  # seconds a count read by a node that does not serve is reused (INFO on a standby)
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which names a listing returns: those ``keep`` accepts, each costing ``cost(len(name))`` work units."""
-
-    keep: Callable[[bytes], bool]
-    cost: Callable[[int], int]
-
-
-async def sift(names: list[bytes], selection: Selection) -> list[bytes]:
-    """The names ``selection`` keeps, in order, yielding to the event loop after every ``SLICE`` units of work."""
-    keep, cost = selection.keep, selection.cost
-    out: list[bytes] = []
-    work = 0
-    for name in names:
-        work += cost(len(name))
-        if work > SLICE:
-            # Other clients' requests run here. time.sleep(0) hands the GIL to the store's threads
-            # first: a loop that never blocks lets them have it only every 5 ms (the switch
-            # interval), which made each SQLite statement of a new key's INCR wait that long.
-            time.sleep(0)
-            await asyncio.sleep(0)
-            work = 0
-        if keep(name):
-            out.append(name)
-    return out
 
 
 class Keyspace:
@@ -133,10 +96,12 @@ class Keyspace:
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
         self._loading: dict[bytes, asyncio.Task[Generator | None]] = {}
         self._creating: dict[bytes, asyncio.Task[Generator]] = {}
-        self._counted: tuple[Term, int] | None = None  # how many sequences exist, kept up to date in this term
-        self._counting: tuple[Term, asyncio.Task[int]] | None = None  # the term's one count, while it runs
-        self._standby: tuple[float, asyncio.Task[int]] | None = None  # a count read while not serving, and when
+        self.census = Census(store, state, lambda: self.config, clock)
+        self.idle = IdleSweeper(
+            self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock
+        )
         self.default_policy = _default_policy(config)
+        self._ctx: Context | None = None  # the current term's, shared by its generators
         self._altering = asyncio.Lock()  # SEQ.ALTER, one at a time
         # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
         self.workers = Workers(config, store, state, self.wall, clock)
@@ -150,6 +115,7 @@ class Keyspace:
         gens = list(self.generators.values())
         if change.phase is not Phase.STEPPING_DOWN:  # the term ended, or a new one begins
             self.generators.clear()  # in place: the hot path holds this dict
+            self.idle.stop()  # (the next term's first generator starts another)
             self._retired = [g for g in (*self._retired, *gens) if g.write is not None]
         for gen in gens:
             gen.wake()  # waiting requests look again: NotServing (they got no ID)
@@ -274,8 +240,7 @@ class Keyspace:
         existing = self.generators.get(record.key)
         if stored:
             created.append(True)
-            if self._counted is not None and self._counted[0] is term:
-                self._counted = (term, self._counted[1] + 1)
+            self.census.added(term)
             return existing if existing is not None else self._add(record, term, first)
         if existing is not None:
             return existing
@@ -287,7 +252,7 @@ class Keyspace:
 
     async def _check_room(self, term: Term) -> None:
         """``max_sequences``; and the term's count is known before its first creation starts (``count``)."""
-        count = await self._term_count(term)
+        count = await self.census.in_term(term)
         limit = self.config.max_sequences
         if limit and count + len(self._creating) >= limit:
             raise CommandError(errors.MAX_SEQUENCES.format(limit))
@@ -320,16 +285,30 @@ class Keyspace:
         """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
         gen: Generator
         policy = self.policy_for(record.settings)
+        ctx = self._context(term).with_policy(policy)
         if record.kind == timestamp.KIND:
             layout = Layout.from_settings(record.settings)
             gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, term, policy, self.clock,
                                      self.wall, self.lookahead_ms(record.settings), start,
                                      self.max_lead_ms(record.settings))  # fmt: skip
         else:
-            gen = SequenceGenerator(record.key, record.ceiling, self.store, term, policy, self.clock, start)
-        gen.settings = dict(record.settings)
+            gen = SequenceGenerator(record.key, record.ceiling, ctx, start)
+        if record.settings:
+            gen.settings = dict(record.settings)
         self.generators[record.key] = gen
         return gen
+
+    def _context(self, term: Term) -> Context:
+        """What every generator of ``term`` shares (made once per term)."""
+        ctx = self._ctx
+        if ctx is None or ctx.lease is not term:
+            ctx = self._ctx = Context.of(self.store, term, self.clock, self.default_policy)
+            self.idle.start(term, ctx)
+        return ctx
+
+    def _may_drop(self, key: bytes) -> bool:
+        """Nothing under way for ``key`` may hold a record read before its generator's last write."""
+        return key not in self._loading and key not in self._creating and not self._altering.locked()
 
     # --- SEQ.ALTER -------------------------------------------------------------------------------
 
@@ -412,27 +391,11 @@ class Keyspace:
         except TimeoutError:
             raise CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))) from None
 
-    # --- listing and counting ---------------------------------------------------------------------
+    # --- listing and counting (``march.listing``, ``march.census``) ------------------------------
 
     async def keys(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> list[bytes]:
-        """Every name starting with ``prefix`` that ``selection`` keeps (all: None), in byte order.
-
-        ``budget``: the reply may not pass this many bytes (an error instead of a reply that the
-        client's output limit would drop anyway: the list is never built past it)."""
-        out: list[bytes] = []
-        size = 0
-        after: bytes | None = None
-        while True:
-            page = await self.store.list_keys(prefix, after, PAGE)
-            found = page if selection is None else await sift(page, selection)
-            out.extend(found)
-            if budget:
-                size += sum(len(k) + 16 for k in found)  # a bulk string's framing is at most 16 bytes
-                if size > budget:
-                    raise CommandError(errors.REPLY_TOO_LARGE.format(self.config.max_output_buffer))
-            if len(page) < PAGE:
-                return out
-            after = page[-1]
+        """Every name starting with ``prefix`` that ``selection`` keeps (``march.listing.names``)."""
+        return await listing.names(self.store, selection, prefix, budget, self.config.max_output_buffer)
 
     async def scan(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
         """About ``count`` names from ``cursor`` on, and the cursor to continue with (0: done): the
@@ -441,64 +404,11 @@ class Keyspace:
 
     def known_count(self) -> int | None:
         """How many sequences exist, if this term knows it already (no waiting), else None."""
-        counted, term = self._counted, self.state.term
-        return counted[1] if counted is not None and counted[0] is term and self.state.serving else None
+        return self.census.known()
 
     async def count(self) -> int:
-        """How many sequences exist (see the module docstring): in memory while serving. Waits at
-        most ``max_wait`` for the store (TRYAGAIN after that)."""
-        term = self.state.term
-        if term is not None and self.state.serving:
-            with contextlib.suppress(NotServing):  # the term ended meanwhile: ask the store
-                return await self._term_count(term)
-        try:
-            return await self._store_count()
-        except TimeoutError:
-            raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
-
-    async def _term_count(self, term: Term) -> int:
-        counted = self._counted
-        if counted is not None and counted[0] is term:
-            return counted[1]
-        if self._counting is None or self._counting[0] is not term:
-            task = asyncio.get_running_loop().create_task(self._count_term(term))
-            task.add_done_callback(_retrieved)
-            self._counting = (term, task)
-        try:
-            count = await asyncio.wait_for(asyncio.shield(self._counting[1]), self.config.max_wait)
-        except TimeoutError:
-            raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
-        counted = self._counted
-        return counted[1] if counted is not None and counted[0] is term else count
-
-    async def _count_term(self, term: Term) -> int:
-        try:
-            count = await asyncio.wait_for(self.store.count(), self.config.store_timeout)
-        finally:
-            if self._counting is not None and self._counting[0] is term:
-                self._counting = None
-        self._check(term)
-        if self._counted is None or self._counted[0] is not term:
-            self._counted = (term, count)
-        return self._counted[1]
-
-    async def _store_count(self) -> int:
-        """The store's count, shared by the requests of one second (a node that does not serve)."""
-        now = self.clock()
-        if self._standby is None or now - self._standby[0] >= _STANDBY_COUNT or self._standby[1].cancelled():
-            task = asyncio.get_running_loop().create_task(self.store.count())
-            task.add_done_callback(_retrieved)
-            self._standby = (now, task)
-        task = self._standby[1]
-        if task.done() and task.exception() is not None:
-            self._standby = None  # a failure is not kept
-        return await asyncio.wait_for(asyncio.shield(task), self.config.max_wait)
-
-
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """A shared task's exception is re-raised to each waiter: nobody logs it as never retrieved."""
-    if not task.cancelled():
-        task.exception()
+        """How many sequences exist (``march.census``)."""
+        return await self.census.count()
 
 
 def _default_policy(config: Config) -> BatchPolicy:

@@ -493,6 +493,7 @@ def _section(client: Client, section: str, count: int | None) -> dict[str, Any]:
         return {
             "sequences": count if count is not None else "?",
             "active_sequences": len(gens),
+            "idle_dropped": app.keyspace.idle.dropped,  # idle sequences that left memory (march.idle)
             "ids_issued": sum(g.issued for g in gens),
             "waits": sum(g.waits for g in gens),
             "wait_timeouts": sum(g.wait_timeouts for g in gens),

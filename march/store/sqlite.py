@@ -111,9 +111,10 @@ class SqliteStore(Store):
         self._reader: sqlite3.Connection | None = None  # listings: their own connection and thread
         self._read_pool: ThreadPoolExecutor | None = None
         self._count = 0  # sequences in the file: counted at open, then this store's creations added
-        self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH)
-        self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH)
-        self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH)
+        # serial: one transaction in flight each, the calls made meanwhile share the next (group commit)
+        self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH, serial=True)
+        self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH, serial=True)
+        self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH, serial=True)
 
     async def open(self) -> None:
         try:

@@ -1,0 +1,73 @@
+"""New sequences created per second by a real March server on SQLite, measured from outside.
+
+    python scripts/benchlib/creation.py [--requests 100000] [--clients 32] [--repeat 1]
+
+prints one JSON object: ``creations_per_second`` (the median over ``--repeat`` runs, each run
+also listed), with the client count and the requests per run.
+
+Method: one March server on SQLite started here (loopback, throwaway data dir, defaults: every
+write durable before its reply). ``redis-benchmark -c CLIENTS -n REQUESTS -r 100000000 INCR
+key:__rand_int__`` sends INCRs on random names: an INCR on an unknown key creates it (auto_create,
+on by default), and with 10^8 names nearly every request creates a new sequence. The rate is the
+number of sequences that exist afterwards (DBSIZE, so a repeated name is not counted twice)
+divided by redis-benchmark's run time (requests / its requests per second). Each run uses a
+fresh server. Every process started here is stopped at the end, whatever happened. Never asserts
+anything about speed: it measures and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from support.servers import MarchServer  # noqa: E402
+
+from benchlib import redisbench  # noqa: E402
+
+NAMES = 100_000_000  # redis-benchmark's -r: random names drawn from this many (repeats are rare)
+
+
+def measure(base: Path, requests: int, clients: int) -> float:
+    server = MarchServer.in_dir(base)
+    try:
+        server.start()
+        command = ("-r", str(NAMES), "INCR", "key:__rand_int__")
+        run = redisbench.run(server.port, clients, 1, requests, command)
+        with server.conn() as conn:
+            created = conn.call("DBSIZE")
+        assert isinstance(created, int), created
+    finally:
+        server.stop()
+    return created / (requests / run.rps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=1, help="runs (each on a fresh server); the median is printed")
+    args = parser.parse_args(argv)
+    runs = []
+    for i in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="march-creation-") as tmp:
+            runs.append(measure(Path(tmp) / f"run{i}", args.requests, args.clients))
+    out = {
+        "creations_per_second": round(statistics.median(runs)),
+        "clients": args.clients,
+        "requests": args.requests,
+        "runs": [round(r) for r in runs],
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
