@@ -49,24 +49,25 @@ changes (tests of clock jumps).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from . import errors, listing
 from .census import Census
-from .config import Config, clamp_setting, setting_bounds
+from .config import Config, setting_bounds
 from .errors import CommandError
 from .generators import timestamp
-from .generators.base import BatchPolicy, Clock, Context, NotServing, WallClock, monotonic
+from .generators.base import Clock, Context, NotServing, WallClock, monotonic
 from .generators.layout import Layout
 from .generators.sequence import MAX_ID, SequenceGenerator
 from .generators.timestamp import TimestampGenerator
 from .idle import IdleSweeper
 from .listing import PAGE, SLICE, Selection, sift
+from .policies import Policies
 from .serving import Change, Phase, ServingState, Term
+from .shared import SharedCalls
 from .store.base import GuardFailed, SequenceRecord, Store
 from .workers import Workers
 
@@ -77,7 +78,12 @@ __all__ = ["PAGE", "SLICE", "Generator", "Keyspace", "Selection", "sift"]  # (li
 log = logging.getLogger("march")
 
 
-class Keyspace:
+class ActiveSequences:
+    """The generators of the term being served (``generators``), following the serving state:
+    reading a key's record on its first request (``activate``), building its generator (``_add``),
+    dropping the idle ones (``idle``) and every one at the end of a term. ``Keyspace`` adds what
+    requests do with sequences (create, alter, count, list)."""
+
     def __init__(
         self,
         config: Config,
@@ -94,17 +100,15 @@ class Keyspace:
         self.wall_offset = 0.0  # seconds; moved only by DEBUG CLOCK-OFFSET
         self.generators: dict[bytes, Generator] = {}  # active in the current term
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
-        self._loading: dict[bytes, asyncio.Task[Generator | None]] = {}
-        self._creating: dict[bytes, asyncio.Task[Generator]] = {}
+        self._loading: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
+        self._creating: SharedCalls[Generator] = SharedCalls(lambda: self.config.max_wait)
         self.census = Census(store, state, lambda: self.config, clock)
         self.idle = IdleSweeper(
             self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock
         )
-        self.default_policy = _default_policy(config)
+        self.policies = Policies(config)
         self._ctx: Context | None = None  # the current term's, shared by its generators
         self._altering = asyncio.Lock()  # SEQ.ALTER, one at a time
-        # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
-        self.workers = Workers(config, store, state, self.wall, clock)
         state.subscribe(self._on_change)
 
     # --- following the serving state -------------------------------------------------------------
@@ -136,7 +140,6 @@ class Keyspace:
         writes = [g.write for g in (*self.generators.values(), *self._retired) if g.write is not None]
         if writes:
             await asyncio.wait(writes, timeout=timeout)
-        await self.workers.drain()  # the worker sweepers of ended terms (cancelled at the step-down)
 
     # --- lookups -------------------------------------------------------------------------------
 
@@ -152,13 +155,13 @@ class Keyspace:
         term = self._term()
         creating = self._creating.get(key)
         if creating is not None:
-            return await self._bounded(creating, key)
+            return await self._creating.wait(creating, key)
         if len(key) > self.config.max_key_len:
             return None  # no sequence has such a name
         loading = self._loading.get(key)
         if loading is None:
-            loading = self._start(self._loading, key, self._load(key, term))
-        return await self._bounded(loading, key)
+            loading = self._loading.start(key, self._load(key, term))
+        return await self._loading.wait(loading, key)
 
     async def _load(self, key: bytes, term: Term) -> Generator | None:
         record = await asyncio.wait_for(self.store.load(key), self.config.store_timeout)
@@ -167,6 +170,65 @@ class Keyspace:
         if gen is None and record is not None:
             gen = self._add(record, term)
         return gen
+
+    def wall(self) -> float:
+        """Seconds since 1970 as timestamp sequences see them."""
+        return self._wall() + self.wall_offset
+
+    def _add(self, record: SequenceRecord, term: Term, start: int | None = None) -> Generator:
+        """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
+        gen: Generator
+        policies = self.policies
+        policy = policies.policy_for(record.settings)
+        ctx = self._context(term).with_policy(policy)
+        if record.kind == timestamp.KIND:
+            layout = Layout.from_settings(record.settings)
+            gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, term, policy, self.clock,
+                                     self.wall, policies.lookahead_ms(record.settings), start,
+                                     policies.max_lead_ms(record.settings))  # fmt: skip
+        else:
+            gen = SequenceGenerator(record.key, record.ceiling, ctx, start)
+        if record.settings:
+            gen.settings = dict(record.settings)
+        self.generators[record.key] = gen
+        return gen
+
+    def _context(self, term: Term) -> Context:
+        """What every generator of ``term`` shares (made once per term)."""
+        ctx = self._ctx
+        if ctx is None or ctx.lease is not term:
+            ctx = self._ctx = Context.of(self.store, term, self.clock, self.policies.default)
+            self.idle.start(term, ctx)
+        return ctx
+
+    def _may_drop(self, key: bytes) -> bool:
+        """Nothing under way for ``key`` may hold a record read before its generator's last write."""
+        return key not in self._loading and key not in self._creating and not self._altering.locked()
+
+    def _check(self, term: Term) -> None:
+        """The term a read or creation started in is still served (else its result is not used)."""
+        if self.state.term is not term:
+            raise NotServing(term.ended or "the term changed")
+
+
+class Keyspace(ActiveSequences):
+    """The sequences of a group: lookups (``ActiveSequences``), creation, settings, counting, listing."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        state: ServingState,
+        clock: Clock = monotonic,
+        wall: WallClock = time.time,
+    ) -> None:
+        super().__init__(config, store, state, clock, wall)
+        # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
+        self.workers = Workers(config, store, state, self.wall, clock)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        await super().drain(timeout)
+        await self.workers.drain()  # the worker sweepers of ended terms (cancelled at the step-down)
 
     async def ensure(self, key: bytes) -> Generator:
         """The generator for ``key``, created with default settings if auto_create is on."""
@@ -180,10 +242,6 @@ class Keyspace:
             raise CommandError(errors.AUTO_CREATE_OFF.format(key.decode("utf-8", "replace")))
         gen, _ = await self.create_or_get(key, start=1, settings={})
         return gen
-
-    def wall(self) -> float:
-        """Seconds since 1970 as timestamp sequences see them."""
-        return self._wall() + self.wall_offset
 
     async def create(
         self, key: bytes, start: int, settings: Mapping[str, Any], exist_ok: bool = False, kind: str = "sequence"
@@ -214,20 +272,20 @@ class Keyspace:
         # From here to _start, nothing awaits: concurrent callers find the one creation and share it.
         pending = self._creating.get(key)
         if pending is not None:
-            return await self._bounded(pending, key), False
+            return await self._creating.wait(pending, key), False
         existing = self.generators.get(key)  # activated meanwhile
         if existing is not None:
             return existing, False
         term = self._term()
         if kind == timestamp.KIND:
-            record, first = timestamp.new_record(key, settings, start, self.wall, self.lookahead_ms(settings))
+            record, first = timestamp.new_record(key, settings, start, self.wall, self.policies.lookahead_ms(settings))
         else:
-            policy = self.policy_for(settings)
+            policy = self.policies.policy_for(settings)
             record = SequenceRecord(key, "sequence", min(MAX_ID + 1, start + policy.min_batch), dict(settings))
             first = start
         created: list[bool] = []
-        task = self._start(self._creating, key, self._create(record, first, term, created))
-        gen = await self._bounded(task, key)
+        task = self._creating.start(key, self._create(record, first, term, created))
+        gen = await self._creating.wait(task, key)
         return gen, bool(created)
 
     async def _create(self, record: SequenceRecord, first: int, term: Term, created: list[bool]) -> Generator:
@@ -257,15 +315,6 @@ class Keyspace:
         if limit and count + len(self._creating) >= limit:
             raise CommandError(errors.MAX_SEQUENCES.format(limit))
 
-    def policy_for(self, settings: Mapping[str, Any]) -> BatchPolicy:
-        # clamped: a record stored before the bounds existed (MAXBATCH 2^62) gets today's largest
-        changes = {k: clamp_setting(k, int(settings[k])) for k in ("min_batch", "max_batch") if k in settings}
-        return dataclasses.replace(self.default_policy, **changes) if changes else self.default_policy
-
-    def lookahead_ms(self, settings: Mapping[str, Any]) -> int:
-        """A timestamp sequence's lookahead: its own (SEQ.CREATE ... LOOKAHEAD) or the configured default."""
-        return int(settings.get("lookahead", self.config.timestamp_lookahead_ms))
-
     def reconfigure(self, config: Config) -> None:
         """CONFIG SET: later lookups, creations and activations read ``config``; active generators
         take the new batch bounds, interval, watermark and waits from their next extension or wait.
@@ -277,53 +326,11 @@ class Keyspace:
         """
         self.config = config
         self.workers.config = config  # worker_ttl, worker_margin: read at use time
-        self.default_policy = _default_policy(config)
+        self.policies.reconfigure(config)
         for gen in self.generators.values():
-            self.apply_settings(gen)
-
-    def _add(self, record: SequenceRecord, term: Term, start: int | None = None) -> Generator:
-        """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
-        gen: Generator
-        policy = self.policy_for(record.settings)
-        ctx = self._context(term).with_policy(policy)
-        if record.kind == timestamp.KIND:
-            layout = Layout.from_settings(record.settings)
-            gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, term, policy, self.clock,
-                                     self.wall, self.lookahead_ms(record.settings), start,
-                                     self.max_lead_ms(record.settings))  # fmt: skip
-        else:
-            gen = SequenceGenerator(record.key, record.ceiling, ctx, start)
-        if record.settings:
-            gen.settings = dict(record.settings)
-        self.generators[record.key] = gen
-        return gen
-
-    def _context(self, term: Term) -> Context:
-        """What every generator of ``term`` shares (made once per term)."""
-        ctx = self._ctx
-        if ctx is None or ctx.lease is not term:
-            ctx = self._ctx = Context.of(self.store, term, self.clock, self.default_policy)
-            self.idle.start(term, ctx)
-        return ctx
-
-    def _may_drop(self, key: bytes) -> bool:
-        """Nothing under way for ``key`` may hold a record read before its generator's last write."""
-        return key not in self._loading and key not in self._creating and not self._altering.locked()
+            self.policies.apply(gen)
 
     # --- SEQ.ALTER -------------------------------------------------------------------------------
-
-    def max_lead_ms(self, settings: Mapping[str, Any]) -> int:
-        """A timestamp sequence's lead cap: its own (MAXLEAD, clamped into today's bounds: a record
-        stored with 0, "no cap", gets the largest cap) or the configured default."""
-        if "max_lead" in settings:
-            return clamp_setting("max_lead", int(settings["max_lead"]))
-        return self.config.timestamp_max_lead_ms
-
-    def apply_settings(self, gen: Generator) -> None:
-        """Give a live generator what its settings (``gen.settings``) and the config say now."""
-        gen.set_policy(self.policy_for(gen.settings))
-        if isinstance(gen, TimestampGenerator):
-            gen.set_max_lead(self.max_lead_ms(gen.settings))
 
     async def alter(self, key: bytes, changes: Mapping[str, int]) -> Generator:
         """Change one sequence's settings durably (guarded), then apply them to its live generator.
@@ -341,7 +348,7 @@ class Keyspace:
             if timestamped and ("min_batch" in changes or "max_batch" in changes):
                 raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
             settings = {**gen.settings, **changes}
-            policy = self.policy_for(settings)
+            policy = self.policies.policy_for(settings)
             if policy.min_batch > policy.max_batch:  # (each within its bounds: checked by the command)
                 raise CommandError(errors.BATCH_RANGE.format(int(setting_bounds("max_batch").high)))
             term = self._term()
@@ -362,34 +369,8 @@ class Keyspace:
                 raise NotServing(str(exc)) from None
             self._check(term)
             gen.settings = settings
-            self.apply_settings(gen)
+            self.policies.apply(gen)
             return gen
-
-    def _check(self, term: Term) -> None:
-        """The term a read or creation started in is still served (else its result is not used)."""
-        if self.state.term is not term:
-            raise NotServing(term.ended or "the term changed")
-
-    def _start(self, table: dict[bytes, asyncio.Task[T]], key: bytes, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``work`` for ``key`` once, shared by every request for it until it is done."""
-        task = asyncio.get_running_loop().create_task(work)
-        table[key] = task
-
-        def done(t: asyncio.Task[T]) -> None:
-            if table.get(key) is t:
-                del table[key]
-            if not t.cancelled():
-                t.exception()  # retrieved: each waiter re-raises it; nobody logs it as lost
-
-        task.add_done_callback(done)
-        return task
-
-    async def _bounded(self, task: asyncio.Task[T], key: bytes) -> T:
-        """Wait for a shared store call at most ``max_wait`` (it goes on after a timeout)."""
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), self.config.max_wait)
-        except TimeoutError:
-            raise CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))) from None
 
     # --- listing and counting (``march.listing``, ``march.census``) ------------------------------
 
@@ -409,15 +390,3 @@ class Keyspace:
     async def count(self) -> int:
         """How many sequences exist (``march.census``)."""
         return await self.census.count()
-
-
-def _default_policy(config: Config) -> BatchPolicy:
-    """The batch bounds and waits of sequences without their own (from the Config, live)."""
-    return BatchPolicy(
-        min_batch=config.min_batch,
-        max_batch=config.max_batch,
-        interval=config.batch_interval,
-        watermark=config.watermark,
-        max_wait=config.max_wait,
-        store_timeout=config.store_timeout,
-    )

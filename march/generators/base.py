@@ -132,51 +132,24 @@ NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})  # the settings of every s
 _LATENCY_UNIT = 100e-6  # seconds: a write's latency is kept in 0.1 ms, a small int (shared by CPython) below 25.6 ms
 
 
-class DurableBound(abc.ABC):
-    """A generator's durable ceiling and the one store write that extends it.
-
-    ``ceiling`` is an exclusive bound, confirmed by the store, below which the subclass hands out
-    IDs (for a sequence the ID itself, for a timestamp sequence the time field). One write is in
-    flight at a time (``write``); targets strictly increase over the generator's life, even across
-    failed or abandoned writes (only the top, once tried, is tried again as it is), so a
-    late-landing abandoned write can never collide with a newer one, and a stored ceiling at or
-    above a target is one of this leadership's own writes (the store checks the guard with it). A retry
-    after a failure aims at what is needed now (one more than the last target at least), not one
-    more batch per attempt, so a long outage leaves the stored ceiling about one batch above the
-    last ID. ``GuardFailed`` tells the lease (the term ends); any other failure backs off (50 ms
-    doubling to 1 s) and lets the next request try again. Requests that time out waiting get
-    TRYAGAIN (naming the cause when the store is out of space); a write the store will never
-    accept (``StoreRejected``) makes them fail with that error instead.
-
-    Whether the generator may hand out IDs is its lease's (``valid()``), never a flag of its own:
-    once its term ended it serves nothing, even through a stale reference.
+class GeneratorState(abc.ABC):
+    """The fields every generator has, and their accessors (``DurableBound`` is what it does).
 
     **Memory.** A server holds one generator per sequence in use, so each field counts (issue 18:
     at most about 250 bytes per sequence, name and dict entry included): fields are ``__slots__``;
-    what all generators of a term share (store, lease, clock) is one ``Context``; a sequence with
-    no settings of its own points at ``NO_SETTINGS``; waits and failures, rare, live in an ``_Io``
-    made on first need; the last write's time and latency are two numbers (the latency a small int).
-
-    A subclass says where the next target lies (``_next_target``) and may react to a new ceiling
-    (``_set_ceiling``); its fast path reads its own fields, never a method of this class.
+    what the generators of a term with one batch policy share (store, lease, clock, policy) is one
+    ``Context``; a sequence with no settings of its own points at ``NO_SETTINGS``; waits and
+    failures, rare, live in an ``_Io`` made on first need and dropped once nothing in it matters;
+    the last write's time and latency are two numbers (the latency a small int).
     """
 
-    __slots__ = (
-        "_ceiling",
-        "_ctx",
-        "_io",
-        "_latency",
-        "_target",
-        "_write",
-        "key",
-        "last_write_at",
-        "seen",
-        "settings",
-        "waits",
-        "writes",
-    )  # fmt: skip
     kind = "generator"
     _top: int  # the highest possible ceiling (a class constant, or the subclass's own)
+
+    __slots__ = (
+        "_ceiling", "_ctx", "_io", "_latency", "_target", "_write", "key", "last_write_at", "seen", "settings",
+        "waits", "writes",
+    )  # fmt: skip
 
     def __init__(self, key: bytes, ceiling: int, ctx: Context) -> None:
         self.key = key
@@ -196,6 +169,9 @@ class DurableBound(abc.ABC):
 
     # --- the rarer state (``_Io``) ------------------------------------------------------------------
 
+    def _set_ceiling(self, ceiling: int) -> None:
+        self._ceiling = ceiling
+
     def _io_state(self) -> _Io:
         io = self._io
         if io is _NO_IO:
@@ -203,20 +179,8 @@ class DurableBound(abc.ABC):
         return io
 
     @property
-    def _changed(self) -> asyncio.Future[None] | None:
-        return self._io.changed
-
-    @_changed.setter
-    def _changed(self, value: asyncio.Future[None] | None) -> None:
-        self._io_state().changed = value
-
-    @property
     def _retry_delay(self) -> float:
         return self._io.retry_delay
-
-    @property
-    def _failure(self) -> BaseException | None:
-        return self._io.failure
 
     @property
     def wait_timeouts(self) -> int:
@@ -241,16 +205,31 @@ class DurableBound(abc.ABC):
     def _valid(self) -> bool:
         return self._ctx.valid()
 
-    @property
-    def _store(self) -> Store:
-        return self._ctx.store
 
-    @property
-    def _lease(self) -> Lease:
-        return self._ctx.lease
+class DurableBound(GeneratorState):
+    """A generator's durable ceiling and the one store write that extends it.
 
-    def _set_ceiling(self, ceiling: int) -> None:
-        self._ceiling = ceiling
+    ``ceiling`` is an exclusive bound, confirmed by the store, below which the subclass hands out
+    IDs (for a sequence the ID itself, for a timestamp sequence the time field). One write is in
+    flight at a time (``write``); targets strictly increase over the generator's life, even across
+    failed or abandoned writes (only the top, once tried, is tried again as it is), so a
+    late-landing abandoned write can never collide with a newer one, and a stored ceiling at or
+    above a target is one of this leadership's own writes (the store checks the guard with it). A retry
+    after a failure aims at what is needed now (one more than the last target at least), not one
+    more batch per attempt, so a long outage leaves the stored ceiling about one batch above the
+    last ID. ``GuardFailed`` tells the lease (the term ends); any other failure backs off (50 ms
+    doubling to 1 s) and lets the next request try again. Requests that time out waiting get
+    TRYAGAIN (naming the cause when the store is out of space); a write the store will never
+    accept (``StoreRejected``) makes them fail with that error instead.
+
+    Whether the generator may hand out IDs is its lease's (``valid()``), never a flag of its own:
+    once its term ended it serves nothing, even through a stale reference.
+
+    A subclass says where the next target lies (``_next_target``) and may react to a new ceiling
+    (``_set_ceiling``); its fast path reads its own fields, never a method of this class.
+    """
+
+    __slots__ = ()
 
     def set_policy(self, policy: BatchPolicy) -> None:
         """New batch bounds and waits (SEQ.ALTER, CONFIG SET): they size and time the next store write."""
@@ -376,7 +355,7 @@ class DurableBound(abc.ABC):
 
     def _check_serving(self) -> None:
         if not self._valid():
-            raise NotServing(self._lease.ended or "lease is not valid")
+            raise NotServing(self._ctx.lease.ended or "lease is not valid")
 
     def wake(self) -> None:
         """Let requests waiting on this generator look again (its term ended or is on hold)."""
