@@ -414,7 +414,7 @@ OPTIONS: tuple[Option, ...] = (
     # read and write at its next use (as after a restart) and gives back ~250 bytes meanwhile.
     Option(
         "sequence_idle_seconds",
-        "seconds after its last ID that a sequence leaves memory (its unspent range becomes a gap; 0 = never)",
+        "seconds after its last ID that a sequence leaves memory, its unspent range a gap (0 = never, else >= 1)",
         "sequences",
         live=True,
         bounds=Bounds(0, 30 * 86_400, "seconds, at most 30 days; 0 keeps every sequence in memory"),
