@@ -73,6 +73,7 @@ from .workers import Workers
 
 Generator = SequenceGenerator | TimestampGenerator
 T = TypeVar("T")
+_ABSENT = 10_000  # keys remembered as just read and absent (ensure skips reading them again); then forgotten
 __all__ = ["PAGE", "SLICE", "Generator", "Keyspace", "Selection", "sift"]  # (listing's, for its old importers)
 
 log = logging.getLogger("march")
@@ -100,6 +101,7 @@ class ActiveSequences:
         self.wall_offset = 0.0  # seconds; moved only by DEBUG CLOCK-OFFSET
         self.generators: dict[bytes, Generator] = {}  # active in the current term
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
+        self._absent: dict[bytes, Term] = {}  # keys read and found absent lately, and the term that read them
         self._loading: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
         self._creating: SharedCalls[Generator] = SharedCalls(lambda: self.config.max_wait)
         self.census = Census(store, state, lambda: self.config, clock)
@@ -119,6 +121,7 @@ class ActiveSequences:
         gens = list(self.generators.values())
         if change.phase is not Phase.STEPPING_DOWN:  # the term ended, or a new one begins
             self.generators.clear()  # in place: the hot path holds this dict
+            self._absent.clear()
             self.idle.stop()  # (the next term's first generator starts another)
             self._retired = [g for g in (*self._retired, *gens) if g.write is not None]
         for gen in gens:
@@ -169,6 +172,10 @@ class ActiveSequences:
         gen = self.generators.get(key)
         if gen is None and record is not None:
             gen = self._add(record, term)
+        elif gen is None:
+            if len(self._absent) >= _ABSENT:
+                self._absent.clear()  # (a forgotten one is only read again)
+            self._absent[key] = term
         return gen
 
     def wall(self) -> float:
@@ -191,6 +198,7 @@ class ActiveSequences:
         if record.settings:
             gen.settings = dict(record.settings)
         self.generators[record.key] = gen
+        self._absent.pop(record.key, None)
         return gen
 
     def _context(self, term: Term) -> Context:
@@ -235,12 +243,16 @@ class Keyspace(ActiveSequences):
         gen = self.generators.get(key)
         if gen is not None:
             return gen
-        gen = await self.activate(key)
-        if gen is not None:
-            return gen
+        # A key just read and found absent (INCR reads it first) is not read again: this term is
+        # the only one creating names, and a creation of a name that exists after all only finds it.
+        absent = self.config.auto_create and self._absent.pop(key, None) is self.state.term
+        if not absent:
+            gen = await self.activate(key)
+            if gen is not None:
+                return gen
         if not self.config.auto_create:
             raise CommandError(errors.AUTO_CREATE_OFF.format(key.decode("utf-8", "replace")))
-        gen, _ = await self.create_or_get(key, start=1, settings={})
+        gen, _ = await self.create_or_get(key, start=1, settings={}, read=not absent)
         return gen
 
     async def create(
@@ -257,15 +269,16 @@ class Keyspace(ActiveSequences):
         return gen
 
     async def create_or_get(
-        self, key: bytes, start: int, settings: Mapping[str, Any], kind: str = "sequence"
+        self, key: bytes, start: int, settings: Mapping[str, Any], kind: str = "sequence", read: bool = True
     ) -> tuple[Generator, bool]:
         """The generator for ``key`` and whether this call created it (False: it existed).
 
-        Concurrent calls for one key share one store write; only the one that started it reports ``True``.
+        Concurrent calls for one key share one store write; only the one that started it reports
+        ``True``. ``read=False``: the key was just read and found absent (``ensure``).
         """
         if len(key) > self.config.max_key_len:
             raise CommandError(errors.KEY_TOO_LONG.format(self.config.max_key_len))
-        existing = await self.activate(key)
+        existing = await self.activate(key) if read else self.generators.get(key)
         if existing is not None:
             return existing, False
         await self._check_room(self._term())
