@@ -2,8 +2,10 @@
 
     python scripts/benchlib/creation.py [--requests 100000] [--clients 32] [--repeat 1]
 
-prints one JSON object: ``creations_per_second`` (the median over ``--repeat`` runs, each run
-also listed), with the client count and the requests per run.
+prints one JSON object: ``creations_per_second`` and ``server_cpu_us_per_creation`` (the server
+process's CPU time, all threads, over the run, per sequence created: steadier than the rate on a
+busy machine), the medians over ``--repeat`` runs (each run listed), with the client count and
+the requests per run.
 
 Method: one March server on SQLite started here (loopback, throwaway data dir, defaults: every
 write durable before its reply). ``redis-benchmark -c CLIENTS -n REQUESTS -r 100000000 INCR
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -35,18 +38,28 @@ from benchlib import redisbench  # noqa: E402
 NAMES = 100_000_000  # redis-benchmark's -r: random names drawn from this many (repeats are rare)
 
 
-def measure(base: Path, requests: int, clients: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(base: Path, requests: int, clients: int) -> tuple[float, float]:
+    """(creations per second, server CPU microseconds per creation)."""
     server = MarchServer.in_dir(base)
     try:
         server.start()
+        assert server.proc is not None
         command = ("-r", str(NAMES), "INCR", "key:__rand_int__")
+        cpu = cpu_seconds(server.proc.pid)
         run = redisbench.run(server.port, clients, 1, requests, command)
+        cpu = cpu_seconds(server.proc.pid) - cpu
         with server.conn() as conn:
             created = conn.call("DBSIZE")
         assert isinstance(created, int), created
     finally:
         server.stop()
-    return created / (requests / run.rps)
+    return created / (requests / run.rps), cpu / created * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="march-creation-") as tmp:
             runs.append(measure(Path(tmp) / f"run{i}", args.requests, args.clients))
     out = {
-        "creations_per_second": round(statistics.median(runs)),
+        "creations_per_second": round(statistics.median(r for r, _ in runs)),
+        "server_cpu_us_per_creation": round(statistics.median(c for _, c in runs)),
         "clients": args.clients,
         "requests": args.requests,
-        "runs": [round(r) for r in runs],
+        "runs": [[round(r), round(c)] for r, c in runs],
     }
     print(json.dumps(out))
     return 0
