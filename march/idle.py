@@ -29,7 +29,6 @@ then anyway); the sweeper lives as long as its term.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -128,14 +127,6 @@ class IdleSweeper(Generic[G]):
             assert self._ended is not None
             gen.retire(self._ended)
             self.dropped += 1
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        self._term = None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def _never() -> bool:
