@@ -27,22 +27,14 @@ and creating it is an error, so no request can pass what the store accepts. At m
 ``max_sequences`` can exist (sequences are never deleted, so a client creating names in a loop
 must be stopped).
 
-**Counting** (``count``: DBSIZE, INFO, ``max_sequences``) is a number in memory: the store is
-asked once per term, by the term's first creation or count, and every creation of the term waits
-for that answer before it starts (so none is counted twice or missed), then adds itself. No
-request ever runs ``COUNT(*)``. A node that does not serve (INFO on a standby) asks the store, at
-most once a second.
+**Counting** (``count``: DBSIZE, INFO, ``max_sequences``) is a number in memory (``march.census``):
+no request ever runs ``COUNT(*)``. **Listing** (``keys``, ``scan``) reads a page at a time in
+slices and never queues in front of writes (``march.listing``).
 
-**Listing** (``keys``, ``scan``) never queues in front of writes: the store reads names beside its
-writes (``march.store.base``). ``keys`` reads a page at a time in byte order, and decides on the
-names of a page in slices (``sift``): at most ``SLICE`` units of work (``Selection.cost``, about a
-byte of a name matched against a pattern each) between two yields to the event loop, so a 2 KiB
-glob over a thousand 1 KiB names takes turns with every other client. A reply that would pass
-the caller's budget (the room left in its output buffer) is an error before it is built: a listing
-holds its reply and one page. ``scan`` is the store's: its cursors describe their own position
-(SQLite's rowids, etcd's offsets checked by counting), so an unknown cursor (another node's, a
-forgotten one, garbage) costs a bounded amount of reading, never a walk on the write path; a pass
-returns every name that existed throughout it.
+**Memory.** A generator is what an active sequence costs (``march.generators.base``: slots, one
+shared ``Context`` per term, about 250 bytes with its name and dict entry). Sequences idle for
+``sequence_idle_seconds`` leave memory (``march.idle``: their unspent range becomes a gap; the
+next request reads the record again, as after a restart); INFO counts them (``idle_dropped``).
 
 **Settings** (``SEQ.ALTER``, ``alter``) change durably first (guarded, after the key's ceiling
 write in flight has landed), then on the live generator (``apply_settings``). The group's worker
@@ -57,64 +49,42 @@ changes (tests of clock jumps).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from . import errors
-from .config import MAX_ID, Config, clamp_setting, setting_bounds
+from . import errors, listing
+from .census import Census
+from .config import MAX_ID, Config, setting_bounds
 from .errors import CommandError
 from .generators import timestamp
-from .generators.base import BatchPolicy, Clock, NotServing, WallClock, monotonic
+from .generators.base import Clock, Context, NotServing, WallClock, monotonic
 from .generators.layout import Layout
 from .generators.sequence import SequenceGenerator
 from .generators.timestamp import TimestampGenerator
+from .idle import IdleSweeper
+from .listing import PAGE, SLICE, Selection, sift
+from .policies import Policies
 from .serving import Change, Phase, ServingState, Term
+from .shared import SharedCalls
 from .store.base import GuardFailed, SequenceRecord, Store
 from .workers import Workers
 
 Generator = SequenceGenerator | TimestampGenerator
 T = TypeVar("T")
+_ABSENT = 10_000  # keys remembered as just read and absent (ensure skips reading them again); then forgotten
+__all__ = ["PAGE", "SLICE", "Generator", "Keyspace", "Selection", "sift"]  # (listing's, for its old importers)
 
 log = logging.getLogger("march")
 
-PAGE = 1000  # names per store read when listing
-SLICE = 20_000  # work units (~0.1 us each) a listing does between two yields to the event loop: ~2 ms
-_STANDBY_COUNT = 1.0  # seconds a count read by a node that does not serve is reused (INFO on a standby)
 
+class ActiveSequences:
+    """The generators of the term being served (``generators``), following the serving state:
+    reading a key's record on its first request (``activate``), building its generator (``_add``),
+    dropping the idle ones (``idle``) and every one at the end of a term. ``Keyspace`` adds what
+    requests do with sequences (create, alter, count, list)."""
 
-@dataclass(frozen=True)
-class Selection:
-    """Which names a listing returns: those ``keep`` accepts, each costing ``cost(len(name))`` work units."""
-
-    keep: Callable[[bytes], bool]
-    cost: Callable[[int], int]
-
-
-async def sift(names: list[bytes], selection: Selection) -> list[bytes]:
-    """The names ``selection`` keeps, in order, yielding to the event loop after every ``SLICE`` units of work."""
-    keep, cost = selection.keep, selection.cost
-    out: list[bytes] = []
-    work = 0
-    for name in names:
-        work += cost(len(name))
-        if work > SLICE:
-            # Other clients' requests run here. time.sleep(0) hands the GIL to the store's threads
-            # first: a loop that never blocks lets them have it only every 5 ms (the switch
-            # interval), which made each SQLite statement of a new key's INCR wait that long.
-            time.sleep(0)
-            await asyncio.sleep(0)
-            work = 0
-        if keep(name):
-            out.append(name)
-    return out
-
-
-class Keyspace:
     def __init__(
         self,
         config: Config,
@@ -131,15 +101,16 @@ class Keyspace:
         self.wall_offset = 0.0  # seconds; moved only by DEBUG CLOCK-OFFSET
         self.generators: dict[bytes, Generator] = {}  # active in the current term
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
-        self._loading: dict[bytes, asyncio.Task[Generator | None]] = {}
-        self._creating: dict[bytes, asyncio.Task[Generator]] = {}
-        self._counted: tuple[Term, int] | None = None  # how many sequences exist, kept up to date in this term
-        self._counting: tuple[Term, asyncio.Task[int]] | None = None  # the term's one count, while it runs
-        self._standby: tuple[float, asyncio.Task[int]] | None = None  # a count read while not serving, and when
-        self.default_policy = _default_policy(config)
+        self._absent: dict[bytes, Term] = {}  # keys read and found absent lately, and the term that read them
+        self._loading: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
+        self._creating: SharedCalls[Generator] = SharedCalls(lambda: self.config.max_wait)
+        self.census = Census(store, state, lambda: self.config, clock)
+        self.idle = IdleSweeper(
+            self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock
+        )
+        self.policies = Policies(config)
+        self._ctx: Context | None = None  # the current term's, shared by its generators
         self._altering = asyncio.Lock()  # SEQ.ALTER, one at a time
-        # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
-        self.workers = Workers(config, store, state, self.wall, clock)
         state.subscribe(self._on_change)
 
     # --- following the serving state -------------------------------------------------------------
@@ -150,6 +121,8 @@ class Keyspace:
         gens = list(self.generators.values())
         if change.phase is not Phase.STEPPING_DOWN:  # the term ended, or a new one begins
             self.generators.clear()  # in place: the hot path holds this dict
+            self._absent.clear()
+            self.idle.stop()  # (the next term's first generator starts another)
             self._retired = [g for g in (*self._retired, *gens) if g.write is not None]
         for gen in gens:
             gen.wake()  # waiting requests look again: NotServing (they got no ID)
@@ -170,7 +143,6 @@ class Keyspace:
         writes = [g.write for g in (*self.generators.values(), *self._retired) if g.write is not None]
         if writes:
             await asyncio.wait(writes, timeout=timeout)
-        await self.workers.drain()  # the worker sweepers of ended terms (cancelled at the step-down)
 
     # --- lookups -------------------------------------------------------------------------------
 
@@ -186,13 +158,13 @@ class Keyspace:
         term = self._term()
         creating = self._creating.get(key)
         if creating is not None:
-            return await self._bounded(creating, key)
+            return await self._creating.wait(creating, key)
         if len(key) > self.config.max_key_len:
             return None  # no sequence has such a name
         loading = self._loading.get(key)
         if loading is None:
-            loading = self._start(self._loading, key, self._load(key, term))
-        return await self._bounded(loading, key)
+            loading = self._loading.start(key, self._load(key, term))
+        return await self._loading.wait(loading, key)
 
     async def _load(self, key: bytes, term: Term) -> Generator | None:
         record = await asyncio.wait_for(self.store.load(key), self.config.store_timeout)
@@ -200,24 +172,88 @@ class Keyspace:
         gen = self.generators.get(key)
         if gen is None and record is not None:
             gen = self._add(record, term)
+        elif gen is None:
+            if len(self._absent) >= _ABSENT:
+                self._absent.clear()  # (a forgotten one is only read again)
+            self._absent[key] = term
         return gen
+
+    def wall(self) -> float:
+        """Seconds since 1970 as timestamp sequences see them."""
+        return self._wall() + self.wall_offset
+
+    def _add(self, record: SequenceRecord, term: Term, start: int | None = None) -> Generator:
+        """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
+        gen: Generator
+        policies = self.policies
+        policy = policies.policy_for(record.settings)
+        ctx = self._context(term).with_policy(policy)
+        if record.kind == timestamp.KIND:
+            layout = Layout.from_settings(record.settings)
+            gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, term, policy, self.clock,
+                                     self.wall, policies.lookahead_ms(record.settings), start,
+                                     policies.max_lead_ms(record.settings))  # fmt: skip
+        else:
+            gen = SequenceGenerator(record.key, record.ceiling, ctx, start)
+        if record.settings:
+            gen.settings = dict(record.settings)
+        self.generators[record.key] = gen
+        self._absent.pop(record.key, None)
+        return gen
+
+    def _context(self, term: Term) -> Context:
+        """What every generator of ``term`` shares (made once per term)."""
+        ctx = self._ctx
+        if ctx is None or ctx.lease is not term:
+            ctx = self._ctx = Context.of(self.store, term, self.clock, self.policies.default)
+            self.idle.start(term, ctx)
+        return ctx
+
+    def _may_drop(self, key: bytes) -> bool:
+        """Nothing under way for ``key`` may hold a record read before its generator's last write."""
+        return key not in self._loading and key not in self._creating and not self._altering.locked()
+
+    def _check(self, term: Term) -> None:
+        """The term a read or creation started in is still served (else its result is not used)."""
+        if self.state.term is not term:
+            raise NotServing(term.ended or "the term changed")
+
+
+class Keyspace(ActiveSequences):
+    """The sequences of a group: lookups (``ActiveSequences``), creation, settings, counting, listing."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        state: ServingState,
+        clock: Clock = monotonic,
+        wall: WallClock = time.time,
+    ) -> None:
+        super().__init__(config, store, state, clock, wall)
+        # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
+        self.workers = Workers(config, store, state, self.wall, clock)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        await super().drain(timeout)
+        await self.workers.drain()  # the worker sweepers of ended terms (cancelled at the step-down)
 
     async def ensure(self, key: bytes) -> Generator:
         """The generator for ``key``, created with default settings if auto_create is on."""
         gen = self.generators.get(key)
         if gen is not None:
             return gen
-        gen = await self.activate(key)
-        if gen is not None:
-            return gen
+        # A key just read and found absent (INCR reads it first) is not read again: this term is
+        # the only one creating names, and a creation of a name that exists after all only finds it.
+        absent = self.config.auto_create and self._absent.pop(key, None) is self.state.term
+        if not absent:
+            gen = await self.activate(key)
+            if gen is not None:
+                return gen
         if not self.config.auto_create:
             raise CommandError(errors.AUTO_CREATE_OFF.format(key.decode("utf-8", "replace")))
-        gen, _ = await self.create_or_get(key, start=1, settings={})
+        gen, _ = await self.create_or_get(key, start=1, settings={}, read=not absent)
         return gen
-
-    def wall(self) -> float:
-        """Seconds since 1970 as timestamp sequences see them."""
-        return self._wall() + self.wall_offset
 
     async def create(
         self, key: bytes, start: int, settings: Mapping[str, Any], exist_ok: bool = False, kind: str = "sequence"
@@ -233,35 +269,36 @@ class Keyspace:
         return gen
 
     async def create_or_get(
-        self, key: bytes, start: int, settings: Mapping[str, Any], kind: str = "sequence"
+        self, key: bytes, start: int, settings: Mapping[str, Any], kind: str = "sequence", read: bool = True
     ) -> tuple[Generator, bool]:
         """The generator for ``key`` and whether this call created it (False: it existed).
 
-        Concurrent calls for one key share one store write; only the one that started it reports ``True``.
+        Concurrent calls for one key share one store write; only the one that started it reports
+        ``True``. ``read=False``: the key was just read and found absent (``ensure``).
         """
         if len(key) > self.config.max_key_len:
             raise CommandError(errors.KEY_TOO_LONG.format(self.config.max_key_len))
-        existing = await self.activate(key)
+        existing = await self.activate(key) if read else self.generators.get(key)
         if existing is not None:
             return existing, False
         await self._check_room(self._term())
         # From here to _start, nothing awaits: concurrent callers find the one creation and share it.
         pending = self._creating.get(key)
         if pending is not None:
-            return await self._bounded(pending, key), False
+            return await self._creating.wait(pending, key), False
         existing = self.generators.get(key)  # activated meanwhile
         if existing is not None:
             return existing, False
         term = self._term()
         if kind == timestamp.KIND:
-            record, first = timestamp.new_record(key, settings, start, self.wall, self.lookahead_ms(settings))
+            record, first = timestamp.new_record(key, settings, start, self.wall, self.policies.lookahead_ms(settings))
         else:
-            policy = self.policy_for(settings)
+            policy = self.policies.policy_for(settings)
             record = SequenceRecord(key, "sequence", min(MAX_ID + 1, start + policy.min_batch), dict(settings))
             first = start
         created: list[bool] = []
-        task = self._start(self._creating, key, self._create(record, first, term, created))
-        gen = await self._bounded(task, key)
+        task = self._creating.start(key, self._create(record, first, term, created))
+        gen = await self._creating.wait(task, key)
         return gen, bool(created)
 
     async def _create(self, record: SequenceRecord, first: int, term: Term, created: list[bool]) -> Generator:
@@ -274,8 +311,7 @@ class Keyspace:
         existing = self.generators.get(record.key)
         if stored:
             created.append(True)
-            if self._counted is not None and self._counted[0] is term:
-                self._counted = (term, self._counted[1] + 1)
+            self.census.added(term)
             return existing if existing is not None else self._add(record, term, first)
         if existing is not None:
             return existing
@@ -287,19 +323,10 @@ class Keyspace:
 
     async def _check_room(self, term: Term) -> None:
         """``max_sequences``; and the term's count is known before its first creation starts (``count``)."""
-        count = await self._term_count(term)
+        count = await self.census.in_term(term)
         limit = self.config.max_sequences
         if limit and count + len(self._creating) >= limit:
             raise CommandError(errors.MAX_SEQUENCES.format(limit))
-
-    def policy_for(self, settings: Mapping[str, Any]) -> BatchPolicy:
-        # clamped: a record stored before the bounds existed (MAXBATCH 2^62) gets today's largest
-        changes = {k: clamp_setting(k, int(settings[k])) for k in ("min_batch", "max_batch") if k in settings}
-        return dataclasses.replace(self.default_policy, **changes) if changes else self.default_policy
-
-    def lookahead_ms(self, settings: Mapping[str, Any]) -> int:
-        """A timestamp sequence's lookahead: its own (SEQ.CREATE ... LOOKAHEAD) or the configured default."""
-        return int(settings.get("lookahead", self.config.timestamp_lookahead_ms))
 
     def reconfigure(self, config: Config) -> None:
         """CONFIG SET: later lookups, creations and activations read ``config``; active generators
@@ -312,39 +339,11 @@ class Keyspace:
         """
         self.config = config
         self.workers.config = config  # worker_ttl, worker_margin: read at use time
-        self.default_policy = _default_policy(config)
+        self.policies.reconfigure(config)
         for gen in self.generators.values():
-            self.apply_settings(gen)
-
-    def _add(self, record: SequenceRecord, term: Term, start: int | None = None) -> Generator:
-        """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
-        gen: Generator
-        policy = self.policy_for(record.settings)
-        if record.kind == timestamp.KIND:
-            layout = Layout.from_settings(record.settings)
-            gen = TimestampGenerator(record.key, record.ceiling, layout, self.store, term, policy, self.clock,
-                                     self.wall, self.lookahead_ms(record.settings), start,
-                                     self.max_lead_ms(record.settings))  # fmt: skip
-        else:
-            gen = SequenceGenerator(record.key, record.ceiling, self.store, term, policy, self.clock, start)
-        gen.settings = dict(record.settings)
-        self.generators[record.key] = gen
-        return gen
+            self.policies.apply(gen)
 
     # --- SEQ.ALTER -------------------------------------------------------------------------------
-
-    def max_lead_ms(self, settings: Mapping[str, Any]) -> int:
-        """A timestamp sequence's lead cap: its own (MAXLEAD, clamped into today's bounds: a record
-        stored with 0, "no cap", gets the largest cap) or the configured default."""
-        if "max_lead" in settings:
-            return clamp_setting("max_lead", int(settings["max_lead"]))
-        return self.config.timestamp_max_lead_ms
-
-    def apply_settings(self, gen: Generator) -> None:
-        """Give a live generator what its settings (``gen.settings``) and the config say now."""
-        gen.set_policy(self.policy_for(gen.settings))
-        if isinstance(gen, TimestampGenerator):
-            gen.set_max_lead(self.max_lead_ms(gen.settings))
 
     async def alter(self, key: bytes, changes: Mapping[str, int]) -> Generator:
         """Change one sequence's settings durably (guarded), then apply them to its live generator.
@@ -362,7 +361,7 @@ class Keyspace:
             if timestamped and ("min_batch" in changes or "max_batch" in changes):
                 raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
             settings = {**gen.settings, **changes}
-            policy = self.policy_for(settings)
+            policy = self.policies.policy_for(settings)
             if policy.min_batch > policy.max_batch:  # (each within its bounds: checked by the command)
                 raise CommandError(errors.BATCH_RANGE.format(int(setting_bounds("max_batch").high)))
             term = self._term()
@@ -383,56 +382,14 @@ class Keyspace:
                 raise NotServing(str(exc)) from None
             self._check(term)
             gen.settings = settings
-            self.apply_settings(gen)
+            self.policies.apply(gen)
             return gen
 
-    def _check(self, term: Term) -> None:
-        """The term a read or creation started in is still served (else its result is not used)."""
-        if self.state.term is not term:
-            raise NotServing(term.ended or "the term changed")
-
-    def _start(self, table: dict[bytes, asyncio.Task[T]], key: bytes, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``work`` for ``key`` once, shared by every request for it until it is done."""
-        task = asyncio.get_running_loop().create_task(work)
-        table[key] = task
-
-        def done(t: asyncio.Task[T]) -> None:
-            if table.get(key) is t:
-                del table[key]
-            if not t.cancelled():
-                t.exception()  # retrieved: each waiter re-raises it; nobody logs it as lost
-
-        task.add_done_callback(done)
-        return task
-
-    async def _bounded(self, task: asyncio.Task[T], key: bytes) -> T:
-        """Wait for a shared store call at most ``max_wait`` (it goes on after a timeout)."""
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), self.config.max_wait)
-        except TimeoutError:
-            raise CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))) from None
-
-    # --- listing and counting ---------------------------------------------------------------------
+    # --- listing and counting (``march.listing``, ``march.census``) ------------------------------
 
     async def keys(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> list[bytes]:
-        """Every name starting with ``prefix`` that ``selection`` keeps (all: None), in byte order.
-
-        ``budget``: the reply may not pass this many bytes (an error instead of a reply that the
-        client's output limit would drop anyway: the list is never built past it)."""
-        out: list[bytes] = []
-        size = 0
-        after: bytes | None = None
-        while True:
-            page = await self.store.list_keys(prefix, after, PAGE)
-            found = page if selection is None else await sift(page, selection)
-            out.extend(found)
-            if budget:
-                size += sum(len(k) + 16 for k in found)  # a bulk string's framing is at most 16 bytes
-                if size > budget:
-                    raise CommandError(errors.REPLY_TOO_LARGE.format(self.config.max_output_buffer))
-            if len(page) < PAGE:
-                return out
-            after = page[-1]
+        """Every name starting with ``prefix`` that ``selection`` keeps (``march.listing.names``)."""
+        return await listing.names(self.store, selection, prefix, budget, self.config.max_output_buffer)
 
     async def scan(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
         """About ``count`` names from ``cursor`` on, and the cursor to continue with (0: done): the
@@ -441,73 +398,8 @@ class Keyspace:
 
     def known_count(self) -> int | None:
         """How many sequences exist, if this term knows it already (no waiting), else None."""
-        counted, term = self._counted, self.state.term
-        return counted[1] if counted is not None and counted[0] is term and self.state.serving else None
+        return self.census.known()
 
     async def count(self) -> int:
-        """How many sequences exist (see the module docstring): in memory while serving. Waits at
-        most ``max_wait`` for the store (TRYAGAIN after that)."""
-        term = self.state.term
-        if term is not None and self.state.serving:
-            with contextlib.suppress(NotServing):  # the term ended meanwhile: ask the store
-                return await self._term_count(term)
-        try:
-            return await self._store_count()
-        except TimeoutError:
-            raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
-
-    async def _term_count(self, term: Term) -> int:
-        counted = self._counted
-        if counted is not None and counted[0] is term:
-            return counted[1]
-        if self._counting is None or self._counting[0] is not term:
-            task = asyncio.get_running_loop().create_task(self._count_term(term))
-            task.add_done_callback(_retrieved)
-            self._counting = (term, task)
-        try:
-            count = await asyncio.wait_for(asyncio.shield(self._counting[1]), self.config.max_wait)
-        except TimeoutError:
-            raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
-        counted = self._counted
-        return counted[1] if counted is not None and counted[0] is term else count
-
-    async def _count_term(self, term: Term) -> int:
-        try:
-            count = await asyncio.wait_for(self.store.count(), self.config.store_timeout)
-        finally:
-            if self._counting is not None and self._counting[0] is term:
-                self._counting = None
-        self._check(term)
-        if self._counted is None or self._counted[0] is not term:
-            self._counted = (term, count)
-        return self._counted[1]
-
-    async def _store_count(self) -> int:
-        """The store's count, shared by the requests of one second (a node that does not serve)."""
-        now = self.clock()
-        if self._standby is None or now - self._standby[0] >= _STANDBY_COUNT or self._standby[1].cancelled():
-            task = asyncio.get_running_loop().create_task(self.store.count())
-            task.add_done_callback(_retrieved)
-            self._standby = (now, task)
-        task = self._standby[1]
-        if task.done() and task.exception() is not None:
-            self._standby = None  # a failure is not kept
-        return await asyncio.wait_for(asyncio.shield(task), self.config.max_wait)
-
-
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """A shared task's exception is re-raised to each waiter: nobody logs it as never retrieved."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _default_policy(config: Config) -> BatchPolicy:
-    """The batch bounds and waits of sequences without their own (from the Config, live)."""
-    return BatchPolicy(
-        min_batch=config.min_batch,
-        max_batch=config.max_batch,
-        interval=config.batch_interval,
-        watermark=config.watermark,
-        max_wait=config.max_wait,
-        store_timeout=config.store_timeout,
-    )
+        """How many sequences exist (``march.census``)."""
+        return await self.census.count()

@@ -587,3 +587,28 @@ async def test_mget_of_thousands_of_unknown_keys_reads_them_a_chunk_at_a_time(
     found = await _activate_all(client, keys)  # type: ignore[arg-type]
     assert [g is not None for g in found] == [i % 7 == 0 for i in range(5000)] + [True, False, False]
     assert 0 < peak <= LOOKUP_CHUNK
+
+
+async def test_incr_on_an_unknown_key_reads_it_once_then_creates_it(ks: Keyspace, store: MemoryStore) -> None:
+    # What the INCR path does (``commands.sequences._take``): activate, then ensure.
+    assert await finish(ks.activate(b"new")) is None
+    gen = await finish(ks.ensure(b"new"))
+    assert store.reads == 1, "ensure read the key again after it was just found absent"
+    assert store.attempts == 1 and await incr(ks, b"new") == 1 and gen is ks.get(b"new")
+
+
+async def test_a_key_found_absent_then_created_elsewhere_is_found_not_created(ks: Keyspace, store: MemoryStore) -> None:
+    assert await finish(ks.activate(b"k")) is None
+    await store.create(SequenceRecord(b"k", "sequence", 501, {}), SINGLE_NODE)  # behind the keyspace's back
+    gen = await finish(ks.ensure(b"k"))
+    assert await gen.take_wait(1) >= 501  # the stored record, not a new one from 1
+
+
+async def test_with_auto_create_off_a_key_found_absent_is_read_again(
+    make: Callable[..., Keyspace], store: MemoryStore
+) -> None:
+    ks = make(dataclasses.replace(CONFIG, auto_create=False))
+    assert await finish(ks.activate(b"k")) is None
+    await store.create(SequenceRecord(b"k", "sequence", 501, {}), SINGLE_NODE)
+    gen = await finish(ks.ensure(b"k"))  # found: no AUTO_CREATE_OFF error
+    assert await gen.take_wait(1) >= 501

@@ -57,7 +57,19 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "serving",
-        ("march.pubsub", "march.group", "march.keyspace", "march.workers", "march.serving", "march.cluster.*"),
+        (
+            "march.pubsub",
+            "march.group",
+            "march.keyspace",
+            "march.census",
+            "march.listing",
+            "march.idle",
+            "march.policies",
+            "march.shared",
+            "march.workers",
+            "march.serving",
+            "march.cluster.*",
+        ),
     ),
     ("generators", ("march.generators.*",)),
     (

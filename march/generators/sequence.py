@@ -23,8 +23,7 @@ from typing import Any
 from .. import errors
 from ..config import MAX_ID
 from ..errors import CommandError
-from ..store.base import Store
-from .base import BatchPolicy, Clock, DurableBound, Lease
+from .base import BatchPolicy, Context, DurableBound
 
 log = logging.getLogger(__name__)
 
@@ -32,34 +31,27 @@ TOP = MAX_ID + 1  # the highest possible ceiling
 
 
 class SequenceGenerator(DurableBound):
+    __slots__ = ("_base", "_batch", "_low", "_next")
     kind = "sequence"
+    _top = TOP
 
-    def __init__(
-        self,
-        key: bytes,
-        ceiling: int,
-        store: Store,
-        lease: Lease,
-        policy: BatchPolicy,
-        clock: Clock,
-        next_id: int | None = None,
-    ) -> None:
-        super().__init__(key, ceiling, TOP, store, lease, policy, clock)
+    def __init__(self, key: bytes, ceiling: int, ctx: Context, next_id: int | None = None) -> None:
+        super().__init__(key, ceiling, ctx)
+        policy = ctx.policy
         # After a restart nothing at or above the stored ceiling has been handed out; a brand-new
         # sequence passes its start, below the ceiling that was stored with it.
         self._next = ceiling if next_id is None else min(next_id, ceiling)
         self._batch = policy.min_batch
-        self._low = max(1, int(self._batch * policy.watermark))
-        self._last_extend_at: float | None = None
-        self._first = self._next
-        self._skipped = 0  # IDs jumped over by raise_floor, so that ``issued`` counts only handed-out IDs
+        self._low = policy.low  # max(1, batch * watermark), made once per policy
+        # ``issued`` is next - base: the first ID plus those jumped over by raise_floor (not handed out)
+        self._base = self._next
 
     # --- the fast path -------------------------------------------------------------------------
 
     def take(self, n: int) -> int | None:
         """Hand out ``n`` >= 1 consecutive IDs and return the last, or None if the caller must wait."""
         end = self._next + n
-        if end <= self._ceiling and self._valid():
+        if end <= self._ceiling and self._ctx.valid():
             self._next = end
             if self._write is None and self._ceiling - end < self._low:
                 self._extend(0)
@@ -72,7 +64,7 @@ class SequenceGenerator(DurableBound):
         waits). A run the range cannot hold whole starts a store write sized for the rest of it."""
         first = self._next
         end = min(first + n, self._ceiling)
-        if end > first and self._valid():
+        if end > first and self._ctx.valid():
             self._next = end
             if self._write is None and self._ceiling - end < self._low:
                 self._extend(first + n - end)
@@ -81,7 +73,7 @@ class SequenceGenerator(DurableBound):
 
     async def take_wait(self, n: int) -> int:
         """Like ``take``, waiting (bounded) for the ceiling to be extended; raises on failure."""
-        deadline = self._clock() + self._policy.max_wait
+        deadline = self._ctx.clock() + self._policy.max_wait
         waited = False
         while True:
             self._check_serving()
@@ -108,20 +100,23 @@ class SequenceGenerator(DurableBound):
             raise CommandError(errors.SET_BACKWARDS.format(self.key.decode("utf-8", "replace"), self._next - 1))
         if floor > MAX_ID:
             raise CommandError(errors.NOT_INTEGER)
-        deadline = self._clock() + self._policy.max_wait
+        deadline = self._ctx.clock() + self._policy.max_wait
         while True:
             self._check_serving()
             if self._ceiling > floor or self._ceiling >= TOP:
                 break
             await self._wait_for_ceiling(floor + 1, deadline)
         if floor + 1 > self._next:
-            self._skipped += floor + 1 - self._next
+            self._base += floor + 1 - self._next
             self._next = floor + 1
+
+    def progress(self) -> int:
+        return self._next
 
     @property
     def issued(self) -> int:
         """IDs handed out by this generator (since it was loaded)."""
-        return self._next - self._first - self._skipped
+        return self._next - self._base
 
     def watermark(self) -> int:
         """W: every ID handed out so far is <= W, every later one is > W (GET)."""
@@ -130,7 +125,7 @@ class SequenceGenerator(DurableBound):
     def set_policy(self, policy: BatchPolicy) -> None:
         super().set_policy(policy)
         self._batch = min(max(self._batch, policy.min_batch), policy.max_batch)  # the current batch, in bounds now
-        self._low = max(1, int(self._batch * policy.watermark))
+        self._low = policy.low if self._batch == policy.min_batch else max(1, int(self._batch * policy.watermark))
 
     # --- extension -----------------------------------------------------------------------------
 
@@ -147,17 +142,16 @@ class SequenceGenerator(DurableBound):
         return max(self._ceiling, self._next + max(need, 0)) + self._batch
 
     def _adapt_batch(self) -> None:
-        now = self._clock()
-        last, self._last_extend_at = self._last_extend_at, now
-        if last is None:
+        """How long the last batch lasted: from its write's landing to now (no write yet: unknown)."""
+        if not self.writes:
             return
-        lasted = now - last
+        lasted = self._ctx.clock() - self.last_write_at
         p = self._policy
         if lasted < p.interval / 2 and self._batch < p.max_batch:
             self._batch = min(p.max_batch, self._batch * 2)
         elif lasted > p.interval * 4 and self._batch > p.min_batch:
             self._batch = max(p.min_batch, self._batch // 2)
-        self._low = max(1, int(self._batch * p.watermark))
+        self._low = p.low if self._batch == p.min_batch else max(1, int(self._batch * p.watermark))
 
     def info(self) -> dict[str, Any]:
         return {
@@ -165,7 +159,7 @@ class SequenceGenerator(DurableBound):
             "next": self._next,
             "watermark": self._next - 1,
             "ceiling": self.durable_ceiling,
-            "remaining": self._ceiling - self._next if self._valid() else 0,
+            "remaining": self._ceiling - self._next if self._ctx.valid() else 0,
             "batch": self._batch,
             "min_batch": self._policy.min_batch,
             "max_batch": self._policy.max_batch,

@@ -68,7 +68,7 @@ from typing import Any
 from .. import errors
 from ..errors import CommandError
 from ..store.base import SequenceRecord, Store
-from .base import BatchPolicy, Clock, DurableBound, Lease, WallClock
+from .base import BatchPolicy, Clock, Context, DurableBound, Lease, WallClock
 from .layout import Layout, iso
 from .lead import LeadCap
 
@@ -166,7 +166,9 @@ class TimestampGenerator(DurableBound):
         self._lookahead = Lookahead(lookahead_units(layout, lookahead_ms), policy.watermark)
         self._limit = 0  # slots below this have a durable time (ceiling << seq_bits)
         self._extend_at = 0  # a slot at or past this starts the next write
-        super().__init__(key, ceiling, layout.time_top, store, lease, policy, clock)
+        self._top = layout.time_top
+        super().__init__(key, ceiling, Context.of(store, lease, clock, policy))
+        self._valid = self._ctx.valid  # type: ignore[method-assign]  # bound here: the fast path calls it
         # Nothing at or after the stored ceiling was handed out before this generator was built;
         # a brand-new sequence starts at its first slot, below the ceiling stored with it.
         start = ceiling << sb if first_slot is None else min(first_slot, ceiling << sb)
@@ -285,11 +287,16 @@ class TimestampGenerator(DurableBound):
         """Wait until real time has caught up by ``excess`` units (or anything changed); TRYAGAIN
         when that cannot happen before the deadline."""
         needed = self._cap.admit(excess, deadline, self._name)
-        changed = self._changed
+        io = self._io_state()
+        changed = io.changed
         if changed is None:
-            changed = self._changed = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(changed), max(needed, 0.001))
+            changed = io.changed = asyncio.get_running_loop().create_future()
+        io.waiting += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(changed), max(needed, 0.001))
+        finally:
+            io.waiting -= 1
 
     async def raise_floor(self, floor: int) -> None:
         """Make every later ID > ``floor``, durably, before returning (SET key N, migration).
@@ -326,6 +333,13 @@ class TimestampGenerator(DurableBound):
     def issued(self) -> int:
         """IDs handed out by this generator (since it was loaded)."""
         return self._issued
+
+    def retire(self, ctx: Context) -> None:
+        super().retire(ctx)
+        self._valid = ctx.valid  # type: ignore[method-assign]
+
+    def progress(self) -> int:
+        return self._last
 
     def watermark(self) -> int:
         """W: every ID handed out so far is <= W, every later one is > W (GET); -1 before the first slot.

@@ -9,6 +9,12 @@ still gets its own result or exception.
 A caller that stops waiting (a timeout) does not stop the batch: what was sent may still land,
 which the store contract allows (ceilings only move up; a late write is harmless).
 
+A ``serial`` batcher (SQLite's: its writes run one after another on one thread anyway) sends one
+chunk at a time: calls made while a chunk is on its way wait and go together in the next one
+(group commit), so under load a transaction (one fsync) carries what arrived during the last
+one, instead of one small transaction per loop turn queued behind the others. A lone call is sent
+at once, as before.
+
 Every chunk sent is reported to ``listeners`` (metrics, the latency monitor, the log of slow or
 failing writes): its operation, its size, how long it took and the store failure, if any. A
 listener must be quick and must not raise; it never changes what callers get.
@@ -42,16 +48,23 @@ class Batcher(Generic[T, R]):
 
     ``run(items)`` returns one result (or exception) per item, in order. A chunk holds at most
     ``max_items`` items and, past its first item, at most ``max_bytes`` by ``size(item)``.
+    ``serial``: one chunk in flight at a time (see the module docstring).
     """
 
     def __init__(
-        self, run: Run[T, R], max_items: int, max_bytes: int = 1 << 62, size: Callable[[T], int] = lambda _: 0
+        self,
+        run: Run[T, R],
+        max_items: int,
+        max_bytes: int = 1 << 62,
+        size: Callable[[T], int] = lambda _: 0,
+        serial: bool = False,
     ) -> None:
         self._run = run
         self.operation = _operation(run)
         self._max_items = max_items
         self._max_bytes = max_bytes
         self._size = size
+        self._serial = serial
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._scheduled = False
         self._running: set[asyncio.Task[None]] = set()
@@ -67,6 +80,8 @@ class Batcher(Generic[T, R]):
 
     def _flush(self) -> None:
         self._scheduled = False
+        if self._serial and self._running:
+            return  # sent when the chunk on its way is done (``_next``)
         pending, self._pending = self._pending, []
         loop = asyncio.get_running_loop()
         while pending:
@@ -79,7 +94,16 @@ class Batcher(Generic[T, R]):
             pending = pending[len(chunk) :]
             task = loop.create_task(self._send(chunk))
             self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            task.add_done_callback(self._done)
+            if self._serial:
+                self._pending = pending + self._pending  # the rest waits for this chunk
+                return
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if self._serial and self._pending and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     async def _send(self, chunk: list[tuple[T, asyncio.Future[R]]]) -> None:
         results: Sequence[R | BaseException]

@@ -95,11 +95,16 @@ CREATE TABLE IF NOT EXISTS workers_retired (
 );
 """
 _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
+# Each connection's page cache, in KiB (SQLite's default: 2 MiB). The hot pages of 100,000 sequences
+# (the index's inner pages) fit; the rest is read from the OS's page cache. Measured with
+# scripts/benchlib/memory.py: the default adds ~20 bytes per sequence at 100,000.
+_CACHE_KIB = 512
 _MAX_ROWID = 1 << 63  # SQLite's rowids are signed 64-bit: a SCAN cursor at or past this is past the end
 
 
-class SqliteStore(Store):
-    name = "sqlite"
+class SqliteFile(Store):
+    """The data dir, its lock, and the two connections with their threads (writer, listings):
+    how calls reach the file. ``SqliteStore`` is what is kept in it."""
 
     def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False) -> None:
         self.dir = Path(data_dir)
@@ -111,9 +116,6 @@ class SqliteStore(Store):
         self._reader: sqlite3.Connection | None = None  # listings: their own connection and thread
         self._read_pool: ThreadPoolExecutor | None = None
         self._count = 0  # sequences in the file: counted at open, then this store's creations added
-        self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH)
-        self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH)
-        self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH)
 
     async def open(self) -> None:
         try:
@@ -171,6 +173,7 @@ class SqliteStore(Store):
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             db.executescript(_SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(users)")}
             if "revision" not in columns:  # a data dir from before user revisions: each user at revision 1
@@ -188,14 +191,13 @@ class SqliteStore(Store):
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA query_only=ON")
+            db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
         except BaseException:
             db.close()
             raise
         self._reader = db
 
     async def close(self) -> None:
-        for batcher in (self._loads, self._creates, self._saves):
-            await batcher.drain()
         if self._read_pool is not None:
             if self._reader is not None:
                 await self._read(self._reader.close)
@@ -241,6 +243,53 @@ class SqliteStore(Store):
         if self._reader is None:
             raise StoreError("store is closed")
         return self._reader
+
+    def _transaction(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            results = []
+            for item in items:
+                try:
+                    results.append(each(db, item))
+                except GuardFailed as exc:
+                    results.append(exc)
+        except BaseException:
+            if db.in_transaction:  # SQLITE_FULL (and a few others) roll back by themselves
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return results
+
+    async def _write(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
+        try:
+            results = await self._run(self._transaction, each, items)
+        except StoreError as exc:
+            self.note(exc)
+            raise
+        self.note(None)
+        return results
+
+    def facts(self) -> dict[str, Any]:
+        return {"store_path": str(self.path)}
+
+
+class SqliteStore(SqliteFile):
+    """Sequences, users and worker ids in the file (see the module docstring)."""
+
+    name = "sqlite"
+
+    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False) -> None:
+        super().__init__(data_dir, join_other)
+        # serial: one transaction in flight each, the calls made meanwhile share the next (group commit)
+        self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH, serial=True)
+        self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH, serial=True)
+        self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH, serial=True)
+
+    async def close(self) -> None:
+        for batcher in (self._loads, self._creates, self._saves):
+            await batcher.drain()
+        await super().close()
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -333,38 +382,12 @@ class SqliteStore(Store):
 
     # --- writes (one transaction per batch) ------------------------------------------------------
 
-    def _transaction(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
-        db = self._conn()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            results = []
-            for item in items:
-                try:
-                    results.append(each(db, item))
-                except GuardFailed as exc:
-                    results.append(exc)
-        except BaseException:
-            if db.in_transaction:  # SQLITE_FULL (and a few others) roll back by themselves
-                db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-        return results
-
     async def create(self, record: SequenceRecord, guard: Guard) -> bool:
         return await self._creates(record)
 
     async def _create_batch(self, records: list[SequenceRecord]) -> Sequence[bool | BaseException]:
         results = await self._write(_insert, records)
         self._count += sum(1 for r in results if r is True)
-        return results
-
-    async def _write(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
-        try:
-            results = await self._run(self._transaction, each, items)
-        except StoreError as exc:
-            self.note(exc)
-            raise
-        self.note(None)
         return results
 
     async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
@@ -414,9 +437,6 @@ class SqliteStore(Store):
             f"SELECT DISTINCT namespace FROM workers{where} ORDER BY namespace LIMIT ?", (*args, limit)
         )
         return [bytes(row[0]) for row in rows]
-
-    def facts(self) -> dict[str, Any]:
-        return {"store_path": str(self.path)}
 
 
 def _insert(db: sqlite3.Connection, record: SequenceRecord) -> bool:

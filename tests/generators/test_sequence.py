@@ -33,7 +33,7 @@ from march import errors
 from march.config import MAX_ID
 from march.errors import CommandError
 from march.generators import base as base_module
-from march.generators.base import BatchPolicy, NotServing
+from march.generators.base import BatchPolicy, Context, NotServing
 from march.generators.sequence import TOP, SequenceGenerator
 from march.store.base import SINGLE_NODE, Guard, SequenceRecord
 
@@ -106,7 +106,7 @@ class World:
         return self._gen(key, record.ceiling, policy, None)
 
     def _gen(self, key: bytes, ceiling: int, policy: BatchPolicy, next_id: int | None) -> SequenceGenerator:
-        gen = SequenceGenerator(key, ceiling, self.store, self.lease, policy, self.clock, next_id)
+        gen = SequenceGenerator(key, ceiling, Context.of(self.store, self.lease, self.clock, policy), next_id)
         self.gens.append(gen)
         return gen
 
@@ -709,7 +709,7 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
     store, clock = RecordingStore(), FakeClock()
     lease = FakeLease()  # one term per generator life: a restart is a new term
     await store.create(SequenceRecord(KEY, "sequence", 1 + PROP_POLICY.min_batch), SINGLE_NODE)
-    gen = SequenceGenerator(KEY, 1 + PROP_POLICY.min_batch, store, lease, PROP_POLICY, clock, 1)
+    gen = SequenceGenerator(KEY, 1 + PROP_POLICY.min_batch, Context.of(store, lease, clock, PROP_POLICY), 1)
     gens = [gen]
     terms: list[FakeLease] = []
     killed: list[SequenceGenerator] = []
@@ -809,7 +809,7 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
             assert record is not None
             terms.append(lease)
             lease = FakeLease()
-            gen = SequenceGenerator(KEY, record.ceiling, store, lease, PROP_POLICY, clock)
+            gen = SequenceGenerator(KEY, record.ceiling, Context.of(store, lease, clock, PROP_POLICY))
             gens.append(gen)
         history.append(("bound", gen.watermark(), 1))
     await settle()
