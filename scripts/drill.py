@@ -11,7 +11,8 @@ race drills (``race-node-id``, ``race-failover``: ``--rounds`` rounds each, 100 
 short versions tests/cluster/test_races.py runs, and ``race-acl`` (two nodes changing one user at once:
 a revoked password or a deleted user must never come back; tests/cluster/test_acl_race.py, run here
 with ``--rounds`` rounds through pytest); here the timing bars are checked strictly: the
-exit status is 0 only if every repetition had no violation and met every bar.
+exit status is 0 only if every repetition had no violation and met every bar (`--bars-advisory`:
+no violation is enough; the suite runs the report so, since it never judges speed).
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def main() -> int:
         "--out-dir", type=Path, default=Path("drill-report"), help="where the PNGs go (default ./drill-report)"
     )
     ap.add_argument("--no-png", action="store_true", help="no charts")
+    ap.add_argument(
+        "--bars-advisory",
+        action="store_true",
+        help="exit 0 when only a timing bar is missed (duplicates and order violations still fail): "
+        "for the suite's run of the report, which never judges speed on a shared machine",
+    )
     args = ap.parse_args()
     unknown = [d for d in args.drills if d not in DRILLS and d not in SUITE_RACES]
     if unknown:
@@ -174,7 +181,9 @@ def main() -> int:
             if not run_suite_race(name, args.rounds):
                 failed.append(f"{name}: a round broke an invariant (output above)")
     finally:
-        bad = failed or any(r.violations or not all(b.met for b in r.bars) for r in results)
+        bad = failed or any(
+            r.violations or (not args.bars_advisory and not all(b.met for b in r.bars)) for r in results
+        )
         if bad or args.keep:
             say(f"logs kept in {tmp}")
         else:

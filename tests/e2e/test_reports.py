@@ -79,7 +79,18 @@ def test_bench_quick_prints_the_table_and_draws_the_png(tmp_path: Path, redis_bi
 @pytest.mark.timeout(100 + STOP_GRACE + 20)
 def test_drill_writes_a_png_per_repetition(tmp_path: Path, etcd_bin: str) -> None:
     out_dir = tmp_path / "report"
-    args = ["scripts/drill.py", "failover", "--reps", "1", "--ops", "100", "--quiet", "--out-dir", str(out_dir)]
+    args = [
+        "scripts/drill.py",
+        "failover",
+        "--reps",
+        "1",
+        "--ops",
+        "100",
+        "--quiet",
+        "--bars-advisory",
+        "--out-dir",
+        str(out_dir),
+    ]
     out = run_script(args, timeout=100)
     png = out_dir / "failover-0.png"
     assert f"chart: {png}" in out, out
