@@ -323,8 +323,9 @@ class Bench:
         target = self.targets.started.get("sqlite") or self.targets.start("sqlite")
         seconds, rounds = self.args.client_seconds, self.args.rounds
         rates: dict[str, list[float]] = {m: [] for m in CLIENT_METHODS}
+        methods = list(CLIENT_METHODS)
         for r in range(rounds):
-            for method in CLIENT_METHODS if r % 2 == 0 else CLIENT_METHODS[::-1]:
+            for method in methods if r % 2 == 0 else methods[::-1]:
                 rate = self.client_rate(target, method)
                 if isinstance(rate, str):
                     return [f"python client, prefetch: {rate}"]

@@ -1,15 +1,16 @@
 """One redis-benchmark run, parsed: throughput and latency percentiles.
 
-redis-benchmark 7 has two outputs. `--csv` gives rps and avg/min/p50/p95/p99/max, no p99.9. The
-plain output (used here) has the same "Summary" and, above it, "Latency by percentile
-distribution": HdrHistogram lines `99.902% <= 3.839 milliseconds (cumulative count ...)`, the
+redis-benchmark 7 has three outputs. `--csv` gives rps and avg/min/p50/p95/p99/max, no p99.9;
+`-q` one line of rps and p50. The plain output (used here) has the same "Summary" and, above it,
+"Latency by percentile distribution": HdrHistogram lines `99.902% <= 3.839 milliseconds (cumulative count ...)`, the
 percentile step halving towards 100%. p99.9 is read from the first line at or above 99.9%
 (the smallest latency that at least 99.9% of requests stayed within), with `--precision 3` so
 that it has microseconds. Latency is per request as redis-benchmark measures it: with `-P 16`
 that is the time of the pipelined batch the request was in.
 
-The percentiles come from the plain output, not `--csv`/`-q` (they give no p99.9 and `-q` no
-percentiles at all). Every run can authenticate (`--user`/`-a`, the `Auth` the targets share) and
+So the percentiles come from the plain output, not `--csv` (no p99.9) or `-q` (rps and p50
+only; both checked with 7.0.15). The summary's p99 is the tail figure the bench reports at
+`-c 1000`. Every run can authenticate (`--user`/`-a`, the `Auth` the targets share) and
 draw random keys (`-r N`: `__rand_int__` in the command becomes a random number below N, what
 the sequence creation rate uses: an INCR on a fresh name creates a sequence). redis-benchmark
 reads N as a 32-bit int: 10**12 wraps to a single key, so N stays below 2**31.
