@@ -130,7 +130,7 @@ def requests_for(
     keyspace: int = 0,
 ) -> int:
     """Calibrate: enough requests for about ``seconds`` of load on this server (a short probe first)."""
-    probe_n = min(max(2_000, 200 * clients), 50_000) if pipeline == 1 else 50_000
+    probe_n = min(max(2_000, 20 * clients), 50_000) if pipeline == 1 else 50_000  # 20 requests a client
     probe = run(port, clients, pipeline, probe_n, command, auth=auth, keyspace=keyspace)
     return requests_at(probe.rps, seconds, clients, pipeline)
 
