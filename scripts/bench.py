@@ -79,6 +79,7 @@ TAIL_CLIENTS = 1000  # the issue's tail-latency setting: -c 1000 -P 1
 FLOOR_SETTING = (50, 16)  # the issue's floor ratio: march / python floor at -c 50 -P 16
 CREATE_CLIENTS = 32  # the issue's creation rate: 32 connections, each INCR on a fresh name
 CREATE = ("INCR", "seq:__rand_int__")  # with -r: a random name, a new sequence
+CREATE_REQUESTS, CREATE_QUICK_REQUESTS = 100_000, 10_000  # for benchlib/creation.py when it is there
 CREATE_KEYSPACE = 10**9  # -r is read as a 32-bit int: 10**12 wraps (one key); 1e9: ~0.05% repeats per 500 K
 CLIENT_SCRIPT = """
 import sys
@@ -282,7 +283,10 @@ class Bench:
                 print(f"  {t.label}: {n - n0:,} new keys from {sent:,} INCRs on random names (calibration not counted)")
         script = ROOT / "scripts/benchlib/creation.py"
         if script.exists():
-            self.extra.append(f"creation ({script.relative_to(ROOT)}): {self.json_script(script, [])}")
+            requests = CREATE_QUICK_REQUESTS if a.quick else CREATE_REQUESTS
+            result = self.json_script(script, ["--requests", str(requests), "--clients", str(CREATE_CLIENTS)])
+            self.extra.append(f"creation, {script.relative_to(ROOT)} (its own server, defaults): {result}")
+            print(self.extra[-1], flush=True)
 
     def memory_section(self) -> None:
         """RSS per sequence created, and touched after a restart (benchlib/memory.py if it is there,
