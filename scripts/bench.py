@@ -1,28 +1,39 @@
-"""Benchmark report: redis-server, March on SQLite and March on etcd side by side, same machine,
-same run, printed as tables and drawn as a PNG. Run it through scripts/bench.
+"""Benchmark report: redis-server, March on SQLite, March on etcd and the Python floor side by
+side, same machine, same run, printed as tables and drawn as a PNG. Run it through scripts/bench.
 
 Every server runs on free loopback ports with throwaway data (March on etcd: a one-member etcd
-started here plus one `march serve --etcd` node, used once it is primary). redis-benchmark
-drives each setting: a command, `-c` clients, `-P` pipeline depth. Rounds alternate between the
-servers (reversing the order every other round) so that drift on the machine hits all alike;
-each run is calibrated to about `--seconds`. Per setting: median throughput, the ratio to
-redis-server, and p50/p99/p99.9 latency (p99.9 from redis-benchmark's latency-by-percentile
-output, see benchlib/redisbench.py).
+started here plus one `march serve --etcd` node, used once it is primary; the floor:
+`scripts/floor_server.py`, a bare uvloop + hiredis INCR server). March runs as users run it: ACL
+on (the load authenticates as a non-default user), a TLS listener, the metrics endpoint, the
+default limits (`benchlib/targets.py`); every load authenticates as that user on every server.
+redis-benchmark drives each setting: a command, `-c` clients, `-P` pipeline depth. Rounds
+alternate between the servers (reversing the order every other round) so that drift on the
+machine hits all alike; each run is calibrated to about `--seconds`. Per setting: median
+throughput, the ratio to redis-server, and p50/p99/p99.9 latency (p99.9 from redis-benchmark's
+latency-by-percentile output, see benchlib/redisbench.py). The machine's cores and load average
+are printed at the start and with the summary.
 
 Sections (each can be skipped):
 - `INCR` on one hot key (redis-benchmark's `-t incr`), with the issue's bars for March on SQLite
-  at `-c 50` (ratio to Redis >= 0.8 at -P 1, >= 0.5 at -P 16);
+  at `-c 50` (ratio to Redis >= 0.8 at -P 1, >= 0.5 at -P 16) and March / the floor at -P 16;
 - timestamp `INCR` on a snowflake sequence (on redis-server a plain `INCR ts`), then
   `INCRBY ts 1000` at one client count, also as snowflake IDs per second (the issue's bar: more
   than 4,096,000, the most a snowflake library makes on one node);
+- tail latency: INCR at `-c 1000 -P 1` (redis, March on SQLite, the floor): p50/p99/p99.9 and
+  March's / redis-server's (the soft open-file limit is raised for it if it is too low);
+- sequence creation: INCR on a fresh random name from 32 connections (`-r`), new sequences/s;
+  `benchlib/creation.py`'s own figure too when that script is there;
 - metrics on vs off: March on SQLite without and with `--metrics-port`, INCR at -P 1 and -P 16,
   alternated with redis-server, `/metrics` scraped once during the run (bar: on within 5% of off);
-- the Python client's prefetching IDs/s in one process (`march_client.bench.prefetch_rate`),
-  in a subprocess of its own; skipped if march_client is not installed.
+- the Python client's prefetching IDs/s, `seq.next(key)`, `next(it)` on `seq.ids(key)` and a
+  bare function doing the same look-up (the baseline), each in a subprocess of its own, rounds
+  alternating; skipped if march_client is not installed;
+- memory per sequence, created and touched after a restart (`benchlib/memory.py` if it is there,
+  else `benchlib/memory_simple.py`; each prints one JSON line).
 
 `--check-readme`: the figures the READMEs quote carry a marker `<!-- bench: key value -->`
-(`benchlib/readme.py`); this mode measures them all in one run (redis and SQLite, -c 50, -P 1 and
-16, the client's two prefetch paths) and prints each one's value today and its ratio to the quote.
+(`benchlib/readme.py`); this mode measures them all in one run and prints each one's value today
+and its ratio to the quote.
 
 Never asserts anything about speed: it measures and reports. Every process it starts is stopped
 at the end, also after a failure, Ctrl-C or SIGTERM.
@@ -40,7 +51,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -49,8 +59,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchlib import readme, redisbench  # noqa: E402
-from benchlib.redisbench import INCR, Run  # noqa: E402
-from benchlib.targets import Target, Targets, scrape  # noqa: E402
+from benchlib.measured import Measured, Setting, last_json, machine_line, raise_nofile, readme_figures  # noqa: E402
+from benchlib.redisbench import INCR, Auth  # noqa: E402
+from benchlib.targets import PASSWORD, USER, Target, Targets, scrape  # noqa: E402
 
 BARS = {1: 0.8, 16: 0.5}  # the issue's acceptance bar for the march/redis throughput ratio (INCR, -c 50)
 BAR_CLIENTS = 50  # the client count the bars were set at
@@ -59,44 +70,39 @@ INCRBY_BATCH = 1000
 METRICS_BAR = 0.05  # metrics on may cost at most 5% of the throughput with metrics off
 METRICS_ROUNDS = 7  # at least: single rounds vary by about ±5% here, as much as the bar
 TS_KEY = "ts"
-SERVERS = ("redis", "sqlite", "etcd")
+LABEL = {"redis": "redis", "floor": "python floor"}  # the reference in a ratio's name
+SERVERS = ("redis", "sqlite", "etcd", "floor")
+AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the floor answers AUTH with OK)
+MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
+SUMMARY_WIDTH = 36  # characters per server column of the summary table
+TAIL_CLIENTS = 1000  # the issue's tail-latency setting: -c 1000 -P 1
+FLOOR_SETTING = (50, 16)  # the issue's floor ratio: march / python floor at -c 50 -P 16
+CREATE_CLIENTS = 32  # the issue's creation rate: 32 connections, each INCR on a fresh name
+CREATE = ("INCR", "seq:__rand_int__")  # with -r: a random name, a new sequence
+CREATE_REQUESTS, CREATE_QUICK_REQUESTS = 100_000, 10_000  # for benchlib/creation.py when it is there
+CREATE_KEYSPACE = 10**9  # -r is read as a 32-bit int: 10**12 wraps (one key); 1e9: ~0.05% repeats per 500 K
 CLIENT_SCRIPT = """
 import sys
 try:
     from march_client.bench import prefetch_rate
 except ImportError:
     sys.exit(3)
-print(prefetch_rate(sys.argv[1], sys.argv[2], float(sys.argv[3]), method=sys.argv[4]))
+if sys.argv[4] == "bare":  # the baseline: one Python call, a dict look-up and a C-level next()
+    import itertools
+    from march_client.bench import _rate_next
+    chains = {sys.argv[2]: itertools.count(1)}
+    def bare(key, chains=chains):
+        return next(chains[key])
+    print(_rate_next(bare, sys.argv[2], float(sys.argv[3])))
+else:
+    print(prefetch_rate(sys.argv[1], sys.argv[2], float(sys.argv[3]), method=sys.argv[4]))
 """
 CLIENT_MISSING = 3  # CLIENT_SCRIPT's exit status when march_client is not importable
-
-
-@dataclass
-class Setting:
-    title: str  # e.g. "INCR", "timestamp INCR"
-    clients: int
-    pipeline: int
-    commands: dict[str, tuple[str, ...]]  # target name -> the command it runs
-
-    @property
-    def label(self) -> str:
-        return f"{self.title} -c {self.clients} -P {self.pipeline}"
-
-
-@dataclass
-class Measured:
-    setting: Setting
-    requests: dict[str, int]
-    runs: dict[str, list[Run]] = field(default_factory=dict)
-
-    def median(self, name: str) -> Run:
-        rs = self.runs[name]
-        return Run(*(statistics.median(getattr(r, f) for r in rs) for f in Run.FIELDS))
-
-    def ratio(self, name: str, to: str = "redis") -> float | None:
-        if to not in self.runs or name not in self.runs:
-            return None
-        return self.median(name).rps / self.median(to).rps
+CLIENT_METHODS = {  # CLIENT_SCRIPT's methods, as the report names them
+    "next": "seq.next(key)",
+    "ids": "next(it) on seq.ids(key)",
+    "bare": "bare function: next(chains[key])",
+}
 
 
 class Bench:
@@ -105,6 +111,8 @@ class Bench:
         self.targets = targets
         self.results: list[Measured] = []
         self.client_rates: dict[str, float] = {}  # prefetch method -> IDs/s
+        self.memory: dict[str, float] = {}  # the memory script's figures
+        self.extra: list[str] = []  # lines for the end of the summary
 
     def measure(
         self,
@@ -112,12 +120,15 @@ class Bench:
         group: list[Target],
         during: dict[str, Callable[[], None]] | None = None,
         rounds: int | None = None,
+        seconds: float | None = None,
     ) -> Measured:
         """Calibrate each target, then ``rounds`` rounds alternating between them; print the block."""
         a = self.args
         cmd = setting.commands
         requests = {
-            t.name: redisbench.requests_for(t.port, setting.clients, setting.pipeline, a.seconds, cmd[t.name])
+            t.name: redisbench.requests_for(
+                t.port, setting.clients, setting.pipeline, seconds or a.seconds, cmd[t.name], AUTH, setting.keyspace
+            )
             for t in group
         }
         m = Measured(setting, requests, {t.name: [] for t in group})
@@ -125,7 +136,16 @@ class Bench:
         for r in range(rounds or a.rounds):
             for t in group if r % 2 == 0 else list(reversed(group)):
                 hook = hooks.pop(t.name, None)
-                run = redisbench.run(t.port, setting.clients, setting.pipeline, requests[t.name], cmd[t.name], hook)
+                run = redisbench.run(
+                    t.port,
+                    setting.clients,
+                    setting.pipeline,
+                    requests[t.name],
+                    cmd[t.name],
+                    hook,
+                    AUTH,
+                    setting.keyspace,
+                )
                 m.runs[t.name].append(run)
         self.print_block(m, group)
         self.results.append(m)
@@ -154,6 +174,9 @@ class Bench:
             )
             name = "march" if t.name == "sqlite" else t.label  # "march/redis": the line the README quotes
             print(f"  {name}/redis throughput ratio: {ratio:.3f}{verdict}", flush=True)
+            floor = m.ratio(t.name, "floor")
+            if floor is not None and (s.clients, s.pipeline) == FLOOR_SETTING and s.title == "INCR":
+                print(f"  {name}/python floor throughput ratio: {floor:.3f} (goal >= 0.95)", flush=True)
 
     # -- sections ------------------------------------------------------------------------------
     def main_sections(self, group: list[Target]) -> None:
@@ -187,11 +210,11 @@ class Bench:
     def metrics_section(self) -> None:
         """March on SQLite without and with its metrics endpoint, alternated with redis-server."""
         a = self.args
-        off = self.targets.started.get("sqlite") or self.targets.start("sqlite")
-        on = self.targets.start("sqlite-metrics")
+        on = self.targets.started.get("sqlite") or self.targets.start("sqlite")
+        off = self.targets.start("sqlite-nometrics")
         redis = self.targets.started.get("redis")
         group = [t for t in (redis, off, on) if t is not None]
-        print(f"\n== metrics on vs off: {on.label} on :{on.port}, /metrics on :{on.metrics_port}")
+        print(f"\n== metrics on vs off: {on.label} (on) on :{on.port}, /metrics on :{on.metrics_port}; {off.label}")
         print(
             "   (both count requests into their latency histograms: that is the server's own INFO and SLOWLOG\n"
             "   bookkeeping; 'on' adds the endpoint and a scrape during the run. More rounds: the bar is 5%)"
@@ -210,7 +233,7 @@ class Bench:
         for i, p in enumerate(a.pipelines):
             hooks = {on.name: scrape_once} if i == 0 else None
             setting = Setting("metrics INCR", a.metrics_clients, p, {t.name: INCR for t in group})
-            m = self.measure(setting, group, hooks, rounds=max(a.rounds, METRICS_ROUNDS))
+            m = self.measure(setting, group, hooks, rounds=a.rounds if a.quick else max(a.rounds, METRICS_ROUNDS))
             # Paired: each round runs off and on back to back, so the median of the per-round ratios
             # cancels the machine's drift between rounds (rounds alone vary by about ±10% here).
             pairs = [b.rps / a_.rps for a_, b in zip(m.runs[off.name], m.runs[on.name], strict=True)]
@@ -223,13 +246,107 @@ class Bench:
                 f"(bar: on at most {METRICS_BAR:.0%} below off: {verdict})"
             )
         print("\n".join(scraped + lines))
+        self.extra += ["metrics on vs off (the bar: on at most 5% below off):", *lines]
 
-    def client_section(self, method: str = "next") -> str:
-        """IDs/s of the Python client's prefetch in one process of its own (not this interpreter);
-        ``method``: ``next`` (seq.next(key)) or ``ids`` (next(it) on seq.ids(key)). The rate is kept
-        in ``self.client_rates``."""
+    def tail_section(self, group: list[Target]) -> None:
+        """INCR at -c 1000 -P 1: p50/p99/p99.9 of each server, and March's p99 / redis-server's."""
+        a = self.args
+        soft, hard = raise_nofile(TAIL_CLIENTS)
+        print(f"\n== tail latency, -c {TAIL_CLIENTS} -P 1 (open-file limit {soft}, hard {hard})")
+        setting = Setting("INCR", TAIL_CLIENTS, 1, {t.name: INCR for t in group})
+        m = self.measure(setting, group, seconds=a.tail_seconds)
+        for t in group:
+            for ref in ("redis", "floor"):
+                if t.name == ref or not t.is_march:
+                    continue
+                ratios = [m.latency_ratio(t.name, ref, f) for f in ("p50", "p99", "p999")]
+                if None in ratios:
+                    continue
+                who = "march" if t.name == "sqlite" else t.label
+                p50, p99, p999 = (f"{r:.2f}" for r in ratios if r is not None)
+                goal = " (goal p99 <= 1.5)" if ref == "redis" else ""
+                print(
+                    f"  {who}/{LABEL[ref]} latency ratio at -c {TAIL_CLIENTS}: p50 {p50}, p99 {p99}{goal}, p99.9 {p999}"
+                )
+
+    def create_section(self, group: list[Target]) -> None:
+        """New sequences per second: INCR on a fresh random name from 32 connections (on redis-server
+        and the floor a new key). Then the fuller measuring script's own figure, if it is there."""
+        a = self.args
+        print(f"\n== sequence creation, -c {CREATE_CLIENTS} -P 1: INCR on a random name (-r {CREATE_KEYSPACE:,})")
+        before = {t.name: t.call("DBSIZE") for t in group if t.name != "floor"}
+        setting = Setting("new sequences", CREATE_CLIENTS, 1, {t.name: CREATE for t in group}, CREATE_KEYSPACE)
+        m = self.measure(setting, group, seconds=a.create_seconds)
+        for t in group:  # the check that each INCR made a new name (-r wraps silently when too large)
+            if t.name in before and isinstance(n := t.call("DBSIZE"), int) and isinstance(n0 := before[t.name], int):
+                sent = sum(m.requests[t.name] for _ in m.runs[t.name])
+                print(f"  {t.label}: {n - n0:,} new keys from {sent:,} INCRs on random names (calibration not counted)")
+        script = ROOT / "scripts/benchlib/creation.py"
+        if script.exists():
+            requests = CREATE_QUICK_REQUESTS if a.quick else CREATE_REQUESTS
+            result = self.json_script(script, ["--requests", str(requests), "--clients", str(CREATE_CLIENTS)])
+            self.extra.append(f"creation, {script.relative_to(ROOT)} (its own server, defaults): {result}")
+            print(self.extra[-1], flush=True)
+
+    def memory_section(self) -> None:
+        """RSS per sequence created, and touched after a restart (benchlib/memory.py if it is there,
+        else the bench's simple version); the figures are kept in ``self.memory``."""
+        fuller = ROOT / "scripts/benchlib/memory.py"
+        script = fuller if fuller.exists() else ROOT / "scripts/benchlib/memory_simple.py"
+        n = self.args.memory_sequences
+        print(f"\n== memory per sequence, {n:,} sequences ({script.relative_to(ROOT)})", flush=True)
+        result = self.json_script(script, ["--sequences", str(n)])
+        if isinstance(result, dict):
+            self.memory = {k: float(v) for k, v in result.items() if isinstance(v, int | float)}
+            line = ", ".join(f"{k} {v:,.0f}" for k, v in self.memory.items())
+            self.extra.append(f"memory per sequence ({n:,} sequences, march sqlite): {line}")
+        else:
+            self.extra.append(f"memory per sequence: {result}")
+        print(self.extra[-1], flush=True)
+
+    def json_script(self, script: Path, args: list[str]) -> dict[str, object] | str:
+        """Run a measuring script (this Python) and return the JSON object it printed, or why not."""
+        try:
+            out = subprocess.run(
+                [sys.executable, str(script), *args],
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900, cwd=ROOT,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return "FAILED (timed out)"
+        try:
+            return last_json(out.stdout)
+        except ValueError:
+            tail = (out.stdout + out.stderr).strip().splitlines()[-3:]
+            return f"FAILED (exit {out.returncode}): {' | '.join(tail)}"
+
+    def client_section(self) -> list[str]:
+        """IDs/s of the Python client's prefetch, each in one process of its own (not this
+        interpreter): ``next`` (seq.next(key)), ``ids`` (next(it) on seq.ids(key)) and ``bare`` (a
+        bare function doing the same dict look-up and C-level next(): the most a Python call can
+        give), ``--rounds`` rounds alternating between them; medians kept in ``self.client_rates``."""
         target = self.targets.started.get("sqlite") or self.targets.start("sqlite")
-        url = f"redis://127.0.0.1:{target.port}"
+        seconds, rounds = self.args.client_seconds, self.args.rounds
+        rates: dict[str, list[float]] = {m: [] for m in CLIENT_METHODS}
+        methods = list(CLIENT_METHODS)
+        for r in range(rounds):
+            for method in methods if r % 2 == 0 else methods[::-1]:
+                rate = self.client_rate(target, method)
+                if isinstance(rate, str):
+                    return [f"python client, prefetch: {rate}"]
+                rates[method].append(rate)
+        self.client_rates = {m: statistics.median(v) for m, v in rates.items()}
+        bare = self.client_rates["bare"]
+        lines = [
+            f"python client, prefetch (one Python process each, {seconds:g}s, median of {rounds}, {target.label}):"
+        ]
+        for method, what in CLIENT_METHODS.items():
+            rate, each = self.client_rates[method], " ".join(f"{x / 1e6:.2f}" for x in rates[method])
+            lines.append(f"  {what:<44}{rate:>14,.0f} IDs/s  {rate / bare:5.2f} of bare   rounds (M): {each}")
+        return lines
+
+    def client_rate(self, target: Target, method: str) -> float | str:
+        """One run of CLIENT_SCRIPT: IDs/s, or why there is none."""
+        url = f"redis://{USER}:{PASSWORD}@127.0.0.1:{target.port}"
         seconds = self.args.client_seconds
         try:
             out = subprocess.run(
@@ -237,51 +354,68 @@ class Bench:
                 capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=seconds * 5 + 60, cwd=ROOT,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
-            return "python client, prefetch: FAILED (timed out)"
+            return "FAILED (timed out)"
         if out.returncode == CLIENT_MISSING:
-            return "python client, prefetch: skipped: march_client not installed"
+            return "skipped: march_client not installed"
         try:
-            rate = float(out.stdout.strip().splitlines()[-1])
+            return float(out.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             tail = (out.stdout + out.stderr).strip().splitlines()[-3:]
-            return f"python client, prefetch: FAILED (exit {out.returncode}): {' | '.join(tail)}"
-        self.client_rates[method] = rate
-        how = "" if method == "next" else ", next(it) on seq.ids(key)"  # seq.next(key): the line the README shows
-        return f"python client, prefetch{how}: {rate:,.0f} IDs/s (one Python process, {seconds:g}s, {target.label})"
+            return f"FAILED (exit {out.returncode}): {' | '.join(tail)}"
 
     def readme_figures(self) -> dict[str, float]:
         """Today's value of every ``benchlib.readme.KEYS`` figure this run measured."""
-        out = {f"prefetch.{m}": r for m, r in self.client_rates.items()}
-        for m in self.results:
-            s = m.setting
-            if s.clients != 50 or s.pipeline not in (1, 16):
-                continue
-            if s.title == "INCR" and (ratio := m.ratio("sqlite")) is not None:
-                out[f"incr.c50.p{s.pipeline}.ratio"] = ratio
-            if s.title == f"INCRBY ts {INCRBY_BATCH}" and s.pipeline == 1 and "sqlite" in m.runs:
-                out["incrby.ts.c50.p1.ids"] = m.median("sqlite").rps * INCRBY_BATCH
-        return out
+        return readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
 
     # -- report --------------------------------------------------------------------------------
-    def summary(self, extra: list[str]) -> None:
+    def summary(self, extra: list[str]) -> list[str]:
+        """The summary table (one row per setting, one column per server) and the other sections'
+        lines."""
         labels = [t for t in SERVERS if any(t in m.runs for m in self.results)]
         names = {n: self.targets.started[n].label for n in labels}
-        print(f"\n== summary: median rps (ratio to redis-server), p50/p99/p99.9 ms; {self.args.rounds} rounds")
-        print(f"{'setting':<28}" + "".join(f"{names[n]:>40}" for n in labels))
+        w = SUMMARY_WIDTH
+        lines = [
+            f"== summary: median rps (ratio to redis-server), p50/p99/p99.9 ms; {self.args.rounds} rounds; "
+            f"{machine_line()}",
+            f"{'setting':<28}" + "".join(f"{names[n]:>{w}}" for n in labels),
+        ]
         for m in self.results:
             if m.setting.title.startswith("metrics"):
                 continue
             cells = []
             for n in labels:
                 if n not in m.runs:
-                    cells.append(f"{'-':>40}")
+                    cells.append(f"{'-':>{w}}")
                     continue
                 med, ratio = m.median(n), m.ratio(n)
                 r = f" ({ratio:.2f})" if ratio is not None and n != "redis" else ""
-                cells.append(f"{f'{med.rps:,.0f}{r} {med.p50:.2f}/{med.p99:.2f}/{med.p999:.2f}':>40}")
-            print(f"{m.setting.label:<28}" + "".join(cells))
-        for line in extra:
-            print(line)
+                cells.append(f"{f'{med.rps:,.0f}{r} {med.p50:.2f}/{med.p99:.2f}/{med.p999:.2f}':>{w}}")
+            lines.append(f"{m.setting.label:<28}" + "".join(cells))
+        return lines + self.extra + extra
+
+    def readme_block(self, summary: list[str], started: str) -> list[str]:
+        """README.md's generated block: the command, date and load, the summary, the figures, the charts."""
+        command = " ".join(["scripts/bench", *sys.argv[1:]])
+        when = time.strftime("%Y-%m-%d", time.gmtime())
+        out = [
+            "",
+            f"`{command}`, {when}; at the start {started}, at the end {machine_line()}:",
+            "",
+            "```",
+            *summary,
+            "```",
+            "",
+            *readme.figures_table(self.readme_figures()),
+            "",
+        ]
+        png = self.args.png
+        if png.resolve().is_relative_to(ROOT):
+            rel = png.resolve().relative_to(ROOT)
+            out.append(f"![scripts/bench: throughput and latency per setting]({rel})")
+            memory = png.with_name(f"{png.stem}-memory.png")
+            if self.memory:
+                out += ["", f"![scripts/bench: RSS per sequence]({memory.resolve().relative_to(ROOT)})"]
+        return [*out, ""]
 
     def png(self, path: Path) -> Path:
         from benchlib.charts import BenchRow, bench_png
@@ -297,6 +431,16 @@ class Bench:
         )
         return bench_png(rows, path, title)
 
+    def memory_png(self, path: Path) -> Path | None:
+        """The memory figures as bars, next to the main chart (``<stem>-memory.png``); None if none."""
+        from benchlib.charts import memory_png
+
+        if not self.memory:
+            return None
+        n = self.memory.get("sequences", self.args.memory_sequences)
+        title = f"RSS per sequence, {n:,.0f} sequences, {os.cpu_count()} CPUs"
+        return memory_png(self.memory, path.with_name(f"{path.stem}-memory.png"), title, MEMORY_GOAL)
+
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -307,28 +451,45 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--incrby-clients", type=int, default=50, help="-c of the INCRBY runs (default 50)")
     ap.add_argument("--metrics-clients", type=int, default=50, help="-c of the metrics on/off runs (default 50)")
     ap.add_argument("--client-seconds", type=float, default=3.0, help="length of the client prefetch run (default 3)")
-    ap.add_argument("--only", default=",".join(SERVERS), help="servers to compare (default redis,sqlite,etcd)")
+    ap.add_argument("--tail-seconds", type=float, default=3.0, help="length of one -c 1000 run (default 3)")
+    ap.add_argument("--create-seconds", type=float, default=2.0, help="length of one creation run (default 2)")
+    ap.add_argument("--memory-sequences", type=int, default=100_000, help="sequences of the memory run (100000)")
+    ap.add_argument("--only", default=",".join(SERVERS), help="servers to compare (default redis,sqlite,etcd,floor)")
     ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out")
     ap.add_argument("--no-timestamp", action="store_true", help="skip the timestamp-key runs")
     ap.add_argument("--no-metrics", action="store_true", help="skip metrics on vs off")
     ap.add_argument("--no-client", action="store_true", help="skip the Python client's prefetch rate")
+    ap.add_argument("--no-tail", action="store_true", help="skip the tail latency at -c 1000")
+    ap.add_argument("--no-create", action="store_true", help="skip the sequence creation rate")
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory per sequence")
     ap.add_argument("--png", type=Path, default=Path("bench.png"), help="the chart (default bench.png)")
     ap.add_argument(
-        "--quick", action="store_true", help="a smoke run (~25 s): 1 round of 0.25 s, -c 50, client for 0.5 s"
+        "--quick",
+        action="store_true",
+        help="a smoke run: 1 round of 0.25 s (metrics too), -c 50, client, tail and creation 0.5 s, 10,000 sequences",
     )
     ap.add_argument(
         "--check-readme",
         action="store_true",
         help="re-measure every figure the READMEs quote (their <!-- bench: key value --> markers) in one run "
-        "and print today's value and its ratio to the quote: redis and sqlite, -c 50, -P 1,16, no metrics",
+        "and print today's value and its ratio to the quote: redis, sqlite and the floor, -c 50, -P 1,16, "
+        "the tail, creation, memory and client sections, no metrics",
+    )
+    ap.add_argument(
+        "--write-readme",
+        action="store_true",
+        help="rewrite README.md's generated block (command, date, load, summary, figures table, charts) "
+        "from this run (its command line goes in the block; a key this run did not measure shows as such)",
     )
     args = ap.parse_args()
     if args.check_readme:
         # The settings the quoted figures were measured at (2 s rounds: INCRBY's IDs/s depend on the length).
-        args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite", "50", "1,16", True
+        args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,floor", "50", "1,16", True
         args.seconds = 2.0
+        args.no_tail = args.no_create = args.no_memory = args.no_client = False
     if args.quick:
         args.rounds, args.seconds, args.clients, args.client_seconds = 1, 0.25, "50", 0.5
+        args.tail_seconds, args.create_seconds, args.memory_sequences = 0.5, 0.5, 10_000
     args.clients = [int(c) for c in str(args.clients).split(",")]
     args.pipelines = [int(p) for p in args.pipelines.split(",")]
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -354,30 +515,36 @@ def start(targets: Targets, name: str) -> Target:
 def main() -> None:
     args = parse_args()
     quoted = readme.quoted_figures(ROOT) if args.check_readme else []  # a bad marker fails before any run
+    if args.write_readme:
+        readme.replace_block((ROOT / "README.md").read_text(), [])  # no block: fail before any run
 
     def on_signal(signum: int, _frame: object) -> NoReturn:
         raise SystemExit(128 + signum)  # unwinds through `finally`, which stops every server
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
-    started = time.monotonic()
+    started, at_start = time.monotonic(), machine_line()
 
     with tempfile.TemporaryDirectory(prefix="march-bench-") as tmp:
         targets = Targets(Path(tmp))
         try:
             group = [start(targets, name) for name in args.servers]
             print(
-                f"{targets.describe()}; data under {tmp}; {os.cpu_count()} CPUs; "
-                f"{args.rounds} rounds of ~{args.seconds:g}s per server and setting",
+                f"{targets.describe()}; data under {tmp}; {machine_line()}; "
+                f"{args.rounds} rounds of ~{args.seconds:g}s per server and setting\n{targets.march_config()}",
                 flush=True,
             )
             bench = Bench(args, targets)
             bench.main_sections(group)
+            if not args.no_tail:
+                bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, floor
             if not args.no_metrics and "sqlite" in args.servers:
                 bench.metrics_section()
-            extra = [] if args.no_client else [bench.client_section()]
-            if args.check_readme and not args.no_client:
-                extra.append(bench.client_section("ids"))
+            extra = [] if args.no_client else bench.client_section()
+            if not args.no_create:  # after the others: it leaves the servers holding many keys
+                bench.create_section(group)
+            if not args.no_memory:
+                bench.memory_section()
         except BaseException:
             targets.stop()
             kept = Path(tempfile.mkdtemp(prefix="march-bench-failed-"))
@@ -386,16 +553,19 @@ def main() -> None:
             raise
         finally:
             targets.stop()
-    bench.summary(extra)
+    summary = bench.summary(extra)
+    print("\n" + "\n".join(summary))
+    if args.write_readme:
+        path = ROOT / "README.md"
+        path.write_text(readme.replace_block(path.read_text(), bench.readme_block(summary, at_start)))
+        print(f"\nREADME.md: the generated block between {readme.BEGIN!r} and {readme.END!r} rewritten")
     if args.check_readme:
-        load = "/".join(f"{x:.2f}" for x in os.getloadavg())  # a busy shared machine explains a low ratio
-        print(
-            f"\n== figures the READMEs quote (<!-- bench: ... --> markers), today vs quoted; "
-            f"{os.cpu_count()} CPUs, load average {load} (1/5/15 min)"
-        )
+        print(f"\n== figures the READMEs quote (<!-- bench: ... --> markers), today vs quoted; {machine_line()}")
         print("\n".join(readme.report(quoted, bench.readme_figures())))
     path = bench.png(args.png)
-    print(f"\nchart: {path} ({time.monotonic() - started:.0f}s in all)")
+    memory = bench.memory_png(args.png)
+    also = "" if memory is None else f", memory: {memory}"
+    print(f"\nchart: {path}{also} ({time.monotonic() - started:.0f}s in all)")
 
 
 if __name__ == "__main__":

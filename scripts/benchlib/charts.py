@@ -1,5 +1,5 @@
 """PNG reports drawn with matplotlib's Agg backend (no display needed): the benchmark's
-throughput and latency per setting, and a drill's timeline.
+throughput and latency per setting, its memory per sequence, and a drill's timeline.
 
 Plotting only: the figures come in already measured (`BenchRow`, `support.load.Timeline`);
 nothing here runs a server or a load, and nothing here decides whether a bar was met.
@@ -25,7 +25,8 @@ COLOURS = {
     "redis-server": "#d62728",
     "march sqlite": "#1f77b4",
     "march etcd": "#2ca02c",
-    "march sqlite, metrics on": "#9467bd",
+    "march sqlite, metrics off": "#9467bd",
+    "python floor": "#ff7f0e",
 }
 FALLBACK = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
 
@@ -90,6 +91,38 @@ def bench_png(rows: Sequence[BenchRow], path: Path, title: str) -> Path:
     bottom.set_xticks(range(len(settings)))
     bottom.set_xticklabels(settings, rotation=35, ha="right", fontsize="small")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+MEMORY_BARS = {  # the memory script's figure -> its bar's label and colour
+    "created_bytes_per_seq": ("march: created", "#1f77b4"),
+    "touched_bytes_per_seq": ("march: touched after a restart", "#17becf"),
+    "redis_bytes_per_key": ("redis-server: a key made by INCR", "#d62728"),
+}
+
+
+def memory_png(figures: dict[str, float], path: Path, title: str, goal: float | None = None) -> Path:
+    """One bar per memory figure (bytes per sequence) of ``MEMORY_BARS`` that was measured, with
+    the value written on it and ``goal`` as a dashed line."""
+    shown = [(label, colour, figures[k]) for k, (label, colour) in MEMORY_BARS.items() if k in figures]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = range(len(shown))
+    ax.bar(xs, [v for _, _, v in shown], 0.6, color=[c for _, c, _ in shown])
+    for x, (_, _, v) in zip(xs, shown, strict=True):
+        ax.annotate(f"{v:,.0f} B", (x, v), ha="center", va="bottom", xytext=(0, 2), textcoords="offset points")
+    if goal is not None:
+        ax.axhline(goal, color="black", linestyle="--", linewidth=1, label=f"goal: {goal:g} B")
+        ax.legend(fontsize="small", loc="upper right")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([label for label, _, _ in shown], fontsize="small")
+    ax.set_ylabel("RSS bytes per sequence")
+    ax.set_ylim(0, max([v for _, _, v in shown] + [goal or 0, 1]) * 1.12)  # room for the values on top
+    ax.set_title(title, fontsize="medium")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -4,12 +4,18 @@
 A quoted figure carries, beside it, an HTML comment `<!-- bench: <key> <value> -->`: `key` names
 a measurement this module knows (`KEYS`), `value` is the figure as quoted (a plain number; `_` and
 `,` allowed). The bench measures every key it finds in one run and reports today's value and the
-ratio to the quoted one. It never edits a document: a person decides whether a figure is stale.
+ratio to the quoted one. It never edits a figure in prose: a person decides whether one is stale.
+
+The one thing it writes (`scripts/bench --write-readme`): README.md's generated block, between
+`BEGIN` and `END`: the command, the date, the machine's cores and load, the run's summary table
+and a table of every `KEYS` figure with its marker, so that after other work is merged one run
+regenerates the report (`replace_block`, `figures_table`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +28,26 @@ KEYS = {
     "incr.c50.p1.ratio": "INCR -c 50 -P 1: march on SQLite / redis-server throughput",
     "incr.c50.p16.ratio": "INCR -c 50 -P 16: march on SQLite / redis-server throughput",
     "incrby.ts.c50.p1.ids": "INCRBY ts 1000 -c 50 -P 1 on a snowflake key, march on SQLite: IDs/s",
+    "prefetch.bare": "a bare Python function doing prefetch's look-up, calls per second (the baseline)",
+    "incr.c50.p16.floor_ratio": "INCR -c 50 -P 16: march on SQLite / the Python floor throughput",
+    "tail.c1000.p99.ratio": "INCR -c 1000 -P 1: march on SQLite's p99 latency / redis-server's",
+    "tail.c1000.p99.ms": "INCR -c 1000 -P 1: march on SQLite's p99 latency (ms)",
+    "create.c32.rate": "new sequences per second, 32 connections, march on SQLite",
+    "memory.created": "RSS per sequence created (bytes), march on SQLite",
+    "memory.touched": "RSS per sequence touched after a restart (bytes), march on SQLite",
 }
 DOCUMENTS = ("README.md", "clients/python/README.md")
+BEGIN = "<!-- bench-report: begin (scripts/bench --write-readme replaces this block) -->"
+END = "<!-- bench-report: end -->"
+# key -> the issue's goal, as written in the figures table (issue 18)
+GOALS = {
+    "tail.c1000.p99.ratio": "<= 1.5",
+    "incr.c50.p16.floor_ratio": ">= 0.95",
+    "incr.c50.p1.ratio": ">= 1.0",
+    "memory.created": "<= 250",
+    "memory.touched": "<= 250",
+    "create.c32.rate": ">= 20,000",
+}
 
 
 @dataclass(frozen=True)
@@ -67,3 +91,24 @@ def report(quoted: list[Quoted], measured: dict[str, float]) -> list[str]:
 
 def _fmt(x: float) -> str:
     return f"{x:,.3f}" if x < 100 else f"{x:,.0f}"
+
+
+def figures_table(measured: Mapping[str, float]) -> list[str]:
+    """A Markdown table of every ``KEYS`` figure: what it is, today's value with its marker, the goal."""
+    lines = ["| figure | value | goal |", "|---|---|---|"]
+    for key, what in KEYS.items():
+        if key in measured:
+            shown = _fmt(measured[key])
+            value = f"{shown} <!-- bench: {key} {shown.replace(',', '_')} -->"
+        else:
+            value = "not measured"
+        lines.append(f"| {what} | {value} | {GOALS.get(key, '')} |")
+    return lines
+
+
+def replace_block(text: str, block: list[str]) -> str:
+    """``text`` with the lines between ``BEGIN`` and ``END`` replaced by ``block``."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no generated block: expected {BEGIN!r} ... {END!r}")
+    return text[: start + len(BEGIN)] + "\n" + "\n".join(block) + "\n" + text[end:]

@@ -1,0 +1,176 @@
+"""The pure parts of scripts/bench: redis-benchmark's output parsed, its command line, the ratios
+and the figures the READMEs quote. Fast, no server, no load: nothing here measures or asserts a
+speed (the bench itself runs in tests/e2e/test_reports.py)."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # scripts/ is no package: benchlib is found from there
+
+from benchlib import readme, redisbench  # noqa: E402
+from benchlib.measured import Measured, Setting, last_json, nofile_needed, raise_nofile, readme_figures  # noqa: E402
+from benchlib.redisbench import INCR, Auth, BenchmarkFailed, Run  # noqa: E402
+
+# redis-benchmark 7.0.15's plain output for `-c 2 -n 200 --precision 3 -t incr` (progress line
+# ending in \r first), with the cumulative block's 100% line changed so that reading p99.9 from it
+# (the wrong block) would give 9.999 instead of 0.343.
+OUTPUT = (
+    " \rINCR: rps=0.0 (overall: inf) avg_msec=0.043 (overall: 0.043)\r     \r====== INCR ======\n"
+    "  200 requests completed in 0.00 seconds\n  2 parallel clients\n  3 bytes payload\n  keep alive: 1\n"
+    '  host configuration "save": \n  host configuration "appendonly": no\n  multi-thread: no\n\n'
+    "Latency by percentile distribution:\n"
+    "0.000% <= 0.023 milliseconds (cumulative count 42)\n"
+    "50.000% <= 0.039 milliseconds (cumulative count 112)\n"
+    "99.219% <= 0.327 milliseconds (cumulative count 199)\n"
+    "99.609% <= 0.335 milliseconds (cumulative count 199)\n"
+    "99.951% <= 0.343 milliseconds (cumulative count 200)\n"
+    "100.000% <= 0.343 milliseconds (cumulative count 200)\n\n"
+    "Cumulative distribution of latencies:\n"
+    "99.000% <= 0.103 milliseconds (cumulative count 198)\n"
+    "100.000% <= 9.999 milliseconds (cumulative count 200)\n\n"
+    "Summary:\n  throughput summary: 40000.00 requests per second\n  latency summary (msec):\n"
+    "          avg       min       p50       p95       p99       max\n"
+    "        0.039     0.016     0.039     0.063     0.087     0.343\n"
+)
+
+
+def test_parse_reads_the_summary_and_p999_from_the_percentile_block() -> None:
+    run = redisbench.parse(OUTPUT)
+    assert run == Run(rps=40000.0, p50=0.039, p99=0.087, p999=0.343, max=0.343)
+
+
+def test_parse_without_a_summary_fails_with_the_output() -> None:
+    with pytest.raises(BenchmarkFailed, match="no summary"):
+        redisbench.parse(OUTPUT.split("Summary:")[0])
+
+
+def test_parse_p999_falls_back_to_max_without_a_percentile_block() -> None:
+    head, cumulative = OUTPUT.split("Latency by percentile distribution:")[0], OUTPUT.split("Cumulative")[1]
+    text = head + "Cumulative" + cumulative
+    assert redisbench.parse(text).p999 == 0.343  # the summary's max, not the cumulative block's 9.999
+
+
+def test_command_line_authenticates_and_draws_random_keys() -> None:
+    cmd = redisbench.command_line(7000, 32, 1, 64, ("INCR", "seq:__rand_int__"), Auth("bench", "pw"), 10**9)
+    assert cmd[:5] == ["redis-benchmark", "-h", "127.0.0.1", "-p", "7000"]
+    assert cmd[-9:] == ["-n", "64", "--user", "bench", "-a", "pw", "-r", str(10**9), "INCR", "seq:__rand_int__"][-9:]
+    assert "-t" not in cmd
+    plain = redisbench.command_line(7000, 50, 16, 800, INCR)
+    assert plain[-2:] == ["-t", "incr"] and "--user" not in plain and "-r" not in plain
+
+
+def test_command_line_refuses_a_keyspace_redis_benchmark_would_wrap() -> None:
+    with pytest.raises(ValueError, match="-r 1000000000000"):
+        redisbench.command_line(7000, 32, 1, 64, ("INCR", "k:__rand_int__"), None, 10**12)
+
+
+@pytest.mark.parametrize(
+    ("rps", "seconds", "clients", "pipeline", "expected"),
+    [
+        (100_000, 2.0, 50, 1, 200_000),
+        (10, 1.0, 1, 1, 5_000),  # at least 5,000
+        (1e9, 1.0, 1, 1, 50_000_000),  # at most 50 million
+        (100_000, 1.0, 1000, 16, 112_000),  # a whole number of pipelines per client: 7 x 16,000
+    ],
+)
+def test_requests_at(rps: float, seconds: float, clients: int, pipeline: int, expected: int) -> None:
+    n = redisbench.requests_at(rps, seconds, clients, pipeline)
+    assert n == expected and n % (clients * pipeline) == 0
+
+
+def run(rps: float, p50: float = 1.0, p99: float = 2.0, p999: float = 3.0) -> Run:
+    return Run(rps=rps, p50=p50, p99=p99, p999=p999, max=p999)
+
+
+def measured(title: str, clients: int, pipeline: int, runs: dict[str, list[Run]]) -> Measured:
+    setting = Setting(title, clients, pipeline, dict.fromkeys(runs, INCR))
+    return Measured(setting, dict.fromkeys(runs, 1000), runs)
+
+
+def test_median_is_taken_figure_by_figure_and_ratios_divide_medians() -> None:
+    m = measured(
+        "INCR",
+        50,
+        16,
+        {
+            "redis": [run(100, p99=10), run(300, p99=30), run(200, p99=20)],
+            "sqlite": [run(50, p99=60), run(150, p99=15), run(100, p99=45)],
+        },
+    )
+    assert m.median("sqlite") == run(100, p99=45)
+    assert m.ratio("sqlite") == 0.5
+    assert m.ratio("redis") == 1.0
+    assert m.ratio("sqlite", "floor") is None  # not measured: no ratio, never a made-up one
+    assert m.latency_ratio("sqlite", "redis", "p99") == 2.25
+    assert m.latency_ratio("sqlite", "floor") is None
+    assert m.setting.label == "INCR -c 50 -P 16"
+
+
+def test_readme_figures_picks_each_key_from_its_setting() -> None:
+    results = [
+        measured("INCR", 50, 1, {"redis": [run(100)], "sqlite": [run(95)]}),
+        measured("INCR", 50, 16, {"redis": [run(1000)], "sqlite": [run(600)], "floor": [run(800)]}),
+        measured("INCR", 1000, 1, {"redis": [run(10, p99=12.0)], "sqlite": [run(9, p99=30.0)]}),
+        measured("INCRBY ts 1000", 50, 1, {"redis": [run(100)], "sqlite": [run(6000)]}),
+        measured("INCRBY ts 1000", 50, 16, {"redis": [run(100)], "sqlite": [run(7000)]}),
+        measured("new sequences", 32, 1, {"redis": [run(50_000)], "sqlite": [run(4_400)]}),
+        measured("INCR", 200, 16, {"redis": [run(1)], "sqlite": [run(1)]}),
+    ]
+    memory = {"created_bytes_per_seq": 645.0, "touched_bytes_per_seq": 805.0, "sequences": 100_000.0}
+    figures = readme_figures(results, {"next": 7e6, "ids": 14e6, "bare": 8e6}, memory, 1000)
+    assert figures == {
+        "prefetch.next": 7e6,
+        "prefetch.ids": 14e6,
+        "prefetch.bare": 8e6,
+        "memory.created": 645.0,
+        "memory.touched": 805.0,
+        "incr.c50.p1.ratio": 0.95,
+        "incr.c50.p16.ratio": 0.6,
+        "incr.c50.p16.floor_ratio": 0.75,
+        "tail.c1000.p99.ratio": 2.5,
+        "tail.c1000.p99.ms": 30.0,
+        "incrby.ts.c50.p1.ids": 6_000_000,
+        "create.c32.rate": 4_400,
+    }
+    assert set(figures) == set(readme.KEYS), "every key the READMEs may quote is measured"
+
+
+def test_last_json_takes_the_scripts_last_object_line() -> None:
+    text = 'starting\n{"not": "this"}\nlog line\n' + json.dumps({"created_bytes_per_seq": 645.5}) + "\n\n"
+    assert last_json(text) == {"created_bytes_per_seq": 645.5}
+    with pytest.raises(ValueError, match="no JSON object"):
+        last_json("Traceback ...\n[1, 2]\n{broken\n")
+
+
+def test_raise_nofile_keeps_a_limit_that_suffices() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    clients = max(0, min(soft, hard) - nofile_needed(0) - 1)  # needs less than the soft limit: no change
+    assert raise_nofile(clients) == (soft, hard)
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == (soft, hard)
+
+
+def test_figures_table_carries_a_marker_per_measured_key_that_reads_back() -> None:
+    lines = readme.figures_table({"tail.c1000.p99.ratio": 2.134, "create.c32.rate": 4400.4})
+    assert len(lines) == 2 + len(readme.KEYS)
+    block = "\n".join(lines)
+    assert "| 2.134 <!-- bench: tail.c1000.p99.ratio 2.134 --> | <= 1.5 |" in block
+    assert "4,400 <!-- bench: create.c32.rate 4_400 --> | >= 20,000 |" in block
+    assert block.count("not measured") == len(readme.KEYS) - 2
+
+
+def test_replace_block_rewrites_only_between_the_markers(tmp_path: Path) -> None:
+    text = f"# Title\nbefore\n{readme.BEGIN}\nold table\n{readme.END}\nafter\n"
+    new = readme.replace_block(text, ["", "new table", ""])
+    assert new == f"# Title\nbefore\n{readme.BEGIN}\n\nnew table\n\n{readme.END}\nafter\n"
+    assert readme.replace_block(new, ["", "new table", ""]) == new  # a second run changes nothing
+    (tmp_path / "README.md").write_text(new.replace("new table", "| x | 1.5 <!-- bench: prefetch.next 1.5 --> |"))
+    assert [(q.key, q.value) for q in readme.quoted_figures(tmp_path, ("README.md",))] == [("prefetch.next", 1.5)]
+    with pytest.raises(ValueError, match="no generated block"):
+        readme.replace_block("no markers here\n", [])
