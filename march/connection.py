@@ -94,7 +94,7 @@ class Connection(asyncio.Protocol):
         self.busy = False  # a handler's coroutine is running (``waiting``); later requests wait in ``backlog``
         self.waiting: Waiting | None = None
         self.backlog: list[list[bytes]] = []
-        self.closing = False
+        self.closing = self.plain = False  # (plain: see ``table``)
         self.monitors = app.monitors.feeds  # the MONITOR connections (the same dict for the server's life)
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
@@ -119,6 +119,7 @@ class Connection(asyncio.Protocol):
         client.push = self.feed.line  # (pub/sub messages: written, and bounded, as MONITOR lines are)
         self.intake.parser.auth_source = client  # Redis' small limits for unauthenticated clients until it is
         self.deaf = False
+        self.plain = client.authenticated and client.multi is None  # (changes only by its own requests: ``called``)
         app.clients[client.id] = client
         app.closers[client.id] = self.close
         self.peers.all.add(self)
@@ -178,12 +179,9 @@ class Connection(asyncio.Protocol):
     # --- running requests ---------------------------------------------------------------------
 
     def table(self) -> Mapping[bytes, Hot]:
-        """The hot commands, on a plain connection (authenticated, not in MULTI, not a monitor or
-        subscriber, a user with every command on every key); else none."""
-        client = self.client
-        if client.authenticated and client.multi is None and client.user.unrestricted and not self.feed.watched():
-            return self.app.hot
-        return _NO_HOT
+        """The hot commands if ``plain`` (authenticated, not in MULTI, not a monitor or subscriber)
+        and its user has every command on every key (read each time: ACL SETUSER), else none."""
+        return self.app.hot if self.plain and self.client.user.unrestricted else _NO_HOT
 
     def run(self, requests: list[list[bytes]], start: int, same_until: int = 0) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
@@ -256,7 +254,9 @@ class Connection(asyncio.Protocol):
         """After a request ``call`` ran (it may have changed the connection: AUTH, MULTI, MONITOR, ...)."""
         if result is MONITOR_STARTED:
             self.feed.start()
-        self.intake.parser.authenticated = self.client.authenticated  # (after AUTH, HELLO AUTH, RESET)
+        client = self.client
+        self.intake.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
+        self.plain = client.authenticated and client.multi is None and not self.feed.watched()
         return self.table()
 
     def read_done(self, requests: list[list[bytes]], i: int, same_until: int, out: list[bytes], stall: bool) -> None:

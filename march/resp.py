@@ -269,7 +269,7 @@ class RequestParser:
                         self._pending = len(data)  # bounds the request hiredis may hold now
                         self._last_req = requests[-1]
                         self._last_data = data
-                    elif self._type0.value >= 0 and ridx.value >= 0:  # type: ignore[union-attr]  # (_probe_cursor)
+                    elif ridx.value >= 0 and self._type0.value >= 0:  # type: ignore[union-attr]  # (_probe_cursor; ridx first: -1 in the common case)
                         # hiredis holds the start of a request: the exact parser takes it now, so
                         # unfinished input is held in one place, which knows (and bounds) its size.
                         tail = _tail(data, len(requests), self._max_args)
