@@ -79,16 +79,13 @@ class Connection(asyncio.Protocol):
         self.tls = tls  # came in on the TLS port (already through its handshake): redirects name TLS addresses
         # A TLS connection counts toward max_clients (``peers.handshakes``) from its accept to its handshake's end.
         self.admitted = admitted
-        # Set in connection_made; the protocol never sees data before that.
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
         self.client: Client = cast(Client, None)
         self.flow: Backpressure = cast(Backpressure, None)
         self.timer: RequestTimer = cast(RequestTimer, None)
-        self.feed: MonitorFeed = cast(MonitorFeed, None)
-        cfg = app.config
-        parser = peers.parser(
-            cfg.max_args, cfg.max_bulk_len, cfg.max_inline_len, max_held=cfg.client_query_buffer_limit
-        )
+        self.feed: MonitorFeed = cast(MonitorFeed, None)  # (these: set in connection_made, before any data)
+        c = app.config
+        parser = peers.parser(c.max_args, c.max_bulk_len, c.max_inline_len, max_held=c.client_query_buffer_limit)
         self.intake = Intake(parser, peers, self)
         self.deaf = True  # ignore input: not accepted yet, closing, or after a protocol error
         self.busy = False  # a handler's coroutine is running (``waiting``); later requests wait in ``backlog``
@@ -146,11 +143,10 @@ class Connection(asyncio.Protocol):
     def pause_writing(self) -> None:  # (the transport's buffer passed HIGH_WATER: ``Backpressure``)
         self.flow.pause()
 
-    def resume_writing(self) -> None:
+    def resume_writing(self) -> None:  # (it drained)
         self.flow.resume()
 
-    def query_buffer(self) -> int:
-        """Bytes of memory this client's unfinished request holds (CLIENT LIST ``qbuf``)."""
+    def query_buffer(self) -> int:  # bytes of memory its unfinished request holds (CLIENT LIST ``qbuf``)
         return self.intake.held
 
     def data_received(self, data: bytes) -> None:
@@ -244,8 +240,7 @@ class Connection(asyncio.Protocol):
         self.read_done(requests, i, same_until, out, stall)
 
     def answered(self, args: list[bytes], ids: range, out: list[bytes]) -> None:
-        """A run of identical requests ``args`` was answered with ``ids``: consecutive integers from
-        one call, exactly what running them one by one would give, since nothing else runs between."""
+        """Identical requests ``args`` answered with ``ids`` from one call: as if run one by one."""
         if self.monitors:  # (the first was shown already)
             self.feed.show(args, len(ids) - 1)
         out.extend([b":%d\r\n" % v for v in ids])
@@ -254,10 +249,14 @@ class Connection(asyncio.Protocol):
         """After a request ``call`` ran (it may have changed the connection: AUTH, MULTI, MONITOR, ...)."""
         if result is MONITOR_STARTED:
             self.feed.start()
+        self.settle()
+        return self.table()
+
+    def settle(self) -> None:
+        """A request that may change the connection ran (through ``call``, or one that waited: EXEC)."""
         client = self.client
         self.intake.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
         self.plain = client.authenticated and client.multi is None and not self.feed.watched()
-        return self.table()
 
     def read_done(self, requests: list[list[bytes]], i: int, same_until: int, out: list[bytes], stall: bool) -> None:
         """The requests before ``i`` are answered in ``out``: write them; then close, wait for the

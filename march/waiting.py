@@ -42,6 +42,8 @@ class Resumable(Protocol):
 
     def error_reply(self, exc: Exception, args: list[bytes]) -> bytes: ...
 
+    def settle(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -72,6 +74,7 @@ class Waiting:
         if reply:
             conn.transport.write(reply)
         conn.busy, conn.waiting = False, None
+        conn.settle()  # (what ran may have changed the connection: EXEC of a SUBSCRIBE, a throttled AUTH)
         if conn.client.close_after:
             conn.close()
         else:
