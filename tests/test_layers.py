@@ -26,8 +26,9 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # ``x.*`` is every module under the package ``x`` (the package itself included).
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("entry", ("march.__main__", "march.cli", "march.backup")),
-    ("transport", ("march.server",)),
-    ("assembled parts", ("march.node", "march.metrics.collector", "march.metrics.endpoint")),
+    ("assembly", ("march.server",)),
+    ("assembled parts", ("march.node", "march.metrics.collector", "march.metrics.endpoint", "march.listeners")),
+    ("connection", ("march.connection", "march.feed", "march.waiting", "march.timing", "march.flow")),
     ("dispatch", ("march.commands", "march.commands.dispatch", "march.commands.transactions")),
     (
         "commands",

@@ -1,0 +1,108 @@
+"""A request that waits: its handler returned a coroutine (a store write or read, a promotion).
+
+Its connection pauses (reading paused, later requests kept in the backlog, replies in order) until
+``Waiting.reply`` is done; then the reply is written and the rest of the read runs from
+``resume_at`` (``finish``). A request that got ``NotServing`` while it waited (this node stopped serving; it
+got no ID) runs again once the change is over (``commands.dispatch.rerun``: here if this node
+serves by then, else a MOVED reply). The request is timed alone (``RequestTimer.waited``).
+
+This module never runs a request itself: it awaits the one handler's coroutine and hands the
+connection back its read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .client import Client
+from .commands.dispatch import rerun
+from .commands.registry import lookup
+from .commands.server import NO_REPLY
+from .flow import Backpressure
+from .generators.base import NotServing
+from .resp import encode
+from .timing import RequestTimer
+
+
+class Resumable(Protocol):
+    """The connection as its waiting request sees it."""
+
+    client: Client
+    timer: RequestTimer
+    transport: asyncio.Transport
+    flow: Backpressure
+    closing: bool
+    busy: bool
+    waiting: Waiting | None
+
+    def error_reply(self, exc: Exception, args: list[bytes]) -> bytes: ...
+
+    def settle(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class Waiting:
+    """The waiting request ``args`` (``requests[resume_at - 1]``) and where its read goes on."""
+
+    coro: Coroutine[Any, Any, Any]  # the handler's coroutine
+    args: list[bytes]
+    requests: list[list[bytes]]
+    resume_at: int  # the next request of the read to run once this one is answered
+    began: int  # ``perf_counter_ns`` when it started
+    same_until: int  # as ``Stalled.same_until``: how far the read is known to repeat
+    task: asyncio.Task[None] | None = None  # the connection's task that awaits ``reply``
+
+    def start(self, conn: Resumable) -> None:
+        """Pause ``conn`` (busy, not reading) until this request is answered (``finish``)."""
+        conn.busy = True
+        conn.transport.pause_reading()
+        conn.waiting = self
+        self.task = asyncio.get_running_loop().create_task(self.finish(conn))
+
+    async def finish(self, conn: Resumable) -> None:
+        """Write the reply, then run the rest of the read (``Backpressure.then``), or close."""
+        reply = await self.reply(conn.client, conn.timer, conn.error_reply)
+        if conn.closing:
+            return
+        if reply:
+            conn.transport.write(reply)
+        conn.busy, conn.waiting = False, None
+        conn.settle()  # (what ran may have changed the connection: EXEC of a SUBSCRIBE, a throttled AUTH)
+        if conn.client.close_after:
+            conn.close()
+        else:
+            conn.flow.then(self.requests, self.resume_at, self.same_until)
+
+    async def reply(
+        self, client: Client, timer: RequestTimer, error_reply: Callable[[Exception, list[bytes]], bytes]
+    ) -> bytes:
+        """The encoded reply ("" for none), once the handler is done; timed. An AUTH or HELLO (the
+        commands that may run before authentication) that waited was held back on purpose (AUTH
+        is throttled after failures, per address and user, ``auth.AuthThrottle``, so even the right
+        password may wait its turn): it counts as a call that took no time."""
+        args = self.args
+        spec = lookup(args[0])
+        try:
+            try:
+                value = await self.coro
+            except NotServing:
+                value = await rerun(client, args)
+            reply = encode(value, client.proto) if value is not NO_REPLY else b""
+        except Exception as exc:
+            reply = error_reply(exc, args)
+        timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth)
+        return reply
+
+    def cancel(self) -> None:
+        """The connection is gone: stop waiting (the handler's store write, if any, goes on without it)."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            if inspect.getcoroutinestate(self.coro) == inspect.CORO_CREATED:
+                self.coro.close()  # the task never started it: not "a coroutine that was never awaited"
