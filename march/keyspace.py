@@ -246,6 +246,10 @@ class Keyspace(ActiveSequences):
         # A key just read and found absent (INCR reads it first) is not read again: this term is
         # the only one creating names, and a creation of a name that exists after all only finds it.
         absent = self.config.auto_create and self._absent.pop(key, None) is self.state.term
+        if self.config.auto_create and not absent:
+            found = self._load_or_create(key)
+            if found is not None:
+                return await self._creating.wait(found, key)
         if not absent:
             gen = await self.activate(key)
             if gen is not None:
@@ -254,6 +258,43 @@ class Keyspace(ActiveSequences):
             raise CommandError(errors.AUTO_CREATE_OFF.format(key.decode("utf-8", "replace")))
         gen, _ = await self.create_or_get(key, start=1, settings={}, read=not absent)
         return gen
+
+    def _load_or_create(self, key: bytes) -> asyncio.Task[Generator] | None:
+        """The shared call that reads ``key``'s record or creates it with default settings, in one
+        store call (``Store.load_or_create``); None where the two steps are kept (a read already
+        under way, a name too long to exist, ``max_sequences`` near: a full keyspace still serves
+        its existing names, the term's first creation: it counts the sequences first, and a term
+        that only serves existing names never needs to)."""
+        term = self._term()
+        count = self.census.known()  # None until the term's first creation has counted (``_check_room``)
+        limit = self.config.max_sequences
+        if count is None or (limit and count + len(self._creating) + 1 >= limit):
+            return None
+        if len(key) > self.config.max_key_len:
+            return None
+        # Nothing awaits here: concurrent callers find the one call and share it.
+        task = self._creating.get(key)
+        if task is not None or key in self.generators or key in self._loading:
+            return task
+        policy = self.policies.policy_for({})
+        record = SequenceRecord(key, "sequence", min(MAX_ID + 1, 1 + policy.min_batch), {})
+        return self._creating.start(key, self._loaded_or_created(record, term))
+
+    async def _loaded_or_created(self, record: SequenceRecord, term: Term) -> Generator:
+        try:
+            stored, created = await asyncio.wait_for(
+                self.store.load_or_create(record, term.guard), self.config.store_timeout
+            )
+        except GuardFailed as exc:  # leadership is gone: the term ends, the request got nothing
+            term.lost(str(exc))
+            raise NotServing(str(exc)) from None
+        self._check(term)
+        if created:
+            self.census.added(term)
+        existing = self.generators.get(record.key)
+        if existing is not None:
+            return existing
+        return self._add(stored, term, 1 if created else None)
 
     async def create(
         self, key: bytes, start: int, settings: Mapping[str, Any], exist_ok: bool = False, kind: str = "sequence"
