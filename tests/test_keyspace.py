@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import itertools
 import math
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ from march.generators.base import NotServing
 from march.generators.layout import preset
 from march.keyspace import PAGE, SLICE, Keyspace, Selection
 from march.serving import Cause, ServingState
+from march.store import sqlite as sqlite_store
 from march.store.base import SINGLE_NODE, SequenceRecord, StoreError
 from march.store.sqlite import SqliteStore
 
@@ -274,6 +276,54 @@ async def test_a_new_key_on_a_frozen_sqlite_disk_gets_tryagain_within_max_wait(t
     ks.state.step_down(Cause.SHUTDOWN)
     await finish(ks.drain())
     await store.close()
+
+
+async def test_auto_creation_on_sqlite_reads_or_creates_in_one_store_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the term has counted (its first creation), ``ensure`` reads or creates a name in one
+    ``load_or_create`` (no ``load``): new names start at 1, an existing one keeps its ceiling,
+    concurrent ensures of one name share one call, the count stays exact, and a batch that fails
+    fails every waiter in it and creates nothing."""
+    store = SqliteStore(tmp_path)
+    await store.open()
+    await store.create(SequenceRecord(b"old", "sequence", 500, {}), SINGLE_NODE)
+    await store.save_ceiling(b"old", 900, SINGLE_NODE)
+    ks = Keyspace(CONFIG, store, serving_state(), clock=FakeClock(50.0))
+    try:
+        assert await incr(ks, b"first") == 1  # the term's first creation: counts, then creates
+        loads = 0
+        load = store.load
+
+        async def counted_load(key: bytes) -> SequenceRecord | None:
+            nonlocal loads
+            loads += 1
+            return await load(key)
+
+        monkeypatch.setattr(store, "load", counted_load)
+        names = [b"old", b"old", *(b"n%d" % i for i in range(50)), b"twice", b"twice"]
+        gens = await finish(asyncio.gather(*(ks.ensure(name) for name in names)))
+        assert gens[0] is gens[1] and gens[-1] is gens[-2]
+        assert loads == 0
+        assert await incr(ks, b"old") == 900  # found, never reset
+        assert [await incr(ks, b"n%d" % i) for i in range(50)] == [1] * 50
+        assert await ks.count() == await store.count() == 1 + 1 + 50 + 1
+
+        def broken(db: object, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(sqlite_store, "_select_or_insert", broken)
+        results = await asyncio.gather(*(ks.ensure(b"f%d" % i) for i in range(5)), return_exceptions=True)
+        assert all(isinstance(r, StoreError) for r in results), results
+        monkeypatch.undo()
+        assert await ks.count() == await store.count() == 53
+        assert await store.load(b"f0") is None
+        assert await incr(ks, b"f0") == 1
+        assert await ks.count() == await store.count() == 54
+    finally:
+        ks.state.step_down(Cause.SHUTDOWN)
+        await finish(ks.drain())
+        await store.close()
 
 
 async def test_a_creation_that_lands_after_its_caller_gave_up_is_found_by_the_next(

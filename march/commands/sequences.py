@@ -95,7 +95,8 @@ def incrby(client: Client, args: list[bytes]) -> Any:
 
 async def _take(client: Client, key: bytes, n: int) -> int:
     keyspace = client.app.keyspace
-    gen = await keyspace.activate(key)  # active, or read from the store
+    # active, or read from the store (a user who may create anything: read or created in one store call)
+    gen = await (keyspace.ensure(key) if client.user.unrestricted else keyspace.activate(key))
     if gen is None:
         may_create(client, key)
         gen = await keyspace.ensure(key)  # created (auto_create), or made meanwhile by someone else

@@ -7,6 +7,10 @@ suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and t
 - ``load(key)``: a linearizable read of one record, or None.
 - ``create(record, guard)``: store the record if its key is absent; False if it exists (nothing
   written). Guarded like a ceiling write.
+- ``load_or_create(record, guard)``: the stored record of ``record.key`` and False if it exists
+  (nothing written: a name is never created twice or reset), else ``record`` stored (guarded, as
+  ``create``) and True. What an auto-creating INCR needs in one call; the default is composed of
+  ``load`` and ``create`` (SQLite does it in one write transaction).
 - ``save_ceiling(key, ceiling, guard)``: atomic with two checks: the guard still holds, and the
   new ceiling is greater than the stored one. A guard that fails, or no such key, raises
   ``GuardFailed``: leadership is gone or the record changed behind this node's back, which
@@ -195,6 +199,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def create(self, record: SequenceRecord, guard: Guard) -> bool:
         """Create ``record`` if its key is absent (guarded); False if it already exists."""
+
+    async def load_or_create(self, record: SequenceRecord, guard: Guard) -> tuple[SequenceRecord, bool]:
+        """The stored record of ``record.key`` and False if it exists, else ``record`` created (guarded)
+        and True. This default reads first (an existing name costs one read, as ``load``)."""
+        loaded = await self.load(record.key)
+        if loaded is not None:
+            return loaded, False
+        if await self.create(record, guard):
+            return record, True
+        loaded = await self.load(record.key)  # created meanwhile by another call
+        if loaded is None:
+            raise StoreError(f"sequence {record.key!r} was neither created nor found")
+        return loaded, False
 
     @abc.abstractmethod
     async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:

@@ -6,6 +6,8 @@
   the event loop never blocks on disk and writes land in the order they were made. Calls made in
   the same loop turn share one SQLite transaction (one fsync): the first requests of thousands of
   keys after a restart cost a few commits.
+- ``load_or_create`` (an auto-creating INCR) reads and creates in the same write transaction: per
+  batch one SELECT of every name, one ``executemany`` of the absent ones, one commit.
 - Listings (``list_keys``, ``scan``) run on a second connection (``query_only``) on a thread of
   their own: in WAL mode it reads the last committed state while the writer goes on, so no KEYS
   or SCAN ever queues in front of a ceiling write. ``count`` reads no disk at all: the sequences
@@ -270,6 +272,28 @@ class SqliteFile(Store):
         self.note(None)
         return results
 
+    async def _write_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
+        """``each(db, items)`` in one write transaction (one result per item; the whole batch fails together)."""
+        try:
+            results = await self._run(self._transaction_all, each, items)
+        except StoreError as exc:
+            self.note(exc)
+            raise
+        self.note(None)
+        return results
+
+    def _transaction_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            results = each(db, items)
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return results
+
     def facts(self) -> dict[str, Any]:
         return {"store_path": str(self.path)}
 
@@ -285,9 +309,12 @@ class SqliteStore(SqliteFile):
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH, serial=True)
         self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH, serial=True)
         self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH, serial=True)
+        self._finds: Batcher[SequenceRecord, tuple[SequenceRecord, bool]] = Batcher(
+            self._load_or_create_batch, _BATCH, serial=True
+        )
 
     async def close(self) -> None:
-        for batcher in (self._loads, self._creates, self._saves):
+        for batcher in (self._loads, self._creates, self._saves, self._finds):
             await batcher.drain()
         await super().close()
 
@@ -390,6 +417,14 @@ class SqliteStore(SqliteFile):
         self._count += sum(1 for r in results if r is True)
         return results
 
+    async def load_or_create(self, record: SequenceRecord, guard: Guard) -> tuple[SequenceRecord, bool]:
+        return await self._finds(record)
+
+    async def _load_or_create_batch(self, records: list[SequenceRecord]) -> Sequence[tuple[SequenceRecord, bool]]:
+        results = await self._write_all(_select_or_insert, records)
+        self._count += sum(1 for _, created in results if created)
+        return results
+
     async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
         return await self._saves((key, ceiling))
 
@@ -445,6 +480,31 @@ def _insert(db: sqlite3.Connection, record: SequenceRecord) -> bool:
         (record.key, record.kind, str(record.ceiling), json.dumps(dict(record.settings), sort_keys=True)),
     )
     return cur.rowcount == 1
+
+
+def _select_or_insert(db: sqlite3.Connection, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
+    """Each record's stored one (False), or the record inserted (True): one SELECT and one
+    ``executemany`` for the batch, inside its write transaction (so nothing lands in between).
+    A name twice in one batch is inserted once; its later entries find the first."""
+    marks = ",".join("?" * len(records))
+    rows = db.execute(
+        f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", [r.key for r in records]
+    )
+    found: dict[bytes, SequenceRecord] = {bytes(row[0]): _record(row) for row in rows}
+    results: list[tuple[SequenceRecord, bool]] = []
+    new: list[SequenceRecord] = []
+    for record in records:
+        stored = found.get(record.key)
+        if stored is None:
+            found[record.key] = record
+            new.append(record)
+        results.append((stored, False) if stored is not None else (record, True))
+    if new:  # a plain INSERT: a name there after all fails the batch (never reported created)
+        db.executemany(
+            "INSERT INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
+            [(r.key, r.kind, str(r.ceiling), json.dumps(dict(r.settings), sort_keys=True)) for r in new],
+        )
+    return results
 
 
 def _raise_ceiling(db: sqlite3.Connection, item: tuple[bytes, int]) -> int:

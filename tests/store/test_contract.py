@@ -12,6 +12,9 @@ What it pins down, identically on every backend:
   ceiling, for binary names (NUL, 0xff, CR LF, the empty name) and ceilings up to 2**63;
   ceilings compare as numbers (9 < 10, 2**63 - 1 < 2**63), never as text.
 - ``create`` of an existing key is False and writes nothing.
+- ``load_or_create`` creates an absent name (True) and finds an existing one as stored (False,
+  ceiling and settings unchanged), also when calls of one batch name it twice or mix existing and
+  new names; an absent name under a guard that does not hold is ``GuardFailed``.
 - ``save_ceiling`` returns the ceiling now durable: the new one, or the stored one when that is
   already at least as high (never a failure, never a lower ceiling); a missing key is
   ``GuardFailed`` on every backend, whichever store object asks.
@@ -325,6 +328,46 @@ async def test_create_of_an_existing_key_returns_false_and_changes_nothing(subje
     results = await asyncio.gather(store.create(first, guard), store.create(second, guard))
     assert sorted(results) == [False, True]
     assert await store.load(b"race") == (first if results[0] else second)
+
+
+async def test_load_or_create_creates_an_absent_name_and_finds_an_existing_one_unchanged(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    assert await store.load_or_create(rec(b"new", 11), guard) == (rec(b"new", 11), True)
+    assert await store.load(b"new") == rec(b"new", 11)
+    await store.create(rec(b"old", 500, min_batch=3), guard)
+    await store.save_ceiling(b"old", 900, guard)
+    # An existing name is found with its stored ceiling and settings, never reset or written.
+    assert await store.load_or_create(rec(b"old", 11), guard) == (rec(b"old", 900, min_batch=3), False)
+    assert await store.load_or_create(rec(b"new", 2, "timestamp", node_bits=4), guard) == (rec(b"new", 11), False)
+    assert await store.load(b"old") == rec(b"old", 900, min_batch=3)
+    assert await store.count() == 2
+    # Concurrent calls (one batch): one name twice is created once, the other call finds it; a
+    # name that exists in the same batch as new ones is found; every new one is created once.
+    calls = [
+        rec(b"twice", 1, who=1),
+        rec(b"twice", 2, who=2),
+        rec(b"old", 5),
+        *(rec(b"n%d" % i, 7) for i in range(600)),
+    ]
+    results = await asyncio.gather(*(store.load_or_create(r, guard) for r in calls))
+    (a, a_created), (b, b_created) = results[0], results[1]
+    assert sorted([a_created, b_created]) == [False, True] and a == b == await store.load(b"twice")
+    assert results[2] == (rec(b"old", 900, min_batch=3), False)
+    assert all(result == (r, True) for r, result in zip(calls[3:], results[3:], strict=True))
+    assert await store.count() == 2 + 1 + 600
+    assert await store.load(b"n599") == rec(b"n599", 7)
+
+
+async def test_load_or_create_of_an_absent_name_under_a_guard_that_does_not_hold_is_refused(subject: Subject) -> None:
+    subject.needs_guard()
+    store, guard = subject.store, subject.guard
+    await store.create(rec(b"k", 1000), guard)
+    for wrong in subject.wrong_guards():
+        with pytest.raises(GuardFailed):
+            await store.load_or_create(rec(b"new", 1), wrong)
+        assert await store.load_or_create(rec(b"k", 1), wrong) == (rec(b"k", 1000), False)  # a read only
+    assert await store.load(b"new") is None
+    assert await store.count() == 1
 
 
 # --- ceiling writes ------------------------------------------------------------------------------
