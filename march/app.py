@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import log as march_log
 from .auth import AclCommand, AclLog, AuthThrottle, User, Users
 from .config import OPTIONS, Config
+from .counters import NodeMetrics
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
 from .group import Group
 from .limits import clients_the_fd_limit_allows
-from .metrics.counters import NodeMetrics
 from .pubsub import PubSub
 from .serving import Change, Phase
 from .store.base import Store
 from .users import SharedUsers
 
 if TYPE_CHECKING:
-    from .cluster.registry import NodeInfo
+    from .cluster.directory import NodeInfo
 
 
 class Assembled(Protocol):
@@ -56,7 +56,7 @@ class Assembled(Protocol):
 
 
 class FastCommand(Protocol):
-    """An entry of the server's fast-path table (``commands.registry.Hot`` is one)."""
+    """An entry of the server's fast-path table (``commands.table.Hot`` is one)."""
 
     @property
     def arity(self) -> int: ...
@@ -198,7 +198,7 @@ class App:
                 client.logout()
 
     def switch_master(self, old: NodeInfo | None, new: NodeInfo) -> None:
-        """The primary changed (``Registry.on_primary_change``): ``+switch-master`` to subscribers."""
+        """The primary changed (``Directory.on_primary_change``): ``+switch-master`` to subscribers."""
         self.pubsub.switch_master(self.config.sentinel_master_name.encode(), old, new)
 
     def _follow(self, change: Change) -> None:

@@ -57,14 +57,14 @@ LOG_GROUP_SECONDS = 60  # a repeat of the same denial within this long counts in
 
 
 class AclSubcommand(Protocol):
-    """What ACL rules read of a container's subcommand (``commands.registry.Subcommand`` is one)."""
+    """What ACL rules read of a container's subcommand (``commands.table.Subcommand`` is one)."""
 
     @property
     def name(self) -> str: ...
 
 
 class AclCommand(Protocol):
-    """What ACL rules and checks read of a registered command (``commands.registry.CommandSpec`` is one)."""
+    """What ACL rules and checks read of a registered command (``commands.table.CommandSpec`` is one)."""
 
     @property
     def name(self) -> str: ...

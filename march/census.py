@@ -17,7 +17,7 @@ from typing import Any
 from . import errors
 from .config import Config
 from .errors import CommandError
-from .generators.base import Clock, NotServing
+from .generators.base import Monotonic, NotServing
 from .serving import ServingState, Term
 from .store.base import Store
 
@@ -27,7 +27,7 @@ STANDBY_REUSE = 1.0  # seconds a count read by a node that does not serve is reu
 class Census:
     """The number of sequences, for the keyspace (``Keyspace.count``, ``known_count``)."""
 
-    def __init__(self, store: Store, state: ServingState, config: Callable[[], Config], clock: Clock) -> None:
+    def __init__(self, store: Store, state: ServingState, config: Callable[[], Config], clock: Monotonic) -> None:
         self.store = store
         self.state = state
         self._config = config

@@ -23,7 +23,7 @@ import uvloop
 from . import backup as backup_mod
 from . import config as config_mod
 from . import log as march_log
-from .commands.registry import REGISTRY  # (importing the commands package registers every command)
+from .commands.table import COMMANDS  # (importing the commands package registers every command)
 from .server import ListenError, serve
 from .store.base import SequenceRecord, StoreError
 from .version import VERSION
@@ -95,7 +95,7 @@ def add_through_options(parser: argparse.ArgumentParser) -> None:
 def commands_table() -> str:
     """The README's command table, generated from the registry."""
     lines = ["| command | arity | keys | what it does |", "|---|---|---|---|"]
-    for spec in sorted(REGISTRY.values(), key=lambda s: (s.group, s.name)):
+    for spec in sorted(COMMANDS.values(), key=lambda s: (s.group, s.name)):
         first, last, step = spec.keys
         keys = "-" if first == 0 else f"{first}..{last} step {step}"
         arity = f"{spec.arity}" if spec.arity > 0 else f">= {-spec.arity}"

@@ -39,10 +39,10 @@ from .commands import call
 from .commands.dispatch import as_error
 from .commands.ops import MONITOR_STARTED
 from .commands.server import NO_REPLY
+from .counters import error_kind
 from .errors import CommandError
 from .feed import MonitorFeed
 from .flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
-from .metrics.counters import error_kind
 from .resp import RequestParser, encode, encode_error
 from .timing import RequestTimer
 from .waiting import Waiting

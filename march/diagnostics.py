@@ -5,7 +5,7 @@ the monitors; ``commands/ops.py`` answers the commands from them. Every node kee
 describe this process, not the cluster.
 
 What this module must never do: keep or show a secret. It takes a request only as ``Redacted``
-arguments: ``commands.registry.redacted(args)`` has replaced the arguments each command declares
+arguments: ``commands.table.redacted(args)`` has replaced the arguments each command declares
 secret (AUTH, HELLO ... AUTH, ACL SETUSER password rules, CONFIG SET of a password option, and the
 same inside a command carried by another: ACL DRYRUN, COMMAND GETKEYS) with ``(redacted)``, as
 Redis does, before an entry is kept or a monitor line is written.
@@ -33,7 +33,7 @@ MAX_STRING = 128  # Redis' SLOWLOG_ENTRY_MAX_STRING: longer ones become "<128 by
 HISTORY = 160  # Redis' LATENCY_TS_LEN: samples kept per latency event (one per second at most)
 
 # A request's arguments with every password replaced by ``(redacted)``. Only
-# ``commands.registry.redacted`` makes one (from each command's declared secrets); SLOWLOG and
+# ``commands.table.redacted`` makes one (from each command's declared secrets); SLOWLOG and
 # MONITOR take nothing else, so mypy refuses a request that did not go through it.
 Redacted = NewType("Redacted", list[bytes])
 
@@ -204,7 +204,7 @@ SLOW_STORE = 1.0  # seconds: a store transaction this slow is worth a line (requ
 
 
 class StoreCounts(Protocol):
-    """What ``StoreWatch`` counts into (``march.metrics.counters.NodeMetrics`` is one)."""
+    """What ``StoreWatch`` counts into (``march.counters.NodeMetrics`` is one)."""
 
     def store_chunk(self, operation: str, items: int, seconds: float, failure: BaseException | None) -> None: ...
 

@@ -1,5 +1,5 @@
 """One leadership group: its serving state, its keyspace and, in cluster mode, the member (lease,
-election, registry, failover) that decides whether this node serves it.
+election, directory, failover) that decides whether this node serves it.
 
 A process runs one group today. Nothing in a group is global (each part takes its store, etcd
 clients, key paths and clock), so a later version can run several side by side, one per slot
@@ -41,4 +41,4 @@ class Group:
         """The error for a key request this node cannot serve now (``tls``: for a TLS client)."""
         if self.member is None:
             return CommandError(errors.NOT_SERVING)
-        return self.member.registry.redirect(key, tls)
+        return self.member.directory.redirect(key, tls)

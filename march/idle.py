@@ -42,7 +42,7 @@ POLL = 5.0  # seconds between two looks at the option while it is 0 (off) or lon
 
 
 class _Dropped:
-    """The lease of a dropped generator: never valid, ended for good (``march.generators.base.Lease``)."""
+    """The lease of a dropped generator: never valid, ended for good (``march.generators.base.ServingTerm``)."""
 
     ended = "the sequence was idle and left memory; ask again"
     guard: Guard = NO_GUARD

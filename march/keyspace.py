@@ -64,7 +64,7 @@ from .census import Census
 from .config import MAX_ID, Config, setting_bounds
 from .errors import CommandError
 from .generators import timestamp
-from .generators.base import Clock, Context, NotServing, WallClock, monotonic
+from .generators.base import Context, Monotonic, NotServing, WallClock, monotonic
 from .generators.layout import Layout
 from .generators.sequence import SequenceGenerator
 from .generators.timestamp import TimestampGenerator
@@ -95,7 +95,7 @@ class ActiveSequences:
         config: Config,
         store: Store,
         state: ServingState,
-        clock: Clock = monotonic,
+        clock: Monotonic = monotonic,
         wall: WallClock = time.time,
     ) -> None:
         self.config = config
@@ -232,7 +232,7 @@ class Keyspace(ActiveSequences):
         config: Config,
         store: Store,
         state: ServingState,
-        clock: Clock = monotonic,
+        clock: Monotonic = monotonic,
         wall: WallClock = time.time,
     ) -> None:
         super().__init__(config, store, state, clock, wall)

@@ -7,13 +7,13 @@ users' ACL rules read) is handed to it.
   serving state holds a lease that never ends (the data dir's lock is the leadership). It serves
   as soon as the store is open: nothing is loaded up front.
 - **Cluster** (``etcd``): three etcd clients, one per purpose, so that no call of one kind can
-  delay or cut another: the lease's keep-alives, the control plane (election, registry,
+  delay or cut another: the lease's keep-alives, the control plane (election, directory,
   FAILOVER) and the data (the store's reads and guarded writes). The group starts as a standby;
   ``join(port)`` registers this node and starts the election once the listener's port is known
   (the advertised address needs it). Before registering, the node confirms which cluster it
   belongs to (``march.cluster.identity``: the data dir's ``cluster.json`` against
   ``<prefix>/cluster``), and it registers only if no other live process holds its node id
-  (``march.cluster.registry``). Either refusal is an ``IdentityConflict``: ``failed`` is set,
+  (``march.cluster.directory``). Either refusal is an ``IdentityConflict``: ``failed`` is set,
   ``failure`` says why, and the server stops and exits with status 1.
 
 **Users** (``march.auth``) are the store's (``march.users.SharedUsers``: seeding from ``aclfile``
@@ -37,12 +37,12 @@ from collections.abc import Callable, Mapping
 
 from .auth import AclCommand, Users
 from .clock import SYSTEM, Clock
+from .cluster.directory import NodeInfo
 from .cluster.identity import ClusterIdentity
 from .cluster.member import ClusterMember
-from .cluster.registry import NodeInfo
 from .config import Config
 from .etcd.api import Etcd
-from .etcd.client import TLS, GrpcEtcd
+from .etcd.grpc_etcd import TLS, GrpcEtcd
 from .etcd.keys import KeyPaths
 from .group import Group
 from .keyspace import Keyspace

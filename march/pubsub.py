@@ -28,7 +28,7 @@ from .glob import Glob
 from .resp import Push, encode
 
 if TYPE_CHECKING:
-    from .cluster.registry import NodeInfo
+    from .cluster.directory import NodeInfo
 
 MAX_SUBSCRIPTIONS = 16  # channels and patterns per connection: discovery clients use one; a publish matches them all
 MAX_NAME = 1024  # bytes in a channel or pattern name: subscriptions are held for the connection's life

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import log as march_log
 from .app import App
-from .commands.registry import HOT, REGISTRY
+from .commands.table import COMMANDS, HOT
 from .config import Config
 from .connection import Connections
 from .diagnostics import StoreWatch
@@ -90,7 +90,7 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
     """
     loop = asyncio.get_running_loop()
     _give_large_frees_back()
-    node = Node(config, REGISTRY)
+    node = Node(config, COMMANDS)
     await node.open()
     app = App(config, node, HOT)
     app.max_clients = clients_the_fd_limit_allows(config.max_clients)
@@ -144,7 +144,7 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
         log.info("TLS on %s:%d (client certificates: %s)", config.bind, app.tls_port, config.tls_auth_clients)
     node.join(app.port, app.tls_port)
     if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.pubsub)
-        app.group.member.registry.on_primary_change(app.switch_master)
+        app.group.member.directory.on_primary_change(app.switch_master)
     march_log.set_node(node_id(app))
     if config.metrics_port:
         ports.metrics = MetricsServer(registry_for(app), config.metrics_max_connections, config.metrics_timeout)

@@ -81,7 +81,7 @@ class Cause(Enum):
 class Term:
     """One leadership of a group, from its promotion to the step-down that ends it.
 
-    The ``Lease`` its generators see (``march.generators.base``).
+    The ``ServingTerm`` its generators see (``march.generators.base``).
     """
 
     __slots__ = ("_now", "_state", "ended", "guard", "number")

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .commands.registry import lookup, redacted
+from .commands.table import lookup, redacted
+from .counters import CommandStats, CommandTable
 from .diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
 from .flow import Configured
-from .metrics.counters import CommandStats, CommandTable
 
 
 class Requester(Protocol):

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from .client import Client
 from .commands.dispatch import rerun
-from .commands.registry import lookup
 from .commands.server import NO_REPLY
+from .commands.table import lookup
 from .flow import Backpressure
 from .generators.base import NotServing
 from .resp import encode

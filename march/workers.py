@@ -95,7 +95,7 @@ from typing import TypeVar
 from . import errors
 from .config import Config
 from .errors import CommandError
-from .generators.base import Clock, NotServing, WallClock
+from .generators.base import Monotonic, NotServing, WallClock
 from .serving import Change, Phase, ServingState, Term
 from .store.base import GuardFailed, Store, StoreError, WorkerRecord
 
@@ -242,7 +242,7 @@ class _Sweeper:
         records: _Records,
         serial: _Serial,
         busy: dict[bytes, int],
-        clocks: tuple[Clock, Callable[[], int]],
+        clocks: tuple[Monotonic, Callable[[], int]],
         terms: tuple[Callable[[], _Known], Callable[[], _Known | None]],
     ) -> None:
         self.config = config
@@ -350,7 +350,7 @@ class Workers:
         store: Store,
         state: ServingState,
         wall: WallClock = time.time,
-        mono: Clock = time.monotonic,
+        mono: Monotonic = time.monotonic,
         token: Callable[[], bytes] = new_token,
     ) -> None:
         self.config = config

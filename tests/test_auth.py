@@ -24,18 +24,18 @@ from march.auth import (
     hash_password,
     parse_acl_file,
 )
-from march.commands.registry import REGISTRY
+from march.commands.table import COMMANDS
 from march.errors import CommandError
 
 
 def user(*rules: str, name: str = "u") -> User:
     u = User(name)
-    u.apply(rules, REGISTRY)
+    u.apply(rules, COMMANDS)
     return u
 
 
 def denied(u: User, *args: str) -> tuple[str, str] | None:
-    spec = REGISTRY[args[0].lower()]
+    spec = COMMANDS[args[0].lower()]
     return u.denial(spec, [a.encode() for a in args])
 
 
@@ -48,13 +48,13 @@ def test_passwords_are_kept_hashed_and_checked() -> None:
     assert "secret" not in u.describe()
     assert u.check_password(b"secret") and u.check_password(b"other")
     assert not u.check_password(b"nope") and not u.check_password(b"")
-    u.apply(["<secret"], REGISTRY)
+    u.apply(["<secret"], COMMANDS)
     assert not u.check_password(b"secret") and u.check_password(b"other")
-    u.apply([f"!{hash_password(b'other')}", f"#{hash_password(b'third')}"], REGISTRY)
+    u.apply([f"!{hash_password(b'other')}", f"#{hash_password(b'third')}"], COMMANDS)
     assert u.check_password(b"third") and not u.check_password(b"other")
-    u.apply(["nopass"], REGISTRY)
+    u.apply(["nopass"], COMMANDS)
     assert u.passwords == [] and u.check_password(b"anything")
-    u.apply(["resetpass"], REGISTRY)
+    u.apply(["resetpass"], COMMANDS)
     assert not u.nopass and not u.check_password(b"anything")
 
 
@@ -76,7 +76,7 @@ def test_an_invalid_rule_is_redis_error_and_changes_nothing(rule: str, why: str)
     u = user("on", ">pw", "~a*", "+get")
     before = u.describe()
     with pytest.raises(CommandError) as err:
-        u.apply(["off", "allkeys", rule], REGISTRY)  # valid rules before it are not kept either
+        u.apply(["off", "allkeys", rule], COMMANDS)  # valid rules before it are not kept either
     assert err.value.message == errors.ACL_MODIFIER.format(rule, why)
     assert u.describe() == before
 
@@ -98,10 +98,10 @@ def test_categories_commands_and_subcommands() -> None:
     assert denied(u, "INCRBY", "k", "2") == ("command", "incrby")
     assert denied(u, "CONFIG", "GET", "x") is None
     assert denied(u, "CONFIG", "SET", "x", "y") == ("command", "config|set")
-    u.apply(["+config", "-config|get"], REGISTRY)
+    u.apply(["+config", "-config|get"], COMMANDS)
     assert denied(u, "CONFIG", "GET", "x") == ("command", "config|get")
     assert denied(u, "CONFIG", "REWRITE") is None
-    u.apply(["+@all", "-@admin"], REGISTRY)
+    u.apply(["+@all", "-@admin"], COMMANDS)
     assert denied(u, "CONFIG", "REWRITE") == ("command", "config|rewrite")
     assert denied(u, "FAILOVER") == ("command", "failover")
     assert denied(u, "INCR", "k") is None
@@ -125,7 +125,7 @@ def test_march_categories_split_drawing_creating_and_raising_floors() -> None:
 def granted(u: User) -> set[str]:
     """Every command and subcommand ``u`` may run (``cmd`` or ``cmd|sub``)."""
     out = set()
-    for name, spec in REGISTRY.items():
+    for name, spec in COMMANDS.items():
         if spec.subcommands:
             out |= {f"{name}|{sub.name}" for sub in spec.subcommands if u.may_run(name, sub.name)}
         elif u.may_run(name):
@@ -137,7 +137,7 @@ def test_read_write_grants_drawing_and_reading_nothing_more() -> None:
     # Every command in the registry, checked: refused commands (an error whatever the grant) and
     # WORKER.* (a category of their own) aside, +@read +@write is exactly this.
     app = granted(user("+@read", "+@write"))
-    ours = {c for c in app if REGISTRY[c.split("|")[0]].group != "refused" and not c.startswith("worker.")}
+    ours = {c for c in app if COMMANDS[c.split("|")[0]].group != "refused" and not c.startswith("worker.")}
     assert ours == {
         "incr", "incrby",  # draw IDs
         "get", "mget", "exists", "type", "ttl", "pttl", "keys", "scan", "dbsize",  # read
@@ -182,18 +182,18 @@ def test_key_patterns_read_and_write() -> None:
     assert denied(u, "GET", "invoices") == ("key", "invoices")
     assert denied(u, "MGET", "orders:1", "invoices") == ("key", "invoices")
     assert not u.unrestricted
-    u.apply(["allkeys"], REGISTRY)
+    u.apply(["allkeys"], COMMANDS)
     assert u.unrestricted and denied(u, "GET", "anything") is None
-    u.apply(["resetkeys"], REGISTRY)
+    u.apply(["resetkeys"], COMMANDS)
     assert denied(u, "GET", "orders:eu") == ("key", "orders:eu")
 
 
 def test_reset_and_the_default_user() -> None:
-    users = Users(REGISTRY)
+    users = Users(COMMANDS)
     default = users.default
     assert default.name == DEFAULT and default.enabled and default.nopass and default.unrestricted
     assert default.describe() == "on nopass ~* &* +@all"
-    default.apply(["reset"], REGISTRY)
+    default.apply(["reset"], COMMANDS)
     assert default.describe() == "off resetchannels -@all" and not default.unrestricted
 
 
@@ -221,7 +221,7 @@ _PROBES = [
 def test_describe_rebuilds_the_same_user(rules: list[str]) -> None:
     original = user(*rules)
     rebuilt = User("u")
-    rebuilt.apply(["reset", *original.describe().split()], REGISTRY)
+    rebuilt.apply(["reset", *original.describe().split()], COMMANDS)
     assert rebuilt.describe() == original.describe()
     assert (rebuilt.enabled, rebuilt.nopass, rebuilt.passwords) == (
         original.enabled,
@@ -233,7 +233,7 @@ def test_describe_rebuilds_the_same_user(rules: list[str]) -> None:
 
 
 def test_users_replace_updates_in_place_and_reports_who_went() -> None:
-    users = Users(REGISTRY)
+    users = Users(COMMANDS)
     alice = users.install("alice", "on >pw ~a* +get")
     users.install("bob", "on nopass ~* +@all")
     removed = users.replace({"alice": "on >pw ~b* +get", "default": "on >root ~* +@all"})
@@ -248,13 +248,13 @@ def test_users_replace_updates_in_place_and_reports_who_went() -> None:
 
 
 def test_the_acl_file_round_trips() -> None:
-    users = Users(REGISTRY)
+    users = Users(COMMANDS)
     users.install("alice", "on >pw ~orders:* +@read +@write")
     text = format_acl_file(users)
     assert "pw" not in text.replace(hash_password(b"pw"), "")
     described = parse_acl_file("# a comment\n\n" + text)
     assert set(described) == {"alice", "default"}
-    again = Users(REGISTRY)
+    again = Users(COMMANDS)
     again.replace(described)
     assert format_acl_file(again) == text
     with pytest.raises(ValueError, match="line 1"):

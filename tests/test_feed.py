@@ -19,7 +19,7 @@ import pytest
 from march import config as config_module
 from march.app import App
 from march.client import Client
-from march.commands.registry import HOT, REGISTRY
+from march.commands.table import COMMANDS, HOT
 from march.feed import MonitorFeed
 from march.flow import Backpressure
 from march.node import Node
@@ -33,7 +33,7 @@ async def app(tmp_path: Path) -> AsyncIterator[App]:
     config = config_module.load(
         None, {}, {"data_dir": str(tmp_path / "data"), "max_output_buffer": OUTPUT_LIMIT, "requirepass": "pw"}
     )
-    node = Node(config, REGISTRY)
+    node = Node(config, COMMANDS)
     await node.open()
     try:
         yield App(config, node, HOT)

@@ -49,12 +49,12 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "march.commands.workers",
         ),
     ),
-    ("command table", ("march.commands.registry",)),
+    ("command table", ("march.commands.table",)),
     ("client", ("march.client",)),
     ("app", ("march.app",)),
     (
         "server-wide parts",
-        ("march.auth", "march.users", "march.diagnostics", "march.metrics", "march.metrics.counters", "march.limits"),
+        ("march.auth", "march.users", "march.diagnostics", "march.metrics", "march.counters", "march.limits"),
     ),
     (
         "serving",

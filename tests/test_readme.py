@@ -1,4 +1,4 @@
-"""The README's generated tables match the code (command registry and config options)."""
+"""The README's generated tables match the code (command table and config options)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Request timing (march/timing.py): how a read's requests are counted and timed by command
 (commandstats, the latency histograms), which go to SLOWLOG and which waits to LATENCY, with the
-server's own counters, SLOWLOG, LATENCY monitor, command registry and configuration.
+server's own counters, SLOWLOG, LATENCY monitor, command table and configuration.
 
 The client is stood for by ``Sender`` (what SLOWLOG shows of it: address, name, MULTI or not).
 """
@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import march.commands  # noqa: F401  (registers the commands: the stats are found by registered name)
 from march import config as config_module
-from march.commands.registry import REGISTRY
+from march.commands.table import COMMANDS
 from march.config import Config
+from march.counters import CommandTable
 from march.diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
-from march.metrics.counters import CommandTable
 from march.timing import RequestTimer
 
 MS = 1_000_000  # ns
@@ -49,7 +49,7 @@ class Timed:
 
 def timed(slower_than_us: int = 10_000) -> Timed:
     config = config_module.load(None, {}, {"slowlog_log_slower_than": slower_than_us})
-    sender, commands, slowlog, latency = Sender(), CommandTable(REGISTRY), SlowLog(), LatencyMonitor()
+    sender, commands, slowlog, latency = Sender(), CommandTable(COMMANDS), SlowLog(), LatencyMonitor()
     return Timed(RequestTimer(sender, commands, slowlog, latency, Limits(config)), commands, slowlog, latency, sender)
 
 

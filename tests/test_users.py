@@ -24,7 +24,7 @@ from support.manual_clock import ManualClock
 import march.commands  # noqa: F401  (registers every command)
 from march.auth import User, Users, hash_password
 from march.commands.acl import LIST_SLICE, _sliced
-from march.commands.registry import REGISTRY
+from march.commands.table import COMMANDS
 from march.config import Config
 from march.etcd.keys import KeyPaths
 from march.node import Node
@@ -46,7 +46,7 @@ async def node(etcd: FakeEtcd) -> AsyncIterator[Callable[[], Node]]:
 
     def build() -> Node:
         config = Config(etcd="fake:2379", etcd_prefix=PREFIX, node_id=f"n{len(made)}")
-        n = Node(config, REGISTRY, clock=etcd.clock, etcd=lambda purpose: etcd.client(f"n{len(made)}-{purpose}"))
+        n = Node(config, COMMANDS, clock=etcd.clock, etcd=lambda purpose: etcd.client(f"n{len(made)}-{purpose}"))
         made.append(n)
         return n
 
@@ -97,7 +97,7 @@ async def test_the_start_up_install_is_sliced(etcd: FakeEtcd, node: Callable[[],
 
 
 def test_records_out_of_order_leave_the_newest() -> None:
-    users = Users(REGISTRY)
+    users = Users(COMMANDS)
     assert users.take("u", "on nopass", 10) == (True, None)
     assert users.take("u", "off", 7) == (False, None)  # older: ignored
     assert users.users["u"].enabled
@@ -111,7 +111,7 @@ def test_records_out_of_order_leave_the_newest() -> None:
 
 
 async def test_acl_list_of_many_users_is_sliced() -> None:
-    users = Users(REGISTRY)
+    users = Users(COMMANDS)
     for i in range(5000):
         users.install(f"user{i:05d}", RULES)
     turns = 0
@@ -140,7 +140,7 @@ async def test_a_node_seeding_requirepass_while_another_does_never_leaves_defaul
 
     n = Node(
         Config(etcd="fake:2379", etcd_prefix=PREFIX, node_id="n", requirepass="mine"),
-        REGISTRY,
+        COMMANDS,
         clock=etcd.clock,
         etcd=client,
     )

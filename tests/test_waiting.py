@@ -16,7 +16,7 @@ import pytest
 from march import config as config_module
 from march.app import App
 from march.client import Client
-from march.commands.registry import HOT, REGISTRY
+from march.commands.table import COMMANDS, HOT
 from march.errors import CommandError
 from march.node import Node
 from march.resp import encode_error
@@ -27,7 +27,7 @@ from march.waiting import Waiting
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[App]:
     config = config_module.load(None, {}, {"data_dir": str(tmp_path / "data")})
-    node = Node(config, REGISTRY)
+    node = Node(config, COMMANDS)
     await node.open()
     try:
         yield App(config, node, HOT)

@@ -1,11 +1,11 @@
 """The election: who holds ``<prefix>/leader``, and the serving state that follows from it.
 
-A control loop, woken by the registry's watch, by the lease and by the serving state (and at least
+A control loop, woken by the directory's watch, by the lease and by the serving state (and at least
 every TTL/2), makes one ``step``:
 
 0. Once: confirm which cluster this node belongs to (``march.cluster.identity``).
 1. Make sure there is a lease and this node is registered under it. While another process holds
-   this node's id nothing else happens (``march.cluster.registry``: it waits for that lease to end,
+   this node's id nothing else happens (``march.cluster.directory``: it waits for that lease to end,
    or the node exits).
 2. Read the topology (linearizable). If this node's record is gone, or not under its lease,
    write it again (below, in the same step). If this node serves a term whose leader key is gone
@@ -41,9 +41,9 @@ from ..etcd.api import Delete, Etcd, Get, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
 from ..store.base import Guard, IdentityConflict, StoreError
+from .directory import PRIMARY, PROMOTING, STANDBY, Directory, Topology
 from .identity import ClusterIdentity
-from .lease import Lease
-from .registry import PRIMARY, PROMOTING, STANDBY, Registry, Topology
+from .lease import LeaseKeeper
 
 log = logging.getLogger("march.cluster")
 
@@ -54,8 +54,8 @@ class Election:
         etcd: Etcd,
         keys: KeyPaths,
         state: ServingState,
-        lease: Lease,
-        registry: Registry,
+        lease: LeaseKeeper,
+        directory: Directory,
         identity: ClusterIdentity,
         clock: Clock,
     ) -> None:
@@ -63,10 +63,10 @@ class Election:
         self.keys = keys
         self.state = state
         self.lease = lease
-        self.registry = registry
+        self.directory = directory
         self.identity = identity
         self.clock = clock
-        self.node_id = registry.me.id
+        self.node_id = directory.me.id
         self.ttl = lease.ttl
         self.held_revision = 0  # create revision of the leader key this node created (0: none)
         self.closing = False
@@ -77,7 +77,7 @@ class Election:
         state.subscribe(self._on_state)
         lease.on_renewed(self._on_renewed)
         lease.on_gone(self.wake)
-        registry.on_change(self.wake)
+        directory.on_change(self.wake)
 
     def wake(self) -> None:
         self._wake.set()
@@ -87,7 +87,7 @@ class Election:
     def _on_state(self, change: Change) -> None:
         if change.phase is not Phase.STANDBY:
             return
-        self.registry.forget_me_as_leader()
+        self.directory.forget_me_as_leader()
         if change.cause is Cause.REFUSED:
             self._resign = True
             self._quiet_until = self.clock.now() + 2 * self.ttl
@@ -122,12 +122,12 @@ class Election:
         if not self.identity.id:
             await self.identity.confirm()
         await self.lease.ensure()
-        if not await self.registry.register(self.lease.id, self.role):
+        if not await self.directory.register(self.lease.id, self.role):
             self.clock.call_later(self.ttl / 4, self.wake)  # another lease holds this id: look again soon
             return
-        topology = await self.registry.read()
+        topology = await self.directory.read()
         if topology.leases.get(self.node_id) != self.lease.id:
-            self.registry.record_lost()  # re-created by the register call at the end of this step
+            self.directory.record_lost()  # re-created by the register call at the end of this step
         me = self.node_id
         term = self.state.term
         handing_over = self.state.phase is Phase.STEPPING_DOWN  # a FAILOVER owns the state now
@@ -151,7 +151,7 @@ class Election:
         ):
             log.info("the lease held in etcd: serving again (leader key revision %d)", self.held_revision)
             self._promote(self.held_revision, Cause.RESUMED)
-        await self.registry.register(self.lease.id, self.role)
+        await self.directory.register(self.lease.id, self.role)
 
     @property
     def role(self) -> str:
@@ -162,7 +162,7 @@ class Election:
 
     def _may_campaign(self, topology: Topology) -> bool:
         now = self.clock.now()
-        if self.closing or self.state.phase is not Phase.STANDBY or not self.registry.registered:
+        if self.closing or self.state.phase is not Phase.STANDBY or not self.directory.registered:
             return False
         if topology.leases.get(self.node_id) != self.lease.id:  # not (or no longer) registered under our lease
             return False
@@ -196,7 +196,7 @@ class Election:
                     "again. Restore etcd, or start the nodes with --join-other-cluster yes to begin anew"
                 )
             if mine is None or mine.lease != lease:
-                self.registry.record_lost()
+                self.directory.record_lost()
                 self.wake()
             return  # someone else was faster; the watch tells us who
         self.held_revision = reply.revision

@@ -10,7 +10,7 @@ On the primary, a hand-over:
 4. waits until the chosen node holds the leader key, then steps down: the held requests get
    ``MOVED`` to the new primary, so cluster clients see no error, only a short delay.
 
-The wait (woken by the registry's watch, and a topology read at least every ``_POLL``) ends as
+The wait (woken by the directory's watch, and a topology read at least every ``_POLL``) ends as
 soon as its outcome is known, never later than TIMEOUT (at most ``MAX_TIMEOUT``):
 
 - the chosen node holds the leader key: ``OK``;
@@ -45,13 +45,13 @@ from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, Phase, ServingState, Term
 from ..store.base import StoreError
+from .directory import Directory, NodeInfo, Topology
 from .election import Election
-from .lease import Lease
-from .registry import NodeInfo, Registry, Topology
+from .lease import LeaseKeeper
 
 log = logging.getLogger("march.cluster")
 
-# Seconds between topology reads while the chosen node takes over; the registry's watch wakes the
+# Seconds between topology reads while the chosen node takes over; the directory's watch wakes the
 # wait at once on every change, so this only matters while the watch is down.
 _POLL = 0.05
 # The longest FAILOVER TIMEOUT (ms): a live target takes over within milliseconds, and a dead one
@@ -74,8 +74,8 @@ class Failover:
         keys: KeyPaths,
         state: ServingState,
         keyspace: Keyspace,
-        lease: Lease,
-        registry: Registry,
+        lease: LeaseKeeper,
+        directory: Directory,
         election: Election,
         clock: Clock,
         store_timeout: float,
@@ -85,13 +85,13 @@ class Failover:
         self.state = state
         self.keyspace = keyspace
         self.lease = lease
-        self.registry = registry
+        self.directory = directory
         self.election = election
         self.clock = clock
         self.store_timeout = store_timeout
         self.active: Handover | None = None
-        self._changed = asyncio.Event()  # the registry saw a change of the topology keys
-        registry.on_change(self._changed.set)
+        self._changed = asyncio.Event()  # the directory saw a change of the topology keys
+        directory.on_change(self._changed.set)
 
     def abort(self) -> None:
         if self.active is None:
@@ -105,8 +105,8 @@ class Failover:
             raise CommandError(errors.FAILOVER_NOT_PRIMARY)
         if self.active is not None or state.phase is not Phase.SERVING:  # one change at a time
             raise CommandError(errors.FAILOVER_IN_PROGRESS)
-        topology = await self.registry.read()
-        standbys = [n for n in topology.standbys() if n.id != self.registry.me.id]
+        topology = await self.directory.read()
+        standbys = [n for n in topology.standbys() if n.id != self.directory.me.id]
         if target is not None:
             chosen = next((n for n in standbys if n.addr == target), None)
             if chosen is None:
@@ -189,7 +189,7 @@ class Failover:
         if self._handed_on(topology, handover, handed_at):
             log.info("FAILOVER: %s took over and has handed over again since", chosen.id)
             return True
-        if topology.leader is not None and topology.leader != self.registry.me.id:
+        if topology.leader is not None and topology.leader != self.directory.me.id:
             other = topology.primary.addr if topology.primary is not None else topology.leader
             state.step_down(Cause.SUPERSEDED, f"FAILOVER: {topology.leader} took over instead of {chosen.id}")
             log.warning("FAILOVER to %s (%s): %s took over instead", chosen.id, chosen.addr, topology.leader)
@@ -212,7 +212,7 @@ class Failover:
         """The topology as etcd has it now (None if etcd does not answer)."""
         self._changed.clear()
         try:
-            return await self.registry.read()
+            return await self.directory.read()
         except StoreError as exc:
             log.debug("reading the topology during FAILOVER: %s", exc)
             return None

@@ -29,7 +29,7 @@ log = logging.getLogger("march.cluster")
 _RETRY = 0.1  # seconds after a failed keep-alive: etcd may answer again any moment, and one is cheap
 
 
-class Lease:
+class LeaseKeeper:
     def __init__(self, etcd: Etcd, ttl: int, clock: Clock) -> None:
         self.etcd = etcd
         self.ttl = ttl

@@ -1,15 +1,15 @@
-"""This node's membership in a cluster: one group's lease, election, registry and failover, wired
+"""This node's membership in a cluster: one group's lease, election, directory and failover, wired
 together, and the background loops that run them.
 
-Each part keeps its own logic (``lease``, ``election``, ``registry``, ``failover``, ``identity``); this
+Each part keeps its own logic (``lease``, ``election``, ``directory``, ``failover``, ``identity``); this
 module only connects them to each other and to the group's serving state:
 
 - lease renewed -> ``ServingState.renewed(deadline)`` (and the election, which may resume);
 - lease gone in etcd -> ``ServingState.lease_gone()`` and a new registration;
-- serving-state changes -> the election (resign after a refused write) and the registry;
-- the registry's watch -> the election.
+- serving-state changes -> the election (resign after a refused write) and the directory;
+- the directory's watch -> the election.
 
-The lease runs on an etcd client of its own; the election, the registry and FAILOVER share the
+The lease runs on an etcd client of its own; the election, the directory and FAILOVER share the
 control client; the store has the data client (``march.node`` makes all three), so no data call can
 cut a keep-alive short. Every loop runs under ``_supervised``: whatever ends it early is logged and
 it restarts (after 2 x TTL if it failed), except an ``IdentityConflict`` (this node's id is held by
@@ -31,11 +31,11 @@ from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, ServingState
 from ..store.base import IdentityConflict
+from .directory import Directory, NodeInfo
 from .election import Election
 from .failover import Failover
 from .identity import ClusterIdentity
-from .lease import Lease
-from .registry import NodeInfo, Registry
+from .lease import LeaseKeeper
 
 log = logging.getLogger("march.cluster")
 
@@ -62,11 +62,11 @@ class ClusterMember:
         self.ttl = ttl
         self.identity = identity
         self.on_fatal = on_fatal
-        self.lease = Lease(lease_etcd, ttl, clock)
-        self.registry = Registry(control_etcd, keys, me, clock, timeout=ttl / 3, lease_ttl=ttl)
-        self.election = Election(control_etcd, keys, state, self.lease, self.registry, identity, clock)
+        self.lease = LeaseKeeper(lease_etcd, ttl, clock)
+        self.directory = Directory(control_etcd, keys, me, clock, timeout=ttl / 3, lease_ttl=ttl)
+        self.election = Election(control_etcd, keys, state, self.lease, self.directory, identity, clock)
         self.failover = Failover(
-            control_etcd, keys, state, keyspace, self.lease, self.registry, self.election, clock, store_timeout
+            control_etcd, keys, state, keyspace, self.lease, self.directory, self.election, clock, store_timeout
         )
         self.lease.on_renewed(state.renewed)
         self.lease.on_gone(self._lease_gone)
@@ -75,11 +75,11 @@ class ClusterMember:
 
     @property
     def me(self) -> NodeInfo:
-        return self.registry.me
+        return self.directory.me
 
     def _lease_gone(self) -> None:
         self.state.lease_gone()
-        self.registry.lease_gone()
+        self.directory.lease_gone()
         self.election.held_revision = 0  # the leader key, if ours, went with the lease
 
     def start(self) -> None:
@@ -87,7 +87,7 @@ class ClusterMember:
         self._tasks = [
             loop.create_task(self._supervised("election", self.election.run), name="march-election"),
             loop.create_task(self._supervised("keep-alive", self.lease.run), name="march-keepalive"),
-            loop.create_task(self._supervised("watch", self.registry.watch), name="march-watch"),
+            loop.create_task(self._supervised("watch", self.directory.watch), name="march-watch"),
         ]
         log.info("node %s (%s) joining the cluster", self.me.id, self.me.addr)
 

@@ -1,6 +1,6 @@
 """Commands, one module per family. Importing this package registers every command.
 
-Layout: ``registry`` (the decorator and tables), ``dispatch`` (name -> checks -> handler),
+Layout: ``table`` (the decorator and tables), ``dispatch`` (name -> checks -> handler),
 ``connection``, ``transactions``, ``server``, ``ops`` (SLOWLOG, MONITOR, LATENCY), ``keys``, ``sequences``,
 ``workers``, ``acl``, ``cluster``, ``sentinel`` (Sentinel discovery, ROLE),
 ``pubsub`` (SUBSCRIBE and friends, for ``+switch-master``), ``refused``, ``debug``.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .. import auth, errors
 from ..errors import CommandError
 from .args import Args
-from .registry import REGISTRY, Secrets, Subcommand, container, lookup
+from .table import COMMANDS, Secrets, Subcommand, container, lookup
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -90,7 +90,7 @@ def _acl_cat(client: Client, args: list[bytes]) -> Any:
     if category not in auth.CATEGORIES:
         raise CommandError(errors.ACL_UNKNOWN_CATEGORY.format(category))
     out: list[bytes] = []
-    for name, spec in REGISTRY.items():
+    for name, spec in COMMANDS.items():
         if spec.sub_categories:
             out += [
                 f"{name}|{s.name}".encode() for s in spec.subcommands if "@" + category in spec.categories_of(s.name)

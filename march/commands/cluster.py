@@ -1,6 +1,6 @@
 """Cluster commands: CLUSTER SLOTS/SHARDS/NODES/INFO/MYID/KEYSLOT, READONLY, READWRITE, ASKING, FAILOVER.
 
-Every node answers the topology commands from the node registry in etcd: the primary (the node
+Every node answers the topology commands from the node directory in etcd: the primary (the node
 that holds the leader key) owns slots 0-16383 and the standbys are its replicas, which is the
 shape redis-py ``RedisCluster``, ``redis-cli -c`` and ioredis ``Cluster`` follow. Node ids are
 the sha1 of the configured ``node_id`` (clients expect 40 hex digits). On a single node (no etcd)
@@ -23,14 +23,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..cluster.directory import NodeInfo
 from ..cluster.failover import MAX_TIMEOUT_MS
 from ..cluster.member import ClusterMember
-from ..cluster.registry import NodeInfo
 from ..cluster.slots import SLOTS, key_slot
 from ..errors import CommandError
 from ..resp import Verbatim
 from .args import Args
-from .registry import Subcommand, command, container
+from .table import Subcommand, command, container
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -59,27 +59,27 @@ def _cluster_myid(client: Client, args: list[bytes]) -> Any:
 
 
 def _cluster_slots(client: Client, args: list[bytes]) -> Any:
-    primary, standbys = _member(client).registry.members(client.tls)
+    primary, standbys = _member(client).directory.members(client.tls)
     if primary is None:
         return []
     return [[0, SLOTS - 1, _endpoint(primary), *(_endpoint(n) for n in standbys)]]
 
 
 def _cluster_shards(client: Client, args: list[bytes]) -> Any:
-    return _shards(*_member(client).registry.members(client.tls))
+    return _shards(*_member(client).directory.members(client.tls))
 
 
 def _cluster_nodes(client: Client, args: list[bytes]) -> Any:
     member = _member(client)
-    primary, standbys = member.registry.members(client.tls)
-    epoch = member.registry.topology.leader_revision
+    primary, standbys = member.directory.members(client.tls)
+    epoch = member.directory.topology.leader_revision
     return Verbatim(_nodes_text(member.me.seen_by(client.tls), epoch, primary, standbys))
 
 
 def _cluster_info(client: Client, args: list[bytes]) -> Any:
     member = _member(client)
-    primary, standbys = member.registry.members(client.tls)
-    return Verbatim(_info_text(member.registry.topology.leader_revision, primary, standbys))
+    primary, standbys = member.directory.members(client.tls)
+    return Verbatim(_info_text(member.directory.topology.leader_revision, primary, standbys))
 
 
 def _shards(primary: NodeInfo | None, standbys: list[NodeInfo]) -> list[Any]:

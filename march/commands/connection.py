@@ -28,7 +28,7 @@ from ..resp import Verbatim
 from ..version import REDIS_COMPAT_VERSION
 from .args import Args, parse_int
 from .permissions import refuse
-from .registry import Secrets, Subcommand, command, container
+from .table import Secrets, Subcommand, command, container
 
 if TYPE_CHECKING:
     from ..app import Connected

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..errors import CommandError
 from .args import Args
-from .registry import Subcommand, container
+from .table import Subcommand, container
 
 if TYPE_CHECKING:
     from ..client import Client

@@ -4,7 +4,7 @@
 ``CommandError``. The server encodes; EXEC calls ``call`` for each queued request.
 
 The checks run in Redis' order: unknown command, arity, a container's subcommand (unknown, or its
-arity: ``registry.check_container``), authentication (``NOAUTH``), a command
+arity: ``table.check_container``), authentication (``NOAUTH``), a command
 flagged ``no_multi`` inside MULTI (``ERR Command not allowed inside a transaction``: SHUTDOWN),
 permissions, routing, then what a MONITOR connection may not do (a command that reads or writes
 the keyspace: ``ERR Replica can't interact with the keyspace``, as Redis answers its monitors),
@@ -16,7 +16,7 @@ ran and failed (INFO commandstats), and, inside MULTI, dooming the transaction.
 MONITOR shows what runs, as Redis does (``monitored``): not a request that is refused, nor one
 queued by MULTI (EXEC shows each when it runs it, then itself), nor an admin command or
 subcommand (CONFIG, CLIENT LIST, CLIENT KILL...); passwords redacted by each command's declared
-secrets (``registry.redacted``).
+secrets (``table.redacted``).
 
 Permissions (``march.auth``): a user that may not run the command, or touch one of its keys, gets
 ``NOPERM`` (counted in INFO, recorded in ACL LOG), before any routing, as in Redis. A user with
@@ -41,7 +41,7 @@ from ..errors import CommandError
 from ..generators.base import NotServing
 from ..store.base import StoreError, StoreFull, StoreRejected
 from .permissions import refuse
-from .registry import TABLE, CommandSpec, check_container, lookup, redacted
+from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -50,9 +50,9 @@ log = logging.getLogger("march")
 
 
 def call(client: Client, args: list[bytes]) -> Any:
-    spec = TABLE.get(args[0])
+    spec = SPELLINGS.get(args[0])
     if spec is None:
-        spec = TABLE.get(args[0].lower())
+        spec = SPELLINGS.get(args[0].lower())
         if spec is None:
             if client.multi is not None:
                 client.multi_error = True

@@ -41,7 +41,7 @@ from ..glob import Glob, compile_glob, literal_prefix
 from ..keyspace import PAGE, Selection, sift
 from .args import Args, parse_int
 from .permissions import may_create
-from .registry import command
+from .table import command
 
 if TYPE_CHECKING:
     from ..client import Client

@@ -33,8 +33,8 @@ from .. import errors
 from ..diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
 from ..resp import Verbatim
 from .args import Args
-from .registry import Subcommand, command, container
 from .server import NO_REPLY
+from .table import Subcommand, command, container
 
 if TYPE_CHECKING:
     from ..client import Client

@@ -27,7 +27,7 @@ from ..errors import CommandError
 from ..glob import compile_glob
 from ..pubsub import MAX_NAME, MAX_SUBSCRIPTIONS, Subscriber
 from ..resp import Push, Replies
-from .registry import command
+from .table import command
 
 if TYPE_CHECKING:
     from ..client import Client

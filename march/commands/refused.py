@@ -6,7 +6,7 @@ the COMMAND table so cluster clients route it and show the server's reason.
 
 from __future__ import annotations
 
-from .registry import refuse
+from .table import register_refused
 
 for _name, _arity in (
     ("decr", 2),
@@ -36,4 +36,4 @@ for _name, _arity in (
     ("msetnx", -3),
     ("setnx", 3),
 ):
-    refuse(_name, _arity)
+    register_refused(_name, _arity)

@@ -21,7 +21,7 @@ GET-MASTER-ADDR-BY-NAME and Sentinel's error text for it elsewhere. Fields March
 for (ping times, replication offsets) are 0; the timeouts are the lease TTL, after which a dead
 primary is replaced.
 
-The answer comes from this node's view of the registry (``ClusterMember.registry``), the same one
+The answer comes from this node's view of the directory (``ClusterMember.directory``), the same one
 ``CLUSTER SLOTS`` and ``MOVED`` use: it never decides who may serve, it only points. A pointer that
 is stale by a moment is safe: a node that is not the primary answers key commands with ``MOVED`` or
 ``TRYAGAIN`` (never an ID), and clients ask again. With no primary known, GET-MASTER-ADDR-BY-NAME
@@ -37,10 +37,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..cluster.registry import NodeInfo
+from ..cluster.directory import NodeInfo
 from ..errors import CommandError
 from ..resp import NULL_ARRAY
-from .registry import Subcommand, command, container
+from .table import Subcommand, command, container
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -65,8 +65,8 @@ class _View:
             self.epoch = 0
         else:
             self.me = member.me.seen_by(client.tls)
-            self.primary, self.standbys = member.registry.members(client.tls)
-            self.epoch = member.registry.topology.leader_revision
+            self.primary, self.standbys = member.directory.members(client.tls)
+            self.epoch = member.directory.topology.leader_revision
         nodes = [*([self.primary] if self.primary else []), *self.standbys]
         self.others = [n for n in nodes if n.id != self.me.id]
 

@@ -44,7 +44,7 @@ from ..generators.timestamp import TimestampGenerator
 from .args import Args, key_text, parse_int
 from .keys import list_names
 from .permissions import may_change_settings, may_create, may_raise_floor
-from .registry import command
+from .table import command
 
 if TYPE_CHECKING:
     from ..client import Client

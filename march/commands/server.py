@@ -1,6 +1,6 @@
 """Server commands: COMMAND, CONFIG, INFO, TIME, SHUTDOWN.
 
-``COMMAND`` is generated from the registry in Redis 7's shape (name, arity, flags, first key, last
+``COMMAND`` is generated from the command table in Redis 7's shape (name, arity, flags, first key, last
 key, step, ACL categories, tips, key specs, subcommands): cluster clients read key positions from
 it.
 
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..config import Config, ConfigError, find_option, parse_value, rewrite_file
+from ..counters import CommandCounts
 from ..errors import CommandError
 from ..glob import compile_glob
-from ..metrics.counters import CommandCounts
 from ..resp import Verbatim
 from ..store.base import StoreError
 from ..version import REDIS_COMPAT_VERSION, VERSION
 from .args import Args
-from .registry import REGISTRY, CommandSpec, Secrets, Subcommand, command, container, lookup
+from .table import COMMANDS, CommandSpec, Secrets, Subcommand, command, container, lookup
 
 if TYPE_CHECKING:
     from ..app import App
@@ -102,11 +102,11 @@ def _docs(spec: CommandSpec) -> dict[bytes, Any]:
 
 
 def _command_all(client: Client, args: list[bytes]) -> Any:
-    return [_info(s) for s in REGISTRY.values()]
+    return [_info(s) for s in COMMANDS.values()]
 
 
 def _command_count(client: Client, args: list[bytes]) -> Any:
-    return len(REGISTRY)
+    return len(COMMANDS)
 
 
 def _command_info(client: Client, args: list[bytes]) -> Any:
@@ -118,24 +118,24 @@ def _command_info(client: Client, args: list[bytes]) -> Any:
 
 def _command_docs(client: Client, args: list[bytes]) -> Any:
     names = Args(args, 2).rest()
-    specs = [s for s in map(lookup, names) if s is not None] if names else list(REGISTRY.values())
+    specs = [s for s in map(lookup, names) if s is not None] if names else list(COMMANDS.values())
     return {s.name.encode(): _docs(s) for s in specs}
 
 
 def _command_list(client: Client, args: list[bytes]) -> Any:
     cursor = Args(args, 2)
     if not cursor.more():
-        return [s.name.encode() for s in REGISTRY.values()]
+        return [s.name.encode() for s in COMMANDS.values()]
     cursor.choice(b"filterby")
     how = cursor.choice(b"pattern", b"aclcat", b"module")
     what = cursor.next()
     cursor.finish()
     if how == b"pattern":
         glob = compile_glob(what, nocase=True)  # Redis: case-insensitive, like command names
-        return [s.name.encode() for s in REGISTRY.values() if glob.match(s.name.encode())]
+        return [s.name.encode() for s in COMMANDS.values() if glob.match(s.name.encode())]
     if how == b"aclcat":
         cat = "@" + what.decode("utf-8", "replace").lower()
-        return [s.name.encode() for s in REGISTRY.values() if cat in s.categories]
+        return [s.name.encode() for s in COMMANDS.values() if cat in s.categories]
     return []
 
 
@@ -625,13 +625,13 @@ def _replication(client: Client) -> dict[str, Any]:
         return {"role": "master", "connected_slaves": 0}
     me = member.me
     if state.leading:
-        standbys = [n for n in member.registry.topology.standbys() if n.id != me.id]
+        standbys = [n for n in member.directory.topology.standbys() if n.id != me.id]
         out: dict[str, Any] = {"role": "master", "connected_slaves": len(standbys)}
         for i, n in enumerate(standbys):
             out[f"slave{i}"] = f"ip={n.host},port={n.port},state=online,offset=0,lag=0"
         out["lease_remaining_ms"] = int(state.remaining() * 1000)
         return out
-    primary = member.registry.topology.primary
+    primary = member.directory.topology.primary
     return {
         "role": "slave",
         "master_host": primary.host if primary else "",

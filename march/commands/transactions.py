@@ -24,12 +24,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..counters import error_kind
 from ..errors import CommandError
-from ..metrics.counters import error_kind
 from .dispatch import as_error, call, monitored, show
 from .ops import MONITOR_STARTED
-from .registry import command, lookup, redacted
 from .server import NO_REPLY
+from .table import command, lookup, redacted
 
 if TYPE_CHECKING:
     from ..client import Client

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..workers import IDS
 from .args import Args
-from .registry import command
+from .table import command
 
 if TYPE_CHECKING:
     from ..client import Client

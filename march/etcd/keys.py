@@ -8,7 +8,7 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
   value form the ``Guard`` every ceiling write compares (see ``march.store.etcd``).
 - ``<prefix>/leader-handoff``: during a planned FAILOVER, the node chosen to take over.
 - ``<prefix>/nodes/<id>``: each node's registration (JSON: id, address, role, pid, lease TTL), under
-  its lease; created only where absent, so one live process holds a node id (``march.cluster.registry``).
+  its lease; created only where absent, so one live process holds a node id (``march.cluster.directory``).
 - ``<prefix>/seq/<key>``: one sequence (its ceiling and settings, see ``march.store.etcd``).
 - ``<prefix>/users/<name>``: one ACL user, as its rules (``march.auth``; passwords only hashed).
 - ``<prefix>/workers/<n>:<namespace>/<id>``: one worker id of a namespace (``march.workers``;
@@ -20,7 +20,7 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
   listing of the namespaces never meets it).
 
 ``leader``, ``leader-handoff`` and ``nodes/*`` sort together, so one range read (and one watch)
-``[leader, nodes_end)`` covers everything the election and the registry look at.
+``[leader, nodes_end)`` covers everything the election and the directory look at.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from .. import errors
 from ..errors import CommandError
 from ..store.base import Guard, GuardFailed, Store, StoreFull, StoreRejected
 
-Clock = Callable[[], float]  # monotonic seconds
+Monotonic = Callable[[], float]  # monotonic seconds
 WallClock = Callable[[], float]  # seconds since 1970 (time.time); may jump either way
 
 log = logging.getLogger("march.generators")
@@ -36,7 +36,7 @@ class NotServing(Exception):
     """This node may not hand out IDs now (not serving, lease expired, guard failed, shutting down)."""
 
 
-class Lease(Protocol):
+class ServingTerm(Protocol):
     """The right to hand out IDs, as the generators see it: a ``march.serving.Term``.
 
     ``valid()`` is checked before every hand-out. Once ``ended`` is set (why the term ended), the
@@ -75,7 +75,7 @@ class BatchPolicy:
         return max(1, int(self.min_batch * self.watermark))
 
 
-monotonic: Clock = time.monotonic
+monotonic: Monotonic = time.monotonic
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,15 +85,15 @@ class Context:
     one term that differ only in their policy are made by ``with_policy``, one per distinct policy."""
 
     store: Store
-    lease: Lease
-    clock: Clock
+    lease: ServingTerm
+    clock: Monotonic
     policy: BatchPolicy
     valid: Callable[[], bool]  # ``lease.valid``, bound once: the fast path calls it
     variants: dict[BatchPolicy, Context] = field(default_factory=dict)  # shared by the term's contexts
     landing: list[float] = field(default_factory=lambda: [-math.inf])  # (``landed``; shared by the variants too)
 
     @classmethod
-    def of(cls, store: Store, lease: Lease, clock: Clock, policy: BatchPolicy) -> Context:
+    def of(cls, store: Store, lease: ServingTerm, clock: Monotonic, policy: BatchPolicy) -> Context:
         return cls(store, lease, clock, policy, lease.valid)
 
     def landed(self) -> float:
@@ -212,7 +212,7 @@ class GeneratorState(abc.ABC):
         return self._ctx.policy
 
     @property
-    def _clock(self) -> Clock:
+    def _clock(self) -> Monotonic:
         return self._ctx.clock
 
     def _valid(self) -> bool:

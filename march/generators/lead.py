@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .. import errors
 from ..errors import CommandError
-from .base import Clock, WallClock
+from .base import Monotonic, WallClock
 from .layout import Layout
 
 
@@ -23,7 +23,7 @@ class LeadCap:
     """The lead cap (``max_lead_ms``, 0: none) of one generator, on its own steady clock."""
 
     def __init__(
-        self, layout: Layout, clock: Clock, wall: WallClock, base: int, max_lead_ms: int, restart: int | None
+        self, layout: Layout, clock: Monotonic, wall: WallClock, base: int, max_lead_ms: int, restart: int | None
     ) -> None:
         """``base``: the start slot's time unit; ``restart``: the lookahead (units) when the generator
         starts from a stored bound, None for a brand-new sequence."""

@@ -68,7 +68,7 @@ from typing import Any
 from .. import errors
 from ..errors import CommandError
 from ..store.base import SequenceRecord, Store
-from .base import BatchPolicy, Clock, Context, DurableBound, Lease, WallClock
+from .base import BatchPolicy, Context, DurableBound, Monotonic, ServingTerm, WallClock
 from .layout import Layout, iso
 from .lead import LeadCap
 
@@ -144,9 +144,9 @@ class TimestampGenerator(DurableBound):
         ceiling: int,
         layout: Layout,
         store: Store,
-        lease: Lease,
+        lease: ServingTerm,
         policy: BatchPolicy,
-        clock: Clock,
+        clock: Monotonic,
         wall: WallClock,
         lookahead_ms: int,
         first_slot: int | None = None,

@@ -1,5 +1,5 @@
 """The Prometheus collector: every ``march_*`` family, built at scrape time from the node's counters
-(``march.metrics.counters``) and from the state that already exists (serving state, keyspace,
+(``march.counters``) and from the state that already exists (serving state, keyspace,
 store, ``App.stats``, clients).
 
 It reads the server-wide state and the command table, so it sits above the commands; only the
@@ -34,10 +34,10 @@ from prometheus_client.registry import Collector
 
 from ..app import App
 from ..config import MAX_ID
+from ..counters import LATENCY_FIRST_BIT, LATENCY_LAST_BIT, RECORD_BOUNDS, STORE_BOUNDS_S
 from ..generators.sequence import SequenceGenerator
 from ..generators.timestamp import TimestampGenerator
 from ..version import VERSION
-from .counters import LATENCY_FIRST_BIT, LATENCY_LAST_BIT, RECORD_BOUNDS, STORE_BOUNDS_S
 
 BATCH_BOUNDS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)  # IDs a sequence persists at once
 TOP_SEQUENCES = 10  # per-sequence series: only the busiest, to keep the label cardinality bounded
@@ -149,7 +149,7 @@ def _node(app: App) -> Iterator[Metric]:
     for p in type(state.phase):
         phase.add_metric([p.value], int(p is state.phase))
     yield phase
-    term = member.registry.topology.leader_revision if member is not None else (state.term.number if state.term else 0)
+    term = member.directory.topology.leader_revision if member is not None else (state.term.number if state.term else 0)
     yield GaugeMetricFamily(
         "march_term",
         "The current term: the leader key's create revision in etcd (single node: 1); 0 when no primary is known.",
@@ -166,7 +166,7 @@ def _node(app: App) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "march_leader_changes",
         "Times the primary this node knows of changed (cluster).",
-        value=member.registry.leader_changes if member is not None else 0,
+        value=member.directory.leader_changes if member is not None else 0,
     )
     if member is not None:
         yield from _lease(member.lease.failures_total, member.lease.failures, state.remaining())

@@ -105,7 +105,7 @@ class StoreRejected(StoreError):
 class IdentityConflict(StoreError):
     """This process may not take part: its node id is held by another live process, or its data dir
     belongs to another deployment (another cluster, or a single node). Never retried: the node
-    says why and exits (``march.cluster.registry``, ``march.cluster.identity``, ``march.store.membership``)."""
+    says why and exits (``march.cluster.directory``, ``march.cluster.identity``, ``march.store.membership``)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from support.resp import RespConn, RespError
 from support.servers import MarchServer, RedisServer
 
 from march.cluster.slots import crc16, key_slot
-from march.etcd.client import GrpcEtcd
+from march.etcd.grpc_etcd import GrpcEtcd
 
 pytestmark = pytest.mark.e2e
 

@@ -28,7 +28,7 @@ from support.servers import MarchServer
 
 from march import errors
 from march.cluster.failover import MAX_TIMEOUT_MS
-from march.etcd.client import GrpcEtcd
+from march.etcd.grpc_etcd import GrpcEtcd
 
 pytestmark = pytest.mark.e2e
 

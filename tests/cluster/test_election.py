@@ -54,8 +54,8 @@ async def test_exactly_one_node_serves_and_holds_the_leader_key(make_sim: SimFac
         assert all(n.state.phase is Phase.STANDBY and n.state.term is None for n in sim.nodes if n is not p)
     assert p.state.promotions == 1 and p.state.demotions == 0  # no flapping
     for n in sim.nodes:
-        assert n.member.registry.topology.leader == p.name
-        primary, standbys = n.member.registry.members()
+        assert n.member.directory.topology.leader == p.name
+        primary, standbys = n.member.directory.members()
         assert primary is not None and primary.addr == p.addr
         assert sorted(s.addr for s in standbys) == sorted(m.addr for m in sim.nodes if m is not p)
     assert sim.overlaps == []
@@ -90,7 +90,7 @@ async def test_no_primary_means_clusterdown(make_sim: SimFactory) -> None:
         assert n.group.redirect(b"foo").message == errors.CLUSTERDOWN
         reply = await n.request(b"foo")
         assert isinstance(reply, errors.CommandError) and reply.message == errors.CLUSTERDOWN
-        assert n.member.registry.members()[0] is None
+        assert n.member.directory.members()[0] is None
     sim.etcd.full = False
     await sim.until(lambda: len(sim.serving()) == 1, "a primary again", TTL)
     q = sim.primary
@@ -270,7 +270,7 @@ async def test_an_old_primarys_generator_hands_out_nothing_once_another_term_beg
     with pytest.raises(GuardFailed):  # etcd refuses a write under the old term's guard, whoever sends it
         await q.node.store.save_ceiling(b"k", 10**9, old_guard)
     p.heal()
-    await sim.until(lambda: p.member.registry.topology.leader == q.name, "p rejoins", 2 * TTL)
+    await sim.until(lambda: p.member.directory.topology.leader == q.name, "p rejoins", 2 * TTL)
     await q.node.stop()  # q leaves: p is elected again, in a new term
     q.running = False
     await sim.until(lambda: p.serving, "p primary again", 2 * TTL)
@@ -326,7 +326,7 @@ async def test_a_partitioned_primary_stops_before_another_serves_and_no_id_repea
     # after the heal the old primary rejoins as a standby
     p.heal()
     await sim.until(
-        lambda: p.member.registry.topology.leader == q.name and p.member.registry.registered, "p rejoins", 2 * TTL
+        lambda: p.member.directory.topology.leader == q.name and p.member.directory.registered, "p rejoins", 2 * TTL
     )
     await sim.advance(2 * TTL)
     assert sim.serving() == [q] and p.state.phase is Phase.STANDBY

@@ -36,7 +36,7 @@ from support.proxy import TcpProxy
 from support.tls import Certs, make_certs
 
 from march.etcd.api import Delete, Etcd, Get, Put, created_at
-from march.etcd.client import TLS, GrpcEtcd
+from march.etcd.grpc_etcd import TLS, GrpcEtcd
 from march.etcd.keys import KeyPaths, prefix_end
 from march.store.base import Guard, GuardFailed, SequenceRecord, StoreError, StoreFull, StoreRejected
 from march.store.etcd import EtcdStore, decode_record, encode_record

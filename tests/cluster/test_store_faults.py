@@ -24,7 +24,7 @@ from support.etcd import EtcdCluster
 from support.resp import RespConn, RespError
 
 from march import errors
-from march.etcd.client import GrpcEtcd
+from march.etcd.grpc_etcd import GrpcEtcd
 from march.store.base import StoreFull
 
 pytestmark = pytest.mark.e2e

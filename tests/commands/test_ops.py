@@ -77,8 +77,8 @@ def test_acl_categories_like_redis(mc: redis.Redis, rc: redis.Redis, name: str) 
 
 
 def test_redaction_of_every_password_bearing_command() -> None:
-    """From each command's declared secrets (``registry.Secrets``), as Redis redacts them."""
-    from march.commands.registry import redacted
+    """From each command's declared secrets (``table.Secrets``), as Redis redacts them."""
+    from march.commands.table import redacted
     from march.diagnostics import REDACTED as R
 
     assert redacted([b"AUTH", b"pw"]) == [b"AUTH", R]
@@ -97,7 +97,7 @@ def test_redaction_of_every_password_bearing_command() -> None:
 
 
 def test_redaction_follows_the_commands_a_request_carries() -> None:
-    from march.commands.registry import redacted
+    from march.commands.table import redacted
     from march.diagnostics import REDACTED as R
 
     assert redacted([b"ACL", b"DRYRUN", b"u", b"AUTH", b"pw"]) == [b"ACL", b"DRYRUN", b"u", b"AUTH", R]
@@ -118,12 +118,12 @@ def test_redaction_follows_the_commands_a_request_carries() -> None:
 def test_container_tables_cover_their_subcommands() -> None:
     """Every container runs its subcommands from one table: each row has its handler, HELP is one
     of them, and COMMAND INFO's subcommands are exactly the table's (test_subcommands runs them)."""
-    from march.commands.registry import REGISTRY
+    from march.commands.table import COMMANDS
 
-    containers = {name for name, spec in REGISTRY.items() if spec.subcommands}
+    containers = {name for name, spec in COMMANDS.items() if spec.subcommands}
     assert containers == {"acl", "client", "cluster", "command", "config", "debug", "latency", "sentinel", "slowlog"}
     for name in containers:
-        rows = REGISTRY[name].subcommands
+        rows = COMMANDS[name].subcommands
         assert all(callable(row.handler) for row in rows), name
         assert [row.name for row in rows].count("help") == 1 and rows[-1].name == "help", name
         assert len({row.name for row in rows}) == len(rows), name

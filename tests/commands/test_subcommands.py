@@ -16,7 +16,7 @@ import pytest
 import redis
 from support import MarchServer, RedisServer, serving
 
-from march.commands.registry import REGISTRY
+from march.commands.table import COMMANDS
 
 from .helpers import client, outcome, raw, same
 
@@ -28,7 +28,7 @@ NOT_IN_REDIS_70 = {"client|setinfo", "client|no-touch"}  # (Redis 7.2's)
 
 def wrong_counts() -> Iterator[tuple[str, tuple[str, ...]]]:
     """(``name|sub``, a request with a wrong number of arguments) for every row of every container."""
-    for name, spec in sorted(REGISTRY.items()):
+    for name, spec in sorted(COMMANDS.items()):
         for row in spec.subcommands:
             words = (name.upper(), row.name.upper())
             if row.arity > 0:

@@ -28,7 +28,7 @@ from support.servers import REPO_ROOT, RedisServer
 
 from march.backup import BackupError, Summary, _EtcdWriter
 from march.config import MAX_ID
-from march.etcd.client import GrpcEtcd
+from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keys import KeyPaths
 from march.store.base import SequenceRecord
 from march.store.etcd import encode_record

@@ -1,5 +1,5 @@
 """No password in SLOWLOG or MONITOR, wherever a request carries it (issue 20, item 5), on a real
-march process: redaction follows each command's declared secrets (``registry.Secrets``), down
+march process: redaction follows each command's declared secrets (``table.Secrets``), down
 through the commands a request carries (ACL DRYRUN, COMMAND GETKEYS) and the ones EXEC runs.
 
 Redis itself redacts AUTH, HELLO AUTH, ACL SETUSER and CONFIG SET of a password option, but

@@ -43,7 +43,7 @@ from march.etcd.api import (
     value_below,
     value_is,
 )
-from march.etcd.client import GrpcEtcd
+from march.etcd.grpc_etcd import GrpcEtcd
 from march.store.base import StoreError, StoreRejected
 
 TTL = 2  # the shortest TTL the test etcd grants as asked (its minimum is 1.5 x election timeout, rounded up)

@@ -71,7 +71,7 @@ from support.manual_clock import ManualClock
 from support.memory_store import MemoryStore
 
 from march.etcd.api import Put, created_at
-from march.etcd.client import GrpcEtcd
+from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keys import KeyPaths
 from march.store.base import (
     NO_GUARD,

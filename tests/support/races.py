@@ -6,7 +6,7 @@ round is a violation. Shared by tests/cluster/test_races.py (a few rounds) and s
 (``race-node-id``, ``race-failover``: ``--rounds``, 100 by default; ``support.drills`` wraps them).
 
 - ``race_node_id``: two in-process contenders built from March's own parts (``ClusterIdentity``,
-  ``Lease``, ``Registry``, ``Election``, each with its own gRPC clients) with one node id, started
+  ``LeaseKeeper``, ``Directory``, ``Election``, each with its own gRPC clients) with one node id, started
   in the same event-loop turn on a fresh prefix, run two election steps side by side. They race
   three times: to bootstrap the cluster id, to register the node id, and (the one that registered)
   to campaign. Invariants: one cluster id, in etcd and in both data dirs; exactly one contender
@@ -39,12 +39,12 @@ from pathlib import Path
 
 from march import errors
 from march.clock import SYSTEM
+from march.cluster.directory import Directory, NodeInfo
 from march.cluster.election import Election
 from march.cluster.identity import ClusterIdentity
-from march.cluster.lease import Lease
-from march.cluster.registry import NodeInfo, Registry
+from march.cluster.lease import LeaseKeeper
 from march.etcd.api import Delete, Etcd
-from march.etcd.client import GrpcEtcd
+from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keys import KeyPaths, prefix_end
 from march.serving import Cause, Phase, ServingState
 from march.store.membership import read_mark
@@ -73,19 +73,19 @@ class RaceResult:
 
 
 class Contender:
-    """One would-be node: March's identity, lease, registry and election on clients of its own."""
+    """One would-be node: March's identity, lease, directory and election on clients of its own."""
 
     def __init__(self, endpoints: list[str], keys: KeyPaths, data_dir: Path, node_id: str, port: int) -> None:
         self.control: Etcd = GrpcEtcd(endpoints, name=f"race control {port}")
         self.lease_etcd: Etcd = GrpcEtcd(endpoints, name=f"race lease {port}")
         self.data_dir = data_dir
-        self.lease = Lease(self.lease_etcd, RACE_TTL, SYSTEM)
-        self.registry = Registry(
+        self.lease = LeaseKeeper(self.lease_etcd, RACE_TTL, SYSTEM)
+        self.directory = Directory(
             self.control, keys, NodeInfo(node_id, f"127.0.0.1:{port}"), SYSTEM, RACE_TTL / 3, RACE_TTL
         )
         self.identity = ClusterIdentity(self.control, keys, str(data_dir), ",".join(endpoints), False, RACE_TTL / 3)
         self.state = ServingState(SYSTEM, name=f"race {port}")
-        self.election = Election(self.control, keys, self.state, self.lease, self.registry, self.identity, SYSTEM)
+        self.election = Election(self.control, keys, self.state, self.lease, self.directory, self.identity, SYSTEM)
         self.lease.on_renewed(self.state.renewed)  # wired as ClusterMember wires them
         self.lease.on_gone(self.state.lease_gone)
         self.promoted = False
@@ -115,7 +115,7 @@ async def _node_id_round(endpoints: list[str], prefix: str, base: Path) -> list[
             results = await asyncio.gather(*(c.election.step() for c in contenders), return_exceptions=True)
             for c, r in zip(contenders, results, strict=True):
                 if r is not None:
-                    problems.append(f"{c.registry.me.addr}: step failed: {r!r}")
+                    problems.append(f"{c.directory.me.addr}: step failed: {r!r}")
         etcd = a.control
         cluster = await etcd.get(keys.cluster)
         record = await etcd.get(keys.node("dup"))
@@ -125,7 +125,7 @@ async def _node_id_round(endpoints: list[str], prefix: str, base: Path) -> list[
         stored = cluster.value.decode() if cluster is not None else None
         if len(ids) != 1 or ids != marks or ids != {stored}:
             problems.append(f"cluster ids: confirmed {ids}, data dirs {marks}, etcd {stored}")
-        holders = [c for c in contenders if c.registry.registered]
+        holders = [c for c in contenders if c.directory.registered]
         if len(holders) != 1:
             problems.append(f"{len(holders)} contenders hold node id 'dup'")
         elif record is None or record.lease != holders[0].lease.id:
@@ -136,7 +136,7 @@ async def _node_id_round(endpoints: list[str], prefix: str, base: Path) -> list[
             if leader is None or leader.lease != holder.lease.id:
                 problems.append(f"the leader key is not the holder's: {leader}")
             if other.promoted:
-                problems.append(f"{other.registry.me.addr} promoted without holding the node id")
+                problems.append(f"{other.directory.me.addr} promoted without holding the node id")
             if holder.state.phase is not Phase.SERVING:
                 problems.append(f"the holder does not serve: {holder.state.phase.value}")
         if sum(c.promoted for c in contenders) > 1:

@@ -1,7 +1,7 @@
 """An in-process March cluster on a fake etcd and a manual clock: deterministic, no process, no sleep.
 
 ``Sim(size)`` builds ``size`` nodes exactly as ``march serve --etcd ...`` does (``march.node.Node``:
-store, group, lease, election, registry, failover), except that their etcd clients are views of
+store, group, lease, election, directory, failover), except that their etcd clients are views of
 one ``FakeEtcd`` and every clock is one ``ManualClock``. Time moves only in ``advance``; a
 node's link to etcd breaks with ``cut`` (unreachable) or ``freeze`` (calls hang until their
 timeout), and heals with ``heal``.
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from march import errors
-from march.commands.registry import REGISTRY
+from march.commands.table import COMMANDS
 from march.config import Config
 from march.errors import CommandError
 from march.etcd.api import Request, TxnResult
@@ -59,7 +59,7 @@ class SimNode:
         }
         options.update(settings)
         self.config = Config(**options)
-        self.node = Node(self.config, REGISTRY, clock=sim.clock, etcd=self._client)
+        self.node = Node(self.config, COMMANDS, clock=sim.clock, etcd=self._client)
         self.group = self.node.group
         self.state = self.group.state
         self.keyspace = self.group.keyspace

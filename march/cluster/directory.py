@@ -1,4 +1,4 @@
-"""The node registry and the topology: who is in the cluster, who leads, where clients go.
+"""The node directory and the topology: who is in the cluster, who leads, where clients go.
 
 - Each node writes ``<prefix>/nodes/<id>`` (JSON: id, advertised address, role, pid, lease TTL)
   under its lease, so a dead node disappears with its lease; it rewrites it when its role changes.
@@ -24,7 +24,7 @@
   now, it knows no primary (``CLUSTERDOWN``, empty ``CLUSTER SLOTS``), so cluster clients ask the
   other nodes instead of being sent back to it.
 
-The registry never decides who leads (the election does) and never hands out anything.
+The directory never decides who leads (the election does) and never hands out anything.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class Topology:
         return sorted((n for n in self.nodes.values() if n.id != self.leader), key=lambda n: n.id)
 
 
-class Registry:
+class Directory:
     def __init__(
         self, etcd: Etcd, keys: KeyPaths, me: NodeInfo, clock: Clock, timeout: float, lease_ttl: int = 0
     ) -> None:

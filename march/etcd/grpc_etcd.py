@@ -4,7 +4,7 @@
   moves *later* calls to the next endpoint; the old channel is closed only once the calls still
   running on it have finished, so one call's failure never cuts another call short.
 - **Independent clients.** A node makes one client per purpose (the lease keep-alive, the
-  election and registry, the data), so a data call that fails, or a burst of them, can never
+  election and directory, the data), so a data call that fails, or a burst of them, can never
   cancel or delay a keep-alive.
 - **Reconnects.** gRPC's reconnect back-off is capped near one second (its default grows to two
   minutes): once etcd answers again, a node notices within about a second. Each channel keeps

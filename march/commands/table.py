@@ -1,4 +1,4 @@
-"""The command registry: ``@command(...)`` fills it; the dispatcher, ``COMMAND`` and the README read it.
+"""The command table: ``@command(...)`` fills it; the dispatcher, ``COMMAND`` and the README read it.
 
 A handler is ``fn(client, args) -> value`` where ``args`` is the whole request (``args[0]`` is the
 command name as sent). It returns a value for ``resp.encode`` (int, bytes, str status, list, dict,
@@ -161,11 +161,11 @@ class Hot:
     consecutive: Consecutive | None
 
 
-REGISTRY: dict[str, CommandSpec] = {}
+COMMANDS: dict[str, CommandSpec] = {}
 # Dispatch table keyed by the name as sent; filled with lower- and upper-case spellings so the
 # common case needs no ``.lower()``; anything else falls back to a lower-cased lookup.
-TABLE: dict[bytes, CommandSpec] = {}
-# The server's fast path, keyed like TABLE.
+SPELLINGS: dict[bytes, CommandSpec] = {}
+# The server's fast path, keyed like SPELLINGS.
 HOT: dict[bytes, Hot] = {}
 
 
@@ -220,9 +220,9 @@ def command(
             },
             gate=gate,
         )
-        REGISTRY[name] = spec
-        TABLE[name.encode()] = spec
-        TABLE[name.upper().encode()] = spec
+        COMMANDS[name] = spec
+        SPELLINGS[name.encode()] = spec
+        SPELLINGS[name.upper().encode()] = spec
         if hot:
             HOT[name.encode()] = HOT[name.upper().encode()] = Hot(arity, fn, consecutive)
         return fn
@@ -272,7 +272,7 @@ def container(
 
     arity = -2 if bare is None else -1
     command(name, arity, flags, categories, summary=summary, group=group, subcommands=rows, gate=gate)(run)
-    spec = REGISTRY[name]
+    spec = COMMANDS[name]
 
 
 def check_container(client: Client, spec: CommandSpec, args: list[bytes]) -> None:
@@ -297,13 +297,13 @@ def find_subcommand(spec: CommandSpec, args: list[bytes]) -> Subcommand:
 
 
 def lookup(name: bytes) -> CommandSpec | None:
-    spec = TABLE.get(name)
+    spec = SPELLINGS.get(name)
     if spec is None:
-        spec = TABLE.get(name.lower())
+        spec = SPELLINGS.get(name.lower())
     return spec
 
 
-def refuse(name: str, arity: int, group: str = "refused") -> None:
+def register_refused(name: str, arity: int, group: str = "refused") -> None:
     """Register a Redis command March refuses, so clients get a reason, not 'unknown command'."""
     reason = errors.REFUSAL_REASONS[name]
 
