@@ -119,12 +119,16 @@ class Replies(list):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-class RequestParser:
-    """Bytes in, requests out, for one connection.
+class ExactParser:
+    """The exact parser, Redis' ``processMultibulkBuffer`` and ``processInlineBuffer`` in Python:
+    one connection's unfinished request (a multibulk in progress or an inline line), parsed byte by
+    byte with every limit checked at the header that declares it.
 
-    ``authenticated`` (default True) says whether the connection has authenticated; while it is
-    False, Redis' limits for unauthenticated clients apply. The server sets it, or points
-    ``auth_source`` at its ``Client`` for the parser to follow.
+    ``RequestParser`` (below) is this parser plus the hiredis fast path in front of it: reads that
+    hiredis can take go there; anything hiredis cannot judge (unauthenticated clients, unfinished
+    requests, inline commands, RESP3 types, oversized counts) comes here. The two share one
+    object because a read may hand over from one to the other and back (``_parse`` hands the rest
+    of a read to ``feed`` at the first request boundary); the state below is the exact side's.
     """
 
     __slots__ = (
@@ -133,24 +137,224 @@ class RequestParser:
         "_blen",
         "_held",
         "_inline",
-        "_last_data",
-        "_last_req",
         "_left",
         "_max_args",
         "_max_bulk",
         "_max_held",
         "_max_inline",
         "_part",
-        "_pending",
         "_provisional",
-        "_reader",
-        "_ridx",
         "_seen",
         "_slow",
-        "_source",
         "_strict",
-        "_type0",
         "held",
+    )
+
+    _args: list[bytes] | None  # the multibulk request in progress (None: none)
+    _left: int  # its elements still expected (-1 before its `*` line)
+    _blen: int  # the length of the bulk being read (-1 before its `$` line)
+    _part: bytearray  # the bytes from where parsing stopped
+    _held: int  # the bytes of its arguments so far
+    _inline: bytearray | None  # an inline line waiting for its newline
+    _seen: int  # how much of the unfinished header (or inline) line was searched already
+    _strict: bool  # Redis' limits for unauthenticated clients apply
+    _auth_seen: bool  # an AUTH or HELLO came earlier in this read (strict mode only)
+    _provisional: str  # the strict limit the request in progress broke behind an AUTH
+    _slow: bool  # the next read must go to the exact parser
+    _max_args: int
+    _max_bulk: int
+    _max_inline: int
+    _max_held: int
+    held: int  # bytes the unfinished input holds now (0 at a request boundary)
+
+    def feed(self, data: bytes) -> list[list[bytes]]:
+        """The complete requests in ``data`` (``RequestParser.feed``: hiredis first)."""
+        raise NotImplementedError
+
+    def _set_slow(self) -> None:
+        """After the exact parser ran: whether the next read must go to it too, and ``held``."""
+        if self._args is not None:
+            self.held = len(self._part) + self._held + ARG_OVERHEAD * len(self._args)
+            self._slow = True
+        elif self._inline is not None:
+            self.held = len(self._inline)
+            self._slow = True
+        else:
+            self.held = 0
+            self._slow = self._strict
+
+    def _parse(self, data: bytes, requests: list[list[bytes]], handoff: bool) -> None:
+        """Parse ``data`` exactly, going on with what the last read left unfinished.
+
+        With ``handoff``, the rest of the read goes to hiredis at the first request boundary that
+        starts a multibulk (not in strict mode).
+        """
+        pos, n = 0, len(data)
+        if self._inline is not None:  # an inline line waiting for its newline
+            line = self._inline
+            old = len(line)
+            line += data
+            nl = line.find(b"\n", old)
+            if nl < 0:
+                if len(line) > self._max_inline:
+                    raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
+                self.held = len(line)
+                return
+            if nl > self._max_inline:
+                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
+            self._inline = None
+            self._inline_request(bytes(line[:nl]), requests)
+            pos = nl + 1 - old
+        elif self._args is not None:  # a multibulk request in progress
+            part = self._part
+            old = len(part)
+            part += data
+            stop = self._advance(part, 0, len(part), requests)
+            if self._args is not None:
+                del part[:stop]
+                self._check_held()
+                self._set_slow()
+                return
+            part.clear()
+            pos = stop - old  # the request ended in this read
+        while pos < n:
+            if data[pos] != _STAR:
+                pos = self._inline_lines(data, pos, requests)
+                continue
+            if handoff and not self._strict:
+                self._slow = False
+                self.held = 0
+                requests += self.feed(data[pos:] if pos else data)
+                return
+            self._args, self._left, self._blen, self._held, self._seen = [], -1, -1, 0, 0
+            pos = self._advance(data, pos, n, requests)
+            if self._args is not None:
+                self._part = bytearray(memoryview(data)[pos:])
+                self._check_held()
+                break
+        self._set_slow()
+
+    # Longer than 60 lines on purpose: the exact parser's loop over a request's header and bulk
+    # arguments (every unauthenticated client's read, and every read hiredis cannot take); split,
+    # each argument would cost a call (~67 ns measured, about what parsing a short one costs).
+    def _advance(self, buf: bytes | bytearray, pos: int, end: int, requests: list[list[bytes]]) -> int:
+        """Go on with the multibulk request in progress from ``buf[pos:end]`` (Redis'
+        ``processMultibulkBuffer``). Return where parsing stopped: after the request when it is
+        complete (``_args`` is None then; ``*0`` and ``*-1`` are complete and ignored), else at the
+        start of the header line or bulk body still incomplete.
+        """
+        args = self._args
+        assert args is not None
+        left, blen = self._left, self._blen
+        strict = self._strict and not self._auth_seen
+        while True:
+            if blen >= 0:  # a bulk body and its CRLF
+                if end - pos < blen + 2:
+                    break
+                arg = buf[pos : pos + blen]
+                args.append(arg if arg.__class__ is bytes else bytes(arg))
+                self._held += blen
+                pos += blen + 2  # the two bytes after the body are not checked (nor by Redis)
+                blen = -1
+                left -= 1
+                if left == 0:
+                    self._args = None
+                    self._provisional = ""
+                    requests.append(args)
+                    if self._strict and args[0].upper() in _AUTH_COMMANDS:
+                        self._auth_seen = True
+                    return pos
+                continue
+            # A header line, up to a '\r' followed by at least one byte (Redis does not check it).
+            nl = buf.find(b"\r", pos + self._seen, end)
+            if nl < 0 or nl + 1 >= end:
+                if end - pos > self._max_inline:
+                    raise ProtocolError(
+                        errors.PROTO_TOO_BIG_MBULK_COUNT if left < 0 else errors.PROTO_TOO_BIG_BULK_COUNT
+                    )
+                self._seen = (nl if nl >= 0 else end) - pos
+                break
+            self._seen = 0
+            if left < 0:  # the array's `*N`
+                count = _integer(buf, pos + 1, nl)
+                if count is None or count > _INT_MAX:
+                    raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
+                if count > UNAUTH_MAX_ARGS:  # remembered even when authenticated: RESET may come first
+                    if strict:
+                        raise ProtocolError(errors.PROTO_UNAUTH_MULTIBULK_LENGTH)
+                    self._provisional = errors.PROTO_UNAUTH_MULTIBULK_LENGTH
+                if count > self._max_args:
+                    raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
+                pos = nl + 2
+                if count <= 0:  # `*0`, `*-1`: Redis ignores them
+                    self._args = None
+                    return pos
+                left = count
+            else:  # an element's `$N`
+                if buf[pos] != _DOLLAR:
+                    raise ProtocolError(errors.PROTO_EXPECTED.format("$", chr(buf[pos])))
+                length = _integer(buf, pos + 1, nl)
+                if length is None or length < 0 or length > self._max_bulk:
+                    raise ProtocolError(errors.PROTO_BULK_LENGTH)
+                if length > UNAUTH_MAX_BULK:
+                    if strict:
+                        raise ProtocolError(errors.PROTO_UNAUTH_BULK_LENGTH)
+                    self._provisional = errors.PROTO_UNAUTH_BULK_LENGTH
+                pos = nl + 2
+                blen = length
+        self._left, self._blen = left, blen
+        return pos
+
+    def _check_held(self) -> None:
+        """Bound the memory held for the request in progress (its bytes, and ARG_OVERHEAD per argument)."""
+        assert self._args is not None
+        if len(self._part) + self._held + ARG_OVERHEAD * len(self._args) > self._max_held:
+            raise ProtocolError(errors.PROTO_TOO_BIG)
+
+    def _inline_lines(self, data: bytes, pos: int, requests: list[list[bytes]]) -> int:
+        """Run the inline lines from ``data[pos:]`` up to one that starts with ``*``; return where
+        that one starts (or ``len(data)``, keeping an unfinished last line)."""
+        n = len(data)
+        max_inline = self._max_inline
+        while pos < n and data[pos] != _STAR:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                if n - pos > max_inline:
+                    raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
+                self._inline = bytearray(memoryview(data)[pos:])
+                return n
+            if nl - pos > max_inline:
+                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
+            self._inline_request(data[pos:nl], requests)
+            pos = nl + 1
+        return pos
+
+    def _inline_request(self, line: bytes, requests: list[list[bytes]]) -> None:
+        args = split_inline(line.rstrip(b"\r"))
+        if args:
+            if len(args) > self._max_args:
+                raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
+            requests.append(args)
+            if self._strict and args[0].upper() in _AUTH_COMMANDS:
+                self._auth_seen = True
+
+
+class RequestParser(ExactParser):
+    """Bytes in, requests out, for one connection.
+
+    ``authenticated`` (default True) says whether the connection has authenticated; while it is
+    False, Redis' limits for unauthenticated clients apply. The server sets it, or points
+    ``auth_source`` at its ``Client`` for the parser to follow.
+    """
+
+    __slots__ = (
+        "_last_data",
+        "_last_req",
+        "_pending",
+        "_reader",
+        "_ridx",
+        "_source",
+        "_type0",
     )
 
     def __init__(
@@ -337,18 +541,6 @@ class RequestParser:
                 data = prefix + data
         self._parse(data, requests, True)
 
-    def _set_slow(self) -> None:
-        """After the exact parser ran: whether the next read must go to it too, and ``held``."""
-        if self._args is not None:
-            self.held = len(self._part) + self._held + ARG_OVERHEAD * len(self._args)
-            self._slow = True
-        elif self._inline is not None:
-            self.held = len(self._inline)
-            self._slow = True
-        else:
-            self.held = 0
-            self._slow = self._strict
-
     def discard(self) -> None:
         """Forget the unfinished input (its connection is being closed): its memory goes at once."""
         self._args = None
@@ -358,161 +550,6 @@ class RequestParser:
         self._last_req, self._last_data, self._pending = _NOTHING, b"", 0
         self.held = 0
         self._slow = True
-
-    def _parse(self, data: bytes, requests: list[list[bytes]], handoff: bool) -> None:
-        """Parse ``data`` exactly, going on with what the last read left unfinished.
-
-        With ``handoff``, the rest of the read goes to hiredis at the first request boundary that
-        starts a multibulk (not in strict mode).
-        """
-        pos, n = 0, len(data)
-        if self._inline is not None:  # an inline line waiting for its newline
-            line = self._inline
-            old = len(line)
-            line += data
-            nl = line.find(b"\n", old)
-            if nl < 0:
-                if len(line) > self._max_inline:
-                    raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
-                self.held = len(line)
-                return
-            if nl > self._max_inline:
-                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
-            self._inline = None
-            self._inline_request(bytes(line[:nl]), requests)
-            pos = nl + 1 - old
-        elif self._args is not None:  # a multibulk request in progress
-            part = self._part
-            old = len(part)
-            part += data
-            stop = self._advance(part, 0, len(part), requests)
-            if self._args is not None:
-                del part[:stop]
-                self._check_held()
-                self._set_slow()
-                return
-            part.clear()
-            pos = stop - old  # the request ended in this read
-        while pos < n:
-            if data[pos] != _STAR:
-                pos = self._inline_lines(data, pos, requests)
-                continue
-            if handoff and not self._strict:
-                self._slow = False
-                self.held = 0
-                requests += self.feed(data[pos:] if pos else data)
-                return
-            self._args, self._left, self._blen, self._held, self._seen = [], -1, -1, 0, 0
-            pos = self._advance(data, pos, n, requests)
-            if self._args is not None:
-                self._part = bytearray(memoryview(data)[pos:])
-                self._check_held()
-                break
-        self._set_slow()
-
-    # Longer than 60 lines on purpose: the exact parser's loop over a request's header and bulk
-    # arguments (every unauthenticated client's read, and every read hiredis cannot take); split,
-    # each argument would cost a call (~67 ns measured, about what parsing a short one costs).
-    def _advance(self, buf: bytes | bytearray, pos: int, end: int, requests: list[list[bytes]]) -> int:
-        """Go on with the multibulk request in progress from ``buf[pos:end]`` (Redis'
-        ``processMultibulkBuffer``). Return where parsing stopped: after the request when it is
-        complete (``_args`` is None then; ``*0`` and ``*-1`` are complete and ignored), else at the
-        start of the header line or bulk body still incomplete.
-        """
-        args = self._args
-        assert args is not None
-        left, blen = self._left, self._blen
-        strict = self._strict and not self._auth_seen
-        while True:
-            if blen >= 0:  # a bulk body and its CRLF
-                if end - pos < blen + 2:
-                    break
-                arg = buf[pos : pos + blen]
-                args.append(arg if arg.__class__ is bytes else bytes(arg))
-                self._held += blen
-                pos += blen + 2  # the two bytes after the body are not checked (nor by Redis)
-                blen = -1
-                left -= 1
-                if left == 0:
-                    self._args = None
-                    self._provisional = ""
-                    requests.append(args)
-                    if self._strict and args[0].upper() in _AUTH_COMMANDS:
-                        self._auth_seen = True
-                    return pos
-                continue
-            # A header line, up to a '\r' followed by at least one byte (Redis does not check it).
-            nl = buf.find(b"\r", pos + self._seen, end)
-            if nl < 0 or nl + 1 >= end:
-                if end - pos > self._max_inline:
-                    raise ProtocolError(
-                        errors.PROTO_TOO_BIG_MBULK_COUNT if left < 0 else errors.PROTO_TOO_BIG_BULK_COUNT
-                    )
-                self._seen = (nl if nl >= 0 else end) - pos
-                break
-            self._seen = 0
-            if left < 0:  # the array's `*N`
-                count = _integer(buf, pos + 1, nl)
-                if count is None or count > _INT_MAX:
-                    raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
-                if count > UNAUTH_MAX_ARGS:  # remembered even when authenticated: RESET may come first
-                    if strict:
-                        raise ProtocolError(errors.PROTO_UNAUTH_MULTIBULK_LENGTH)
-                    self._provisional = errors.PROTO_UNAUTH_MULTIBULK_LENGTH
-                if count > self._max_args:
-                    raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
-                pos = nl + 2
-                if count <= 0:  # `*0`, `*-1`: Redis ignores them
-                    self._args = None
-                    return pos
-                left = count
-            else:  # an element's `$N`
-                if buf[pos] != _DOLLAR:
-                    raise ProtocolError(errors.PROTO_EXPECTED.format("$", chr(buf[pos])))
-                length = _integer(buf, pos + 1, nl)
-                if length is None or length < 0 or length > self._max_bulk:
-                    raise ProtocolError(errors.PROTO_BULK_LENGTH)
-                if length > UNAUTH_MAX_BULK:
-                    if strict:
-                        raise ProtocolError(errors.PROTO_UNAUTH_BULK_LENGTH)
-                    self._provisional = errors.PROTO_UNAUTH_BULK_LENGTH
-                pos = nl + 2
-                blen = length
-        self._left, self._blen = left, blen
-        return pos
-
-    def _check_held(self) -> None:
-        """Bound the memory held for the request in progress (its bytes, and ARG_OVERHEAD per argument)."""
-        assert self._args is not None
-        if len(self._part) + self._held + ARG_OVERHEAD * len(self._args) > self._max_held:
-            raise ProtocolError(errors.PROTO_TOO_BIG)
-
-    def _inline_lines(self, data: bytes, pos: int, requests: list[list[bytes]]) -> int:
-        """Run the inline lines from ``data[pos:]`` up to one that starts with ``*``; return where
-        that one starts (or ``len(data)``, keeping an unfinished last line)."""
-        n = len(data)
-        max_inline = self._max_inline
-        while pos < n and data[pos] != _STAR:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                if n - pos > max_inline:
-                    raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
-                self._inline = bytearray(memoryview(data)[pos:])
-                return n
-            if nl - pos > max_inline:
-                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE)
-            self._inline_request(data[pos:nl], requests)
-            pos = nl + 1
-        return pos
-
-    def _inline_request(self, line: bytes, requests: list[list[bytes]]) -> None:
-        args = split_inline(line.rstrip(b"\r"))
-        if args:
-            if len(args) > self._max_args:
-                raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH)
-            requests.append(args)
-            if self._strict and args[0].upper() in _AUTH_COMMANDS:
-                self._auth_seen = True
 
 
 def _new_reader(max_elements: int) -> tuple[hiredis.Reader, ctypes.c_int | None, ctypes.c_int | None]:

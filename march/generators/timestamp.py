@@ -367,34 +367,40 @@ class TimestampGenerator(DurableBound):
         return max(0, (self._last >> self._sb) - now_units) * self.layout.unit
 
     def info(self) -> dict[str, Any]:
-        layout = self.layout
-        now_ms = int(self._wall() * 1000)
-        now_units = layout.units_at(now_ms)
-        logical = max(now_units, self._last >> self._sb)
-        ceiling = self.durable_ceiling
-        return {
-            "type": self.kind,
-            "preset": layout.preset,
-            "layout": layout.describe(),
-            "epoch": layout.epoch,
-            "unit_ms": layout.unit,
-            "node": layout.node,
-            "watermark": self.watermark(),
-            "logical_time": iso(layout.ms_of(logical)),
-            "wall_time": iso(now_ms),
-            "lead_ms": (logical - now_units) * layout.unit,
-            "ceiling": ceiling,
-            "ceiling_time": iso(layout.ms_of(ceiling)),
-            "bound_ahead_ms": (ceiling - logical) * layout.unit if self._valid() else 0,
-            "lookahead_ms": self.lookahead_ms,
-            "lookahead_now_ms": self._lookahead.ahead * layout.unit,
-            "max_lead_ms": self.max_lead_ms,
-            "lead_cap_waits": self.lead_waits,
-            "lead_cap_refusals": self.lead_refusals,
-            "extending_to": self._target if self._write is not None else 0,
-            "carries": self.carries,
-            "issued": self.issued,
-            "runs_out": iso(layout.ends_ms),
-            "runs_out_in_days": (layout.ends_ms - now_ms) // 86_400_000,
-            **self.store_info(),
-        }
+        return describe(self)
+
+
+def describe(gen: TimestampGenerator) -> dict[str, Any]:
+    """SEQ.INFO's fields of a timestamp sequence: its layout, where logical time and the durable
+    bound stand against the wall clock, the lead cap's counts."""
+    layout = gen.layout
+    now_ms = int(gen._wall() * 1000)
+    now_units = layout.units_at(now_ms)
+    logical = max(now_units, gen._last >> gen._sb)
+    ceiling = gen.durable_ceiling
+    return {
+        "type": gen.kind,
+        "preset": layout.preset,
+        "layout": layout.describe(),
+        "epoch": layout.epoch,
+        "unit_ms": layout.unit,
+        "node": layout.node,
+        "watermark": gen.watermark(),
+        "logical_time": iso(layout.ms_of(logical)),
+        "wall_time": iso(now_ms),
+        "lead_ms": (logical - now_units) * layout.unit,
+        "ceiling": ceiling,
+        "ceiling_time": iso(layout.ms_of(ceiling)),
+        "bound_ahead_ms": (ceiling - logical) * layout.unit if gen._valid() else 0,
+        "lookahead_ms": gen.lookahead_ms,
+        "lookahead_now_ms": gen._lookahead.ahead * layout.unit,
+        "max_lead_ms": gen.max_lead_ms,
+        "lead_cap_waits": gen.lead_waits,
+        "lead_cap_refusals": gen.lead_refusals,
+        "extending_to": gen._target if gen._write is not None else 0,
+        "carries": gen.carries,
+        "issued": gen.issued,
+        "runs_out": iso(layout.ends_ms),
+        "runs_out_in_days": (layout.ends_ms - now_ms) // 86_400_000,
+        **gen.store_info(),
+    }
