@@ -28,8 +28,8 @@ Sections (each can be skipped):
 - the Python client's prefetching IDs/s, `seq.next(key)`, `next(it)` on `seq.ids(key)` and a
   bare function doing the same look-up (the baseline), each in a subprocess of its own, rounds
   alternating; skipped if march_client is not installed;
-- memory per sequence, created and touched after a restart (`benchlib/memory.py` if it is there,
-  else `benchlib/memory_simple.py`; each prints one JSON line).
+- memory per sequence, created and touched after a restart (`benchlib/memory.py`, which prints
+  one JSON line).
 
 `--check-readme`: the figures the READMEs quote carry a marker `<!-- bench: key value -->`
 (`benchlib/readme.py`); this mode measures them all in one run and prints each one's value today
@@ -289,10 +289,9 @@ class Bench:
             print(self.extra[-1], flush=True)
 
     def memory_section(self) -> None:
-        """RSS per sequence created, and touched after a restart (benchlib/memory.py if it is there,
-        else the bench's simple version); the figures are kept in ``self.memory``."""
-        fuller = ROOT / "scripts/benchlib/memory.py"
-        script = fuller if fuller.exists() else ROOT / "scripts/benchlib/memory_simple.py"
+        """RSS per sequence created, and touched after a restart (benchlib/memory.py); the figures
+        are kept in ``self.memory``."""
+        script = ROOT / "scripts/benchlib/memory.py"
         n = self.args.memory_sequences
         print(f"\n== memory per sequence, {n:,} sequences ({script.relative_to(ROOT)})", flush=True)
         result = self.json_script(script, ["--sequences", str(n)])

@@ -100,7 +100,6 @@ def bench_png(rows: Sequence[BenchRow], path: Path, title: str) -> Path:
 MEMORY_BARS = {  # the memory script's figure -> its bar's label and colour
     "created_bytes_per_seq": ("march: created", "#1f77b4"),
     "touched_bytes_per_seq": ("march: touched after a restart", "#17becf"),
-    "redis_bytes_per_key": ("redis-server: a key made by INCR", "#d62728"),
 }
 
 
