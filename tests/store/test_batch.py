@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from support.aio import until
 
 from march.store.batch import Batcher
 
@@ -29,14 +30,20 @@ class Recorder:
         return [i * 10 for i in items]
 
 
+async def loop_turns(n: int) -> None:
+    """Let the event loop run ``n`` turns (a count of turns, not a time)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 async def test_calls_made_while_a_chunk_runs_share_the_next_one() -> None:
     rec = Recorder()
     batcher: Batcher[int, int] = Batcher(rec.run, 100, serial=True)
     first = asyncio.ensure_future(batcher(1))
-    await asyncio.sleep(0.01)  # the first chunk is on its way, held
-    assert rec.chunks == [[1]]  # a lone call is sent at once
+    await until(lambda: rec.chunks == [[1]], "the lone call sent at once")  # on its way, held
     later = [asyncio.ensure_future(batcher(i)) for i in (2, 3, 4)]
-    await asyncio.sleep(0.01)
+    await until(lambda: len(batcher._pending) == 3, "the later calls queued")
+    await loop_turns(20)  # anything the batcher would send now has been sent
     assert rec.chunks == [[1]]  # (not sent while the first runs)
     rec.release.set()
     assert await first == 10
@@ -49,9 +56,9 @@ async def test_a_failed_chunk_fails_every_caller_in_it_and_no_other() -> None:
     rec.fail = {1}
     batcher: Batcher[int, int] = Batcher(rec.run, 100, serial=True)
     first = asyncio.ensure_future(batcher(1))
-    await asyncio.sleep(0.01)
+    await until(lambda: rec.chunks == [[1]], "the first chunk sent")
     failing = [asyncio.ensure_future(batcher(i)) for i in (2, 3)]
-    await asyncio.sleep(0.01)
+    await until(lambda: len(batcher._pending) == 2, "the later calls queued")
     rec.release.set()
     assert await first == 10
     for fut in failing:
