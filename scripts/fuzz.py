@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import errno
 import itertools
 import random
 import re
@@ -374,6 +375,25 @@ class Stats:
                 self.failures.append(message)
 
 
+CHECKER_ADDRESS = "127.0.0.2"
+
+
+def _checker_socket(port: int, timeout: float) -> socket.socket:
+    """A connection to the server for the checks, from its own source address when it can.
+
+    The fuzzed connections send AUTH with random passwords for the user ``default`` from 127.0.0.1,
+    so the server's AUTH throttle (see march.auth.AuthThrottle) rightly holds back that very
+    (address, user) pair, and a check's AUTH from there may be refused as a guess. From 127.0.0.2
+    (still loopback, still to 127.0.0.1) the checker is a different client with no failures."""
+    try:
+        return socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(CHECKER_ADDRESS, 0))
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            raise
+        # a system whose loopback is 127.0.0.1 alone
+        return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+
 def rss_kb(pid: int) -> int:
     """VmRSS of ``pid`` in kB (0 if the process is gone)."""
     try:
@@ -456,7 +476,7 @@ class Watcher(threading.Thread):
         deadline = time.monotonic() + self.args.ping_timeout
         if self.args.requirepass:
             requests = (mb("AUTH", self.args.requirepass), *requests)
-        with socket.create_connection(("127.0.0.1", self.server.port), timeout=self.args.ping_timeout) as sock:
+        with _checker_socket(self.server.port, self.args.ping_timeout) as sock:
             sock.sendall(b"".join(requests))
             parser = hiredis.Reader()
             replies: list[Any] = []
@@ -631,6 +651,7 @@ def run(args: argparse.Namespace, workdir: Path, stop: threading.Event | None = 
         server.start()
         stats.start_rss_kb = rss_kb(server.pid)
         started = time.monotonic()
+        watcher.ping()  # before any guess: from now on the server knows the watcher's (address, user)
         watcher.start()
         try:
             _event_loop_run(Fuzzer(server, args, stats, stop).run())
