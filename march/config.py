@@ -96,6 +96,9 @@ class Config:
     lease_ttl: int = 3
     join_other_cluster: bool = False
     sentinel_master_name: str = "march"
+    groups: int = 1
+    redirect: str = "moved"
+    cluster_secret: str = ""
     etcd_user: str = ""
     etcd_password: str = ""
     etcd_ca_cert_file: str = ""
@@ -496,6 +499,29 @@ OPTIONS: tuple[Option, ...] = (
         "the master name SENTINEL commands answer for (the cluster's primary), as clients' Sentinel settings name it",
         "cluster",
     ),
+    Option(
+        "groups",
+        "leadership groups the slot space is split into when the cluster is first created (etcd keeps the "
+        "cluster's number; `march groups` changes it on a running cluster)",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+        bounds=Bounds(1, 256, "one election each: more groups than a cluster has cores gain nothing"),
+    ),
+    Option(
+        "redirect",
+        "what a node does with a key request for a group it does not serve: moved (answer MOVED, for "
+        "cluster clients) or forward (relay it to the group's primary, for plain clients)",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option(
+        "cluster_secret",
+        "the secret nodes authenticate their forwarding links with (the same on every node; needed for "
+        "redirect forward)",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+        secret=True,
+    ),
     Option("etcd_user", "etcd user name (with etcd_password)", "cluster", restart=errors.RESTART_ETCD),
     Option("etcd_password", "etcd password", "cluster", restart=errors.RESTART_ETCD, secret=True),
     Option("etcd_ca_cert_file", "CA certificate for TLS to etcd (enables TLS)", "cluster", restart=errors.RESTART_ETCD),
@@ -598,6 +624,8 @@ def _validate(c: Config) -> None:
     need(c.min_batch <= c.max_batch, "need min_batch <= max_batch")
     # A sweep of every sequence more often than once a second would be work for nothing.
     need(c.sequence_idle_seconds == 0 or c.sequence_idle_seconds >= 1, "sequence_idle_seconds must be 0 or at least 1")
+    need(c.redirect in ("moved", "forward"), "redirect must be moved or forward")
+    need(c.redirect == "moved" or bool(c.cluster_secret), "redirect forward needs cluster_secret")
     need(bool(c.etcd_user) == bool(c.etcd_password), "etcd_user and etcd_password go together")
     need(bool(c.etcd_cert_file) == bool(c.etcd_key_file), "etcd_cert_file and etcd_key_file go together")
     need(

@@ -204,7 +204,7 @@ def test_public_items() -> None:
 
 def test_the_passwords_are_the_secret_options() -> None:
     """``secret`` options are masked by CONFIG GET and redacted from the log (``Config.secrets``)."""
-    assert {o.name for o in OPTIONS if o.secret} == {"requirepass", "etcd_password"}
+    assert {o.name for o in OPTIONS if o.secret} == {"requirepass", "etcd_password", "cluster_secret"}
     c = Config(requirepass="rp-secret", etcd="127.0.0.1:2379", etcd_user="u", etcd_password="etcd-secret")
     assert c.secrets() == ("rp-secret", "etcd-secret")
     assert c.public_items()["etcd-password"] == "********"
