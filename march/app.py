@@ -27,7 +27,7 @@ from .auth import AclCommand, AclLog, AuthThrottle, User, Users
 from .config import OPTIONS, Config
 from .counters import NodeMetrics
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
-from .group import Group
+from .group import Group, Groups
 from .limits import clients_the_fd_limit_allows
 from .pubsub import PubSub
 from .serving import Change, Phase
@@ -47,6 +47,8 @@ class Assembled(Protocol):
     def store(self) -> Store: ...
     @property
     def group(self) -> Group: ...
+    @property
+    def groups(self) -> Groups: ...
     @property
     def users(self) -> Users: ...
     @property
@@ -157,6 +159,7 @@ class App:
         self.node = node
         self.store = node.store
         self.group = node.group
+        self.groups = node.groups
         self.keyspace = node.group.keyspace
         self.users = node.users
         self.acl_log = AclLog()

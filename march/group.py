@@ -12,17 +12,37 @@ Everything about routing a request derives from the group's ``ServingState``: se
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 from . import errors
 from .cluster.member import ClusterMember
+from .cluster.slots import SLOTS, key_slot
 from .errors import CommandError
 from .keyspace import Keyspace
 from .serving import ServingState
 
 
+@dataclass(frozen=True)
+class SlotRange:
+    """The slots ``first`` to ``last`` (both included), as CLUSTER SLOTS shows them."""
+
+    first: int
+    last: int
+
+    def __contains__(self, slot: object) -> bool:
+        return isinstance(slot, int) and self.first <= slot <= self.last
+
+
+ALL_SLOTS = SlotRange(0, SLOTS - 1)
+
+
 class Group:
-    def __init__(self, state: ServingState, keyspace: Keyspace) -> None:
+    def __init__(self, state: ServingState, keyspace: Keyspace, index: int = 0, slots: SlotRange = ALL_SLOTS) -> None:
         self.state = state
         self.keyspace = keyspace
+        self.index = index  # 0, 1, ... in slot order
+        self.slots = slots
         self.member: ClusterMember | None = None  # cluster mode, from ``march.node`` once listening
 
     @property
@@ -42,3 +62,31 @@ class Group:
         if self.member is None:
             return CommandError(errors.NOT_SERVING)
         return self.member.directory.redirect(key, tls)
+
+
+class Groups:
+    """Every leadership group of this node, in slot order: which one a slot or a key belongs to.
+
+    With one group (the default) no slot is computed: every key is the one group's."""
+
+    def __init__(self, groups: list[Group]) -> None:
+        assert groups and groups[0].slots.first == 0 and groups[-1].slots.last == SLOTS - 1
+        self._groups = groups
+        self._single = groups[0] if len(groups) == 1 else None
+        # slot -> group index, one byte per slot (at most 256 groups)
+        self._by_slot = bytes(g.index for g in groups for _ in range(g.slots.first, g.slots.last + 1))
+
+    def of_slot(self, slot: int) -> Group:
+        return self._single or self._groups[self._by_slot[slot]]
+
+    def of_key(self, key: bytes) -> Group:
+        return self._single or self._groups[self._by_slot[key_slot(key)]]
+
+    def __iter__(self) -> Iterator[Group]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __getitem__(self, index: int) -> Group:
+        return self._groups[index]

@@ -44,7 +44,7 @@ from .config import Config
 from .etcd.api import Etcd
 from .etcd.grpc_etcd import TLS, GrpcEtcd
 from .etcd.keys import KeyPaths
-from .group import Group
+from .group import Group, Groups
 from .keyspace import Keyspace
 from .serving import Cause, ServingState
 from .store.base import SINGLE_NODE, IdentityConflict, Store
@@ -100,6 +100,7 @@ class Node:
             state = ServingState(clock)  # serves once the data dir is locked (``open``)
         self.store = store
         self.group = Group(state, Keyspace(config, store, state, clock.now))
+        self.groups = Groups([self.group])
         self.users = Users(commands, loaded=not config.cluster)
         if config.cluster:
             self.users.default.apply(["off"], commands)  # nobody gets in until the users are read
