@@ -211,3 +211,58 @@ async def change_layout(
         "still held (its node steps down when it sees the change, or its lease expires within a TTL); "
         "retry then"
     )
+
+
+@dataclass(frozen=True)
+class LayoutStatus:
+    """What ``march groups`` shows: the layout, each group's primary (node id, None: none), the
+    previous layout's leader keys still held (key -> node id) and the registered nodes."""
+
+    layout: Layout
+    leaders: dict[int, str | None]
+    lingering: dict[bytes, str]
+    nodes: list[str]
+
+    def lines(self, prefix: str) -> list[str]:
+        layout = self.layout
+        head = f"etcd prefix {prefix}: {layout.describe()}"
+        if layout.revision:
+            head += f" (since revision {layout.revision}, {layout.previous} before)"
+        out = [head + f"; {len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''} registered"]
+        for g in range(layout.groups):
+            r = layout.slots(g)
+            out.append(f"  group {g}: slots {r.first}-{r.last}, primary {self.leaders[g] or '(none)'}")
+        for key, node in self.lingering.items():
+            out.append(f"  still held from the {layout.previous}-group layout: {key.decode(errors='replace')} ({node})")
+        return out
+
+
+async def read_status(etcd: Etcd, keys: KeyPaths, timeout: float) -> LayoutStatus:
+    """One linearizable read of the layout, every leader key and every node record."""
+    found = await etcd.range(Get(keys.topology_start, keys.topology_end), timeout)
+    by_key = {kv.key: kv for kv in found.kvs}
+    layout = layout_of(by_key.get(keys.groups))
+    leaders: dict[int, str | None] = {}
+    for g in range(layout.groups):
+        kv = by_key.get(layout.leader_key(keys, g))
+        leaders[g] = kv.value.decode(errors="replace") if kv is not None else None
+    lingering = {k: by_key[k].value.decode(errors="replace") for k in layout.previous_leader_keys(keys) if k in by_key}
+    nodes = [kv.key[len(keys.nodes) :].decode(errors="replace") for kv in found.kvs if kv.key.startswith(keys.nodes)]
+    return LayoutStatus(layout, leaders, lingering, nodes)
+
+
+def change_lines(current: Layout, groups: int) -> list[str]:
+    """What changing ``current`` to ``groups`` groups does, for the operator to confirm."""
+    if groups == current.groups:
+        raise LayoutChangeRefused(f"the cluster already has {current.describe()}")
+    new = Layout(groups)  # BadLayout if out of bounds
+    out = [f"change from {current.describe()} to {new.describe()}:"]
+    out += [f"  group {g}: slots {new.slots(g).first}-{new.slots(g).last}" for g in range(groups)]
+    out.append(
+        "Every node steps down from the groups it leads and gives their leader keys back; the new groups "
+        "elect their primaries once every old leader key is gone. Each key pauses for about one election "
+        "(up to a lease TTL while a node that led cannot be reached), then cluster clients get MOVED to "
+        "the new primaries. Each key's first ID in its new group is above its stored ceiling: no ID repeats "
+        "or goes backwards."
+    )
+    return out
