@@ -14,6 +14,9 @@ change (0: never changed). This module is the one place that knows:
   ``[KeyPaths.topology_start, KeyPaths.topology_end)``: one range read and one watch per node see
   the layout, every group's leader and every node, at one revision.
 
+**A new cluster** gets its number of groups from the first node's ``groups`` (``create_layout``,
+only while the prefix holds no cluster id yet); after that etcd's number is the cluster's.
+
 **Changing N** (``change_layout``; docs/groups.md has the reasoning and the procedure). No key may
 ever be served by two primaries, so a leader of the new layout starts only once no leader of the
 old one can serve:
@@ -168,18 +171,27 @@ async def read_layout(etcd: Etcd, keys: KeyPaths, timeout: float) -> Layout:
 
 
 async def create_layout(etcd: Etcd, keys: KeyPaths, groups: int, timeout: float) -> Layout:
-    """Make ``groups`` the layout of a cluster that has none yet; the layout etcd holds afterwards
-    (another node's, or one set by ``march groups``, wins: the number of groups is the cluster's).
+    """Give a new cluster ``groups`` groups; the layout etcd holds afterwards. Call it before the
+    cluster id is bootstrapped (``march.cluster.identity``).
 
-    One group writes nothing (an absent record is one group). More groups are a change from the
-    absent layout (``previous`` 1: a node of one group may already lead under ``<prefix>/leader``)."""
-    current = await read_layout(etcd, keys, timeout)
-    if current.revision or groups == 1:
-        return current
-    try:
-        return await change_layout(etcd, keys, groups, timeout, expected=current)
-    except LayoutChangeRefused:
-        return await read_layout(etcd, keys, timeout)  # someone else wrote one first: theirs holds
+    Only a fresh prefix gets a layout (a create-if-absent transaction that also finds no
+    ``<prefix>/cluster``): the number of groups is the cluster's, and once the cluster exists only
+    ``change_layout`` (``march groups N``) changes it; a node started with another ``groups`` follows
+    etcd. No leader can exist on a fresh prefix (every campaign compares the cluster id), so the new
+    layout has no previous one. One group writes nothing: an absent record is one group."""
+    if groups == 1:
+        return await read_layout(etcd, keys, timeout)
+    Layout(groups)  # BadLayout if out of bounds
+    reply = await etcd.txn(
+        [created_at(keys.groups, 0), created_at(keys.cluster, 0)],
+        [Put(keys.groups, _record(groups, 0))],
+        [Get(keys.groups)],
+        timeout,
+    )
+    if reply.succeeded:
+        return Layout(groups, reply.revision, 0)
+    found = reply.ranges[0]
+    return layout_of(found.kvs[0] if found is not None and found.kvs else None)
 
 
 async def change_layout(

@@ -131,11 +131,17 @@ async def fake() -> AsyncIterator[Etcd]:
     await client.close()
 
 
+async def test_only_a_new_cluster_gets_its_number_of_groups(fake: Etcd) -> None:
+    await fake.put(KEYS.cluster, b"c1")  # a cluster made before: one group, whatever a node says
+    assert await create_layout(fake, KEYS, 4, 1.0) == Layout()
+    assert await fake.get(KEYS.groups) is None
+
+
 async def test_create_and_change(fake: Etcd) -> None:
     assert await create_layout(fake, KEYS, 1, 1.0) == Layout()
     assert await fake.get(KEYS.groups) is None  # one group writes nothing
     four = await create_layout(fake, KEYS, 4, 1.0)
-    assert (four.groups, four.previous) == (4, 1) and four.revision > 0
+    assert (four.groups, four.previous) == (4, 0) and four.revision > 0
     assert await create_layout(fake, KEYS, 2, 1.0) == four  # the cluster's number wins
     assert await read_layout(fake, KEYS, 1.0) == four
     with pytest.raises(LayoutChangeRefused, match="already has 4 groups"):
@@ -249,9 +255,10 @@ async def test_on_a_real_etcd(etcd: EtcdCluster) -> None:
     keys = KeyPaths.of(f"/layout-{uuid.uuid4().hex[:8]}")
     try:
         lease, _ = await real.grant(5)
+        await real.put(keys.cluster, b"c1")
         await real.put(keys.leader, b"n1", lease)  # today's one-group leader
-        assert await create_layout(real, keys, 1, 2.0) == Layout()
-        four = await create_layout(real, keys, 4, 2.0)
+        assert await create_layout(real, keys, 4, 2.0) == Layout()  # an existing cluster keeps its number
+        four = await change_layout(real, keys, 4, 2.0)
         assert (four.groups, four.previous) == (4, 1)
         key = four.leader_key(keys, 0)
         campaign = [*campaign_compares(four, keys), created_at(key, 0)]
