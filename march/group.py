@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from . import errors
+from .cluster.layout import ALL_SLOTS, SlotRange
 from .cluster.member import GroupMember
 from .cluster.slots import SLOTS, key_slot
 from .config import Config
@@ -34,19 +34,7 @@ from .listing import Selection
 from .serving import ServingState
 from .workers import Workers
 
-
-@dataclass(frozen=True)
-class SlotRange:
-    """The slots ``first`` to ``last`` (both included), as CLUSTER SLOTS shows them."""
-
-    first: int
-    last: int
-
-    def __contains__(self, slot: object) -> bool:
-        return isinstance(slot, int) and self.first <= slot <= self.last
-
-
-ALL_SLOTS = SlotRange(0, SLOTS - 1)
+__all__ = ["ALL_SLOTS", "ActiveView", "Group", "Groups", "Keyspaces", "SlotRange"]  # SlotRange: march.cluster.layout
 
 
 class Group:

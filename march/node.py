@@ -39,13 +39,13 @@ from .auth import AclCommand, Users
 from .clock import SYSTEM, Clock
 from .cluster.directory import NodeInfo
 from .cluster.identity import ClusterIdentity
-from .cluster.layout import Layout, ensure_layout, read_layout
+from .cluster.layout import Layout, campaign_compares, create_layout, layout_of
 from .cluster.member import ClusterMember, GroupSpec
 from .config import Config
-from .etcd.api import Etcd
+from .etcd.api import Etcd, Get
 from .etcd.grpc_etcd import TLS, GrpcEtcd
 from .etcd.keys import KeyPaths
-from .group import Group, Groups, SlotRange
+from .group import Group, Groups
 from .keyspace import Keyspace
 from .serving import Cause, ServingState
 from .store.base import SINGLE_NODE, IdentityConflict, Store, StoreError
@@ -124,17 +124,18 @@ class Node:
                 if state is not None and g == 0
                 else ServingState(self.clock, f"group {g}" if layout.groups > 1 else "")
             )
-            span = layout.slots(g)
-            groups.append(
-                Group(own, Keyspace(self.config, self.store, own, self.clock.now), g, SlotRange(span.first, span.last))
-            )
+            groups.append(Group(own, Keyspace(self.config, self.store, own, self.clock.now), g, layout.slots(g)))
         return Groups(groups)
 
     async def _read_layout(self) -> None:
         """Cluster mode, before listening: the layout etcd holds, if it answers now (else the
         ``groups`` option's, confirmed before any campaign: ``_confirm_layout``)."""
         try:
-            found = await read_layout(self.etcd["control"], self.keys, self.config.lease_ttl / 3)
+            reply = await self.etcd["control"].txn(
+                [], [Get(self.keys.groups), Get(self.keys.cluster)], [], self.config.lease_ttl / 3
+            )
+            record, cluster = (r.kvs[0] if r is not None and r.kvs else None for r in reply.ranges)
+            found = layout_of(record) if record is not None or cluster is not None else None  # None: a fresh prefix
         except StoreError as exc:
             log.warning("etcd did not answer (%s): assuming %d group(s) until it does", exc, self.layout.groups)
             return
@@ -149,7 +150,7 @@ class Node:
     async def _confirm_layout(self) -> None:
         """Before the first campaign: the layout etcd holds (written from this node's if the prefix is
         fresh) is the one this node's groups were built for, else this node stops (restarted, it reads it)."""
-        layout = await ensure_layout(self.etcd["control"], self.keys, self.layout.groups, self.config.lease_ttl / 3)
+        layout = await create_layout(self.etcd["control"], self.keys, self.layout.groups, self.config.lease_ttl / 3)
         if layout.groups != self.layout.groups:
             raise IdentityConflict(
                 f"etcd prefix {self.config.etcd_prefix} has {layout.groups} leadership group(s); this node "
@@ -203,6 +204,7 @@ class Node:
             store_timeout=c.store_timeout,
             on_fatal=self._fail,
             confirm_layout=self._confirm_layout,
+            campaign_compares=lambda: campaign_compares(self.layout, self.keys),
         )
         self.member = member
         for group, part in zip(self.groups, member.groups, strict=True):

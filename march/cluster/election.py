@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..clock import Clock, wait_event
-from ..etcd.api import Delete, Etcd, Get, Put, created_at, lease_is, value_is
+from ..etcd.api import Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
 from ..store.base import Guard, IdentityConflict, StoreError
@@ -78,6 +78,7 @@ class Election:
         handoff: bytes = b"",
         spread: Spread | None = None,
         wake: asyncio.Event | None = None,
+        compares: Callable[[], list[Compare]] = list,
     ) -> None:
         self.etcd = etcd
         self.keys = keys
@@ -90,6 +91,7 @@ class Election:
         self.ttl = lease.ttl
         self.leader = leader or keys.leader  # this group's leader key (``march.cluster.layout``)
         self.handoff = handoff or keys.handoff  # and its FAILOVER hand-off key
+        self.compares = compares  # the layout's campaign compares (``march.cluster.layout.campaign_compares``)
         self.spread = spread  # several groups: how many this node may lead, and how long it waits
         self._leaderless_since: float | None = None  # when this group was first seen without a leader
         self.held_revision = 0  # create revision of the leader key this node created (0: none)
@@ -232,7 +234,12 @@ class Election:
         leader, record, cluster = self.leader, self.keys.node(self.node_id), self.keys.cluster
         lease = self.lease.id
         reply = await self.etcd.txn(
-            [created_at(leader, 0), lease_is(record, lease), value_is(cluster, self.identity.id.encode())],
+            [
+                created_at(leader, 0),
+                lease_is(record, lease),
+                value_is(cluster, self.identity.id.encode()),
+                *self.compares(),
+            ],
             [Put(leader, self.node_id.encode(), lease)],
             [Get(record), Get(cluster)],
             self.ttl / 3,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from ..clock import Clock
 from ..errors import CommandError
-from ..etcd.api import Etcd
+from ..etcd.api import Compare, Etcd
 from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, ServingState
@@ -107,6 +107,7 @@ class ClusterMember:
         store_timeout: float,
         on_fatal: Callable[[IdentityConflict], None] = lambda _: None,
         confirm_layout: Callable[[], Awaitable[None]] | None = None,
+        campaign_compares: Callable[[], list[Compare]] = list,
     ) -> None:
         self.clock = clock
         self.ttl = ttl
@@ -139,6 +140,7 @@ class ClusterMember:
                 handoff=spec.handoff,
                 spread=spread,
                 wake=wake,
+                compares=campaign_compares,
             )
             failover = Failover(
                 control_etcd, keys, spec.state, spec.keyspace, self.lease, view, election, clock, store_timeout
