@@ -226,6 +226,9 @@ FAILOVER_OTHER_PRIMARY = "ERR FAILOVER target {} did not take over: {} holds the
 
 # Leadership groups (scale-out, issue 17)
 FAILOVER_GROUP_RANGE = "ERR FAILOVER GROUP must be a group number from 0 to {}"
+CLUSTER_FAILOVER_ON_PRIMARY = "ERR You should send CLUSTER FAILOVER to a replica"
+CLUSTER_FAILOVER_NO_PRIMARY = "ERR I'm a replica but my master is unknown to me"
+CLUSTER_FAILOVER_TIMEOUT = "ERR CLUSTER FAILOVER: group {} was not handed over in time (the request is withdrawn)"
 
 # --- configuration: CONFIG SET / REWRITE / RESETSTAT -------------------------------------------
 # Redis' own texts where Redis has one, so tools that parse them keep working.

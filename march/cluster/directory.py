@@ -63,6 +63,7 @@ class NodeInfo:
     role: str = STANDBY
     tls_addr: str = ""  # host:port that TLS clients are sent to ("": no TLS port)
     leads: tuple[int, ...] = ()  # the groups this node leads, as its record says (spreading, CLUSTER NODES)
+    takeover: int = -1  # CLUSTER FAILOVER run here: the group it asks its primary for (-1: none)
 
     def seen_by(self, tls: bool) -> NodeInfo:
         """This node as a client connected with or without TLS should be told of it."""
@@ -123,7 +124,7 @@ class Directory:
         self._leader_index = {leader: g for g, (leader, _) in enumerate(self.leader_keys)}
         self._handoff_index = {handoff: g for g, (_, handoff) in enumerate(self.leader_keys)}
         self.views = [Topology() for _ in self.leader_keys]  # each group's view, from the last read
-        self._registered: tuple[int, str, tuple[int, ...]] | None = None  # (lease, role, leads) last written
+        self._registered: tuple[int, str, tuple[int, ...], int] | None = None  # (lease, role, leads, takeover) written
         self._listeners: list[Callable[[], None]] = []
         self.leader_changes = 0  # times a leader key named another node (metrics)
         self._last_leaders: list[str | None] = [None] * len(self.leader_keys)
@@ -160,14 +161,14 @@ class Directory:
         """The first group's view (the only one with one group)."""
         return self.views[0]
 
-    async def register(self, lease: int, role: str, leads: tuple[int, ...] = ()) -> bool:
+    async def register(self, lease: int, role: str, leads: tuple[int, ...] = (), takeover: int = -1) -> bool:
         """(Re)write this node's record under ``lease`` if the lease, the role or the groups it leads
         changed: created if absent, rewritten only while under ``lease``. False while another lease holds this node id
         (its holder may be this node's crashed predecessor: wait for its lease to end);
         IdentityConflict once that lease outlived its TTL (another live process holds the id)."""
         if not lease:
             return False
-        if self._registered == (lease, role, leads):
+        if self._registered == (lease, role, leads, takeover):
             return True
         key = self.keys.node(self.me.id)
         record = {
@@ -176,6 +177,7 @@ class Directory:
             "tls_addr": self.me.tls_addr,
             "role": role,
             "leads": list(leads),
+            "takeover": takeover,
             "pid": os.getpid(),
             "lease_ttl": self.ttl,
         }
@@ -188,7 +190,7 @@ class Directory:
                 if self._rival is not None:
                     log.info("node id %s is this node's now (the other lease ended)", self.me.id)
                     self._rival = None
-                self._registered = (lease, role, leads)
+                self._registered = (lease, role, leads, takeover)
                 return True
             found = reply.ranges[0]
             held = found.kvs[0] if found is not None and found.kvs else None
@@ -269,6 +271,7 @@ class Directory:
                         data.get("role", STANDBY),
                         data.get("tls_addr", ""),
                         tuple(int(g) for g in data.get("leads", ())),
+                        int(data.get("takeover", -1)),
                     )
                     leases[data["id"]] = kv.lease
                 except (ValueError, KeyError, TypeError):

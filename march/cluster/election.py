@@ -328,15 +328,17 @@ class ElectionLoop:
         self._wake = wake
         self._confirm_layout = confirm_layout  # until the layout in etcd is confirmed (then None)
         self.closing = False
+        self.takeover = -1  # CLUSTER FAILOVER: the group this node asks for in its record (-1: none)
 
     def wake(self) -> None:
         self._wake.set()
 
-    def describe(self) -> tuple[str, tuple[int, ...]]:
-        """This node's role (primary if it leads any group) and the groups it leads, for its record."""
+    def describe(self) -> tuple[str, tuple[int, ...], int]:
+        """This node's role (primary if it leads any group), the groups it leads and the group it asks
+        for (CLUSTER FAILOVER), for its record."""
         roles = {e.role for e in self.elections}
         role = PRIMARY if PRIMARY in roles else PROMOTING if PROMOTING in roles else STANDBY
-        return role, tuple(g for g, e in enumerate(self.elections) if e.state.leading)
+        return role, tuple(g for g, e in enumerate(self.elections) if e.state.leading), self.takeover
 
     async def run(self) -> None:
         while not self.closing:

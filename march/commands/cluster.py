@@ -74,6 +74,21 @@ def _shards_of(client: Client) -> list[_Shard]:
     return out
 
 
+def _cluster_failover(client: Client, args: list[bytes]) -> Any:
+    """Redis' replica-side manual failover: the node asks the most loaded primary for one group
+    (``ClusterMember.take_over``) and answers once it serves it. FORCE and TAKEOVER are accepted and
+    take the same planned path: a primary that is down loses its groups to the election anyway."""
+    member = _member(client)
+    if len(args) > 3 or (len(args) == 3 and args[2].lower() not in (b"force", b"takeover")):
+        raise CommandError(errors.SYNTAX)
+    return _take_over(member, _DEFAULT_FAILOVER_TIMEOUT_MS / 1000)
+
+
+async def _take_over(member: GroupMember, timeout: float) -> Any:
+    await member.node.take_over(timeout)
+    return "OK"
+
+
 def _cluster_keyslot(client: Client, args: list[bytes]) -> Any:
     _member(client)
     return key_slot(args[2])
@@ -244,8 +259,17 @@ container(
         Subcommand("info", 2, "Cluster state: ok while a primary is known.", _cluster_info),
         Subcommand("myid", 2, "This node's id.", _cluster_myid),
         Subcommand("keyslot", 3, "The hash slot of a key (CRC16 with hash tags).", _cluster_keyslot, "KEYSLOT <key>"),
+        Subcommand(
+            "failover",
+            -2,
+            "On a node leading no group: take one group over from the most loaded primary (planned, no client error).",
+            _cluster_failover,
+            "FAILOVER [FORCE|TAKEOVER]",
+            categories=("@admin", "@slow", "@dangerous"),
+            flags=("admin", "stale"),
+        ),
     ),
-    summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT.",
+    summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT; CLUSTER FAILOVER.",
     group="cluster",
 )
 
