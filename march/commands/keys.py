@@ -24,9 +24,11 @@
 - **Several leadership groups** (``march.cluster.layout``): as on a Redis Cluster node, ``KEYS``,
   ``SCAN``, ``SEQ.LIST`` and ``DBSIZE`` see only the names in the slots of the groups this node
   serves when the request starts (``served_slots``: one CRC16 per name, in C, as one more check of
-  the listing's slices). With one group, or on a node serving every group, nothing changes:
-  ``DBSIZE`` answers from memory. Otherwise ``DBSIZE`` counts the names of its slots a page at a
-  time in slices (the store cannot count by slot); the DBSIZEs that come while a count runs share it.
+  the listing's slices). With one group, or on a node serving every group, every name is listed.
+  With one group ``DBSIZE`` answers from memory, as before; with several it asks the store (each
+  group's in-memory count sees only its own creations): its count of every name when this node
+  serves every group, else the names of its slots counted a page at a time in slices (the store
+  cannot count by slot). The DBSIZEs that come while a count runs share it.
 - **CROSSSLOT**: ``MGET`` and ``EXISTS`` whose keys belong to different groups get Redis'
   ``CROSSSLOT`` error (``check_one_group``). Keys of different slots of one group are served, as
   before groups existed: Redis refuses them, but nothing here needs one slot (one group is one
@@ -363,9 +365,9 @@ async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> 
     group="server",
 )
 def dbsize(client: Client, args: list[bytes]) -> Any:
-    slots = served_slots(client.app.groups)
-    if slots is not None:
-        return _count_served(client, slots)
+    groups = client.app.groups
+    if len(groups) > 1:
+        return _count_served(client, served_slots(groups))
     known = client.app.keyspace.known_count()
     return known if known is not None else client.app.keyspace.count()
 
@@ -401,24 +403,29 @@ def check_one_group(groups: Groups, keys: Iterable[bytes]) -> None:
 
 @dataclass(frozen=True)
 class _SlotCount:
-    """A count of the names in a set of slots, shared by the DBSIZEs that come while it runs."""
+    """A count of the names in a set of slots (None: all), shared by the DBSIZEs that come while it runs."""
 
-    slots: bytes
+    slots: bytes | None
     task: asyncio.Task[int]
 
 
 _counts: weakref.WeakKeyDictionary[Groups, _SlotCount] = weakref.WeakKeyDictionary()
 
 
-async def _count_served(client: Client, slots: bytes) -> int:
-    """DBSIZE of a node that serves some of several groups: the names in its slots, counted a page at
-    a time in slices (``listing.count``), at most ``max_wait`` (then TRYAGAIN, the count goes on and
-    a DBSIZE that comes meanwhile waits for it instead of starting another)."""
+async def _count_served(client: Client, slots: bytes | None) -> int:
+    """DBSIZE with several groups: the names in this node's slots (``slots``; None: it serves every
+    group), counted by the store (all) or a page at a time in slices (``listing.count``), at most
+    ``max_wait`` (then TRYAGAIN; the count goes on, and a DBSIZE that comes meanwhile waits for it
+    instead of starting another). Not the groups' in-memory counts: each counts its own creations."""
     groups = client.app.groups
     shared = _counts.get(groups)
     if shared is None or shared.slots != slots or shared.task.done():
-        selection = Selection(partial(_in_slots, slots), lambda n: SLOT_CHECK_COST)
-        task = asyncio.get_running_loop().create_task(listing.count(client.app.store, selection))
+        store = client.app.store
+        if slots is None:
+            counting = store.count()
+        else:
+            counting = listing.count(store, Selection(partial(_in_slots, slots), lambda n: SLOT_CHECK_COST))
+        task = asyncio.get_running_loop().create_task(counting)
         task.add_done_callback(retrieved)
         shared = _counts[groups] = _SlotCount(slots, task)
     try:

@@ -106,11 +106,15 @@ async def test_listings_and_counts_see_only_the_served_groups(app: App) -> None:
     counts = await asyncio.gather(*(run(keys_mod.dbsize, client, b"DBSIZE") for _ in range(5)))
     assert counts == [len(mine)] * 5 and reads == 1  # one count (one page) for the five: they came while it ran
     app.store.list_keys = list_keys  # type: ignore[method-assign]
+    extra = names_by_group(31)[2][-1]  # a new name in a served group: the next DBSIZE counts it
+    await app.groups[2].keyspace.create_or_get(extra, start=1, settings={})
+    assert await run(keys_mod.dbsize, client, b"DBSIZE") == len(mine) + 1
+    mine = sorted([*mine, extra])
 
-    for g in range(4):  # a node serving every group: every name, DBSIZE from memory
+    for g in range(4):  # a node serving every group: every name, DBSIZE the store's count
         if g not in SERVED:
             app.groups[g].state.serve_forever(SINGLE_NODE)
-    every = sorted(n for names in by_group.values() for n in names)
+    every = sorted([extra, *(n for names in by_group.values() for n in names)])
     assert await run(keys_mod.keys, client, b"KEYS", b"*") == every
     assert await run(keys_mod.dbsize, client, b"DBSIZE") == len(every)
 
