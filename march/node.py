@@ -42,7 +42,7 @@ from .cluster.identity import ClusterIdentity
 from .cluster.layout import Layout, campaign_compares, create_layout, layout_of
 from .cluster.member import ClusterMember, GroupSpec
 from .config import Config
-from .etcd.api import Etcd, Get
+from .etcd.api import KV, Etcd, Get
 from .etcd.grpc_etcd import TLS, GrpcEtcd
 from .etcd.keys import KeyPaths
 from .group import Group, Groups
@@ -158,6 +158,19 @@ class Node:
             )
         self.layout = layout
 
+    def _check_layout(self, record: KV | None) -> None:
+        """After every topology read: the layout record is still the one this node's groups were
+        built for. Once it changed (``march groups N``), this node steps down from every group, gives
+        their leader keys back and stops (``IdentityConflict``: status 1); started again (a supervisor
+        restarts it), it reads the new layout (docs/groups.md, rule 3)."""
+        layout = layout_of(record)
+        if layout.revision != self.layout.revision:
+            raise IdentityConflict(
+                f"the cluster's layout changed ({self.layout.describe()} -> {layout.describe()}): this node "
+                "stepped down from every group and gives their leader keys back; it stops now, and takes "
+                "part in the new layout when it starts again"
+            )
+
     def _grpc(self, purpose: str) -> Etcd:
         return etcd_client(self.config, purpose)
 
@@ -205,6 +218,7 @@ class Node:
             on_fatal=self._fail,
             confirm_layout=self._confirm_layout,
             campaign_compares=lambda: campaign_compares(self.layout, self.keys),
+            check_layout=self._check_layout,
         )
         self.member = member
         for group, part in zip(self.groups, member.groups, strict=True):

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..clock import Clock, wait_event
-from ..etcd.api import Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
+from ..etcd.api import KV, Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
 from ..store.base import Guard, IdentityConflict, StoreError
@@ -317,7 +317,9 @@ class ElectionLoop:
         wake: asyncio.Event,
         confirm_layout: Callable[[], Awaitable[None]] | None = None,
         after_pass: Callable[[list[Topology]], None] | None = None,
+        check_layout: Callable[[KV | None], None] | None = None,
     ) -> None:
+        self._check_layout = check_layout  # raises IdentityConflict once the layout record changed
         self.elections = list(elections)
         self._after_pass = after_pass  # the member's rebalancing, from each pass's views
         self.lease = lease
@@ -369,6 +371,8 @@ class ElectionLoop:
             self.clock.call_later(self.ttl / 4, self.wake)  # another lease holds this id: look again soon
             return
         views = await self.directory.read_all()
+        if self._check_layout is not None:
+            self._check_layout(self.directory.layout_record)
         if views[0].leases.get(self.directory.me.id) != self.lease.id:
             self.directory.record_lost()  # re-created by the register call at the end of this pass
         for election, topology in zip(self.elections, views, strict=True):

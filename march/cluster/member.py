@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from .. import errors
 from ..clock import Clock
 from ..errors import CommandError
-from ..etcd.api import Compare, Etcd
+from ..etcd.api import KV, Compare, Etcd
 from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, ServingState
@@ -109,6 +109,7 @@ class ClusterMember:
         on_fatal: Callable[[IdentityConflict], None] = lambda _: None,
         confirm_layout: Callable[[], Awaitable[None]] | None = None,
         campaign_compares: Callable[[], list[Compare]] = list,
+        check_layout: Callable[[KV | None], None] | None = None,
     ) -> None:
         self.clock = clock
         self.ttl = ttl
@@ -141,6 +142,7 @@ class ClusterMember:
             wake,
             confirm_layout,
             self._rebalance,
+            check_layout,
         )
         self._rebalancing: asyncio.Task[None] | None = None
         self._rebalanced_at = -math.inf

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 from support.sim import TTL, Sim, SimFactory, SimNode, sims
 
-from march.cluster.layout import Layout
+from march.cluster.layout import Layout, change_layout
 from march.cluster.slots import SLOTS, key_slot
 from march.errors import CommandError
 from march.etcd.api import Delete
@@ -139,3 +139,19 @@ async def test_cluster_failover_on_a_node_leading_nothing_takes_one_group_over(m
     with pytest.raises(CommandError, match="You should send CLUSTER FAILOVER to a replica"):
         await idle.node.member.take_over(5.0)
     assert not sim.overlaps, sim.overlaps
+
+
+async def test_a_change_of_the_layout_steps_every_node_down_and_stops_it(make_sim: SimFactory) -> None:
+    """Rule 3 of docs/groups.md: a node that sees the layout change steps down from every group of
+    the old layout, gives their leader keys back (on its way out) and stops; started again it
+    reads the new layout."""
+    sim = await make_sim(3)
+    p = sim.primary
+    await p.incr(b"orders")
+    changed = await change_layout(sim.nodes[0].clients["control"], sim.keys, GROUPS, TTL / 3)
+    assert changed.groups == GROUPS
+    await sim.until(lambda: all(n.node.failed.is_set() for n in sim.nodes), "every node stops", TTL)
+    assert not sim.serving()
+    assert all("layout changed" in str(n.node.failure) for n in sim.nodes)
+    await p.stop()  # what the server does once ``failed`` is set: the leader key goes back at once
+    assert sim.leader_key() is None

@@ -49,8 +49,7 @@ async def app(tmp_path: Path) -> AsyncIterator[App]:
             state.serve_forever(SINGLE_NODE)
         keyspace = node.group.keyspace if g == 0 else Keyspace(config, node.store, state, node.clock.now)
         groups.append(Group(state, keyspace, g, LAYOUT.slots(g)))
-    node.group = groups[0]
-    node.groups = Groups(groups)
+    node.groups = Groups(groups)  # (node.group is the first of them)
     try:
         yield App(config, node, HOT)
     finally:
@@ -78,7 +77,7 @@ async def test_listings_and_counts_see_only_the_served_groups(app: App) -> None:
     by_group = names_by_group(30)
     for names in by_group.values():
         for name in names:  # the store is shared: group 0's keyspace creates every name
-            await app.keyspace.create_or_get(name, start=1, settings={})
+            await app.groups[0].keyspace.create_or_get(name, start=1, settings={})
     mine = sorted(n for g in SERVED for n in by_group[g])
     client = Client(app, 1, "127.0.0.1:5001", "127.0.0.1:7379")
 
