@@ -1,7 +1,11 @@
-"""The election: who holds ``<prefix>/leader``, and the serving state that follows from it.
+"""The election: who holds a group's leader key (``<prefix>/leader`` with one group, one key per
+group with several: ``march.cluster.layout``), and the serving state that follows from it.
 
-A control loop, woken by the directory's watch, by the lease and by the serving state (and at least
-every TTL/2), makes one ``step``:
+One control loop per node (``ElectionLoop``), woken by the directory's watch, by the lease and by
+every group's serving state (and at least every TTL/2), makes one pass: steps 0-2 once for the
+node, then steps 2-6 for each group's ``Election`` (``step_group``), then the node's record again
+(the groups it leads) and the member's rebalancing. ``Election.step`` is one group alone (the
+same steps):
 
 0. Once: confirm which cluster this node belongs to (``march.cluster.identity``).
 1. Make sure there is a lease and this node is registered under it. While another process holds
@@ -22,6 +26,11 @@ every TTL/2), makes one ``step``:
 6. **Resume**: this node stepped down when its lease deadline passed (keep-alives were late), but
    etcd kept the lease and the key: the same leader key serves again, in a new term (requests
    got no ID meanwhile; each key's ceiling is read and raised again before its next ID).
+
+With several groups a campaign also follows the spreading rules (``march.cluster.balance``:
+fair share, a delay per group held; ``Election._spread``), and every campaign carries the layout's
+compares (``campaign_compares``: the layout this node acts on, no leader of the previous one). A
+term's ``Guard`` names its group's leader key, so the store fences each group by its own key.
 
 Promotion is O(1): no sequence is read or written; each key's ceiling is read and raised by its
 first request in the new term (``march.keyspace``). While a planned FAILOVER holds this node's
