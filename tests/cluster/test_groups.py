@@ -2,8 +2,8 @@
 
 One cluster per test (each costs seconds), so each test checks several things: every node reports
 the same four slot ranges, contiguous over 0..16383, with their primaries spread (no node leads
-more than ceil(4/3) = 2); redis-py ``RedisCluster`` draws IDs for keys of every group, each straight
-from its group's primary; a node not serving a key's group answers MOVED naming that group's
+more than ceil(4/3) = 2); redis-py ``RedisCluster`` and ``redis-cli -c`` draw IDs for keys of every
+group, each from its group's primary; a node not serving a key's group answers MOVED naming that group's
 primary; ``FAILOVER GROUP g`` moves one group only; ``kill -9`` of a node pauses only its groups,
 which resume elsewhere with IDs above every one handed out before; SIGTERM hands every group of a
 node over at once.
@@ -12,6 +12,7 @@ node over at once.
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,13 @@ def test_groups_spread_route_and_fail_over_one_at_a_time(grouped: MarchCluster) 
                 last[k] = value
     finally:
         rc.close()
+    # redis-cli -c follows MOVED to each group's primary
+    for k in keys:
+        out = subprocess.run(
+            ["redis-cli", "-c", "-p", str(nodes[0].port), "INCR", k], capture_output=True, timeout=10, text=True
+        )
+        assert out.returncode == 0 and int(out.stdout) > last[k], out
+        last[k] = int(out.stdout)
     # FAILOVER GROUP g moves group g only (from a node leading two: the spread stays even, so no
     # rebalancing hand-over follows)
     holder = max(nodes, key=lambda n: list(layout.values()).count(n.port))
