@@ -10,16 +10,22 @@ not grow with the number of groups: one lease, one watch of the topology, one ra
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator
 
 import pytest
 from support.sim import TTL, Sim, SimFactory, SimNode, sims
 
+from march.app import App
+from march.client import Client
 from march.cluster.layout import Layout, change_layout
 from march.cluster.slots import SLOTS, key_slot
+from march.commands import call
+from march.commands.table import HOT
 from march.errors import CommandError
 from march.etcd.api import Delete
 from march.group import Group
+from march.metrics.collector import registry_for
 from march.store.base import GuardFailed
 
 GROUPS = 4
@@ -155,3 +161,30 @@ async def test_a_change_of_the_layout_steps_every_node_down_and_stops_it(make_si
     assert all("layout changed" in str(n.node.failure) for n in sim.nodes)
     await p.stop()  # what the server does once ``failed`` is set: the leader key goes back at once
     assert sim.leader_key() is None
+
+
+async def test_metrics_and_the_fast_path_follow_each_group(make_sim: SimFactory) -> None:
+    """``march_group_*`` carry a ``group`` label; the fast-path table is there while any group serves
+    here, and each of its entries serves only the keys of a group served here (the others go to the
+    dispatcher, which answers MOVED to their group's primary)."""
+    sim = await make_sim(3, groups=GROUPS)
+    await sim.until(lambda: spread(sim), "4 groups spread over 3 nodes", 10 * TTL)
+    node = sim.nodes[0]
+    app = App(node.config, node.node, HOT, call)
+    served = {g.index for g in node.node.groups if g.state.serving}
+    assert served and app.hot
+    families = {f.name: f for f in registry_for(app).collect()}
+    samples = {s.labels["group"]: s.value for s in families["march_group_serving"].samples}
+    assert samples == {str(g): float(g in served) for g in range(GROUPS)}
+    client = Client(app, 1, "127.0.0.1:5001", "127.0.0.1:7379")
+    incr = app.hot[b"INCR"]
+    for g in range(GROUPS):
+        key = key_of_group(g)
+        if g in served:
+            reply = incr.handler(client, [b"INCR", key])
+            assert (await reply if inspect.isawaitable(reply) else reply) == 1
+        else:
+            with pytest.raises(CommandError) as moved:
+                incr.handler(client, [b"INCR", key])
+            [owner] = leaders(sim, g)
+            assert str(moved.value) == f"MOVED {key_slot(key)} {owner.addr}"
