@@ -556,7 +556,7 @@ def _cluster(client: Client, count: int | None) -> dict[str, Any]:
         "cluster_enabled": 1,
         "march_node_id": member.me.id,
         "march_advertise": member.me.addr,
-        "march_role": member.election.role,
+        "march_role": member.node.loop.describe()[0],  # primary if it leads any group
         "march_phase": state.phase.value,
         "etcd_prefix": app.config.etcd_prefix,
         "lease_ttl": member.ttl,
@@ -648,7 +648,7 @@ def _replication(client: Client) -> dict[str, Any]:
         "master_host": primary.host if primary else "",
         "master_port": primary.port if primary else 0,
         "master_link_status": "up" if primary and primary.id != me.id else "down",
-        "march_role": member.election.role,
+        "march_role": member.node.loop.describe()[0],  # primary if it leads any group
     }
 
 
