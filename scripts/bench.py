@@ -29,7 +29,13 @@ Sections (each can be skipped):
   bare function doing the same look-up (the baseline), each in a subprocess of its own, rounds
   alternating; skipped if march_client is not installed;
 - memory per sequence, created and touched after a restart (`benchlib/memory.py`, which prints
-  one JSON line).
+  one JSON line);
+- the cluster target (`benchlib/clusterbench.py`): two local 3-node clusters on one etcd, groups = 1
+  and groups = N (`--cluster-groups`, default 3), loaded by a cluster-aware generator
+  (`benchlib/clusterload.py`: redis-benchmark 7.0's `--cluster` refuses a cluster with one master);
+  aggregate INCR/s of each, their ratio, the machine's cores and load. `--only cluster` runs it
+  alone; its report has a README block of its own and a chart beside the main one
+  (`<stem>-cluster.png`), and its last JSON line (`{"cluster": ...}`) is the report as data.
 
 `--check-readme`: the figures the READMEs quote carry a marker `<!-- bench: key value -->`
 (`benchlib/readme.py`); this mode measures them all in one run and prints each one's value today
@@ -42,6 +48,7 @@ at the end, also after a failure, Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -51,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import NoReturn
 
@@ -58,8 +66,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchlib import readme, redisbench  # noqa: E402
-from benchlib.measured import Measured, Setting, last_json, machine_line, raise_nofile, readme_figures  # noqa: E402
+from benchlib import clusterbench, readme, redisbench  # noqa: E402
+from benchlib.measured import (  # noqa: E402
+    ClusterReport,
+    Measured,
+    Setting,
+    last_json,
+    machine_line,
+    raise_nofile,
+    readme_figures,
+)
 from benchlib.redisbench import INCR, Auth  # noqa: E402
 from benchlib.targets import PASSWORD, USER, Target, Targets, scrape  # noqa: E402
 
@@ -72,6 +88,8 @@ METRICS_ROUNDS = 7  # at least: single rounds vary by about ±5% here, as much a
 TS_KEY = "ts"
 LABEL = {"redis": "redis", "floor": "python floor"}  # the reference in a ratio's name
 SERVERS = ("redis", "sqlite", "etcd", "floor")
+CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
+CLUSTER_GROUPS = 3  # N: one group per node of the 3-node cluster, each node the primary of one
 AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the floor answers AUTH with OK)
 MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
 SUMMARY_WIDTH = 36  # characters per server column of the summary table
@@ -113,6 +131,8 @@ class Bench:
         self.client_rates: dict[str, float] = {}  # prefetch method -> IDs/s
         self.memory: dict[str, float] = {}  # the memory script's figures
         self.extra: list[str] = []  # lines for the end of the summary
+        self.cluster: ClusterReport | None = None  # the cluster target's report, once it ran
+        self.cluster_results: list[Measured] = []  # its settings (own table, block and chart)
 
     def measure(
         self,
@@ -363,15 +383,26 @@ class Bench:
             return f"FAILED (exit {out.returncode}): {' | '.join(tail)}"
 
     def readme_figures(self) -> dict[str, float]:
-        """Today's value of every ``benchlib.readme.KEYS`` figure this run measured."""
-        return readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
+        """Today's value of every ``benchlib.readme.KEYS`` (and ``CLUSTER_KEYS``) figure this run measured."""
+        figures = readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
+        return figures | (self.cluster.figures() if self.cluster is not None else {})
+
+    def cluster_section(self) -> None:
+        try:
+            self.cluster_results, self.cluster = clusterbench.run(self.args, self.targets)
+        except (AssertionError, OSError) as e:  # say why, not a traceback (the logs are kept)
+            lines = str(e).splitlines() or [repr(e)]
+            raise SystemExit("cluster target: " + "\n".join(lines[:3] + lines[-12:])) from e
+        print(json.dumps({"cluster": asdict(self.cluster)}), flush=True)
 
     # -- report --------------------------------------------------------------------------------
     def summary(self, extra: list[str]) -> list[str]:
         """The summary table (one row per setting, one column per server) and the other sections'
         lines."""
+        if not self.results:
+            return [*self.extra, *extra]
         labels = [t for t in SERVERS if any(t in m.runs for m in self.results)]
-        names = {n: self.targets.started[n].label for n in labels}
+        names = {n: self.targets.label(n) for n in labels}
         w = SUMMARY_WIDTH
         lines = [
             f"== summary: median rps (ratio to redis-server), p50/p99/p99.9 ms; {self.args.rounds} rounds; "
@@ -416,18 +447,34 @@ class Bench:
                 out += ["", f"![scripts/bench: RSS per sequence]({memory.resolve().relative_to(ROOT)})"]
         return [*out, ""]
 
-    def png(self, path: Path) -> Path:
+    def cluster_block(self, started: str) -> list[str]:
+        """README.md's cluster block: the command, date and load, the cluster report, its figures, its chart."""
+        assert self.cluster is not None
+        command = " ".join(["scripts/bench", *sys.argv[1:]])
+        when = time.strftime("%Y-%m-%d", time.gmtime())
+        out = ["", f"`{command}`, {when}; at the start {started}, at the end {machine_line()}:", ""]
+        out += ["```", *self.cluster.lines(), "```", ""]
+        out += [*readme.figures_table(self.cluster.figures(), readme.CLUSTER_KEYS), ""]
+        png = self.cluster_png_path()
+        if png.resolve().is_relative_to(ROOT):
+            out.append(f"![scripts/bench: the cluster target]({png.resolve().relative_to(ROOT)})")
+        return [*out, ""]
+
+    def cluster_png_path(self) -> Path:
+        png: Path = self.args.png
+        return png.with_name(f"{png.stem}-cluster.png")
+
+    def png(self, path: Path, results: list[Measured] | None = None, what: str = "redis-benchmark") -> Path:
         from benchlib.charts import BenchRow, bench_png
 
+        results = self.results if results is None else results
         rows = [
-            BenchRow(m.setting.label, self.targets.started[n].label, med.rps, med.p50, med.p99, med.p999)
-            for m in self.results
+            BenchRow(m.setting.label, self.targets.label(n), med.rps, med.p50, med.p99, med.p999)
+            for m in results
             for n in m.runs
             for med in [m.median(n)]
         ]
-        title = (
-            f"redis-benchmark, {os.cpu_count()} CPUs, medians of {self.args.rounds} rounds of ~{self.args.seconds:g}s"
-        )
+        title = f"{what}, {os.cpu_count()} CPUs, medians of {self.args.rounds} rounds of ~{self.args.seconds:g}s"
         return bench_png(rows, path, title)
 
     def memory_png(self, path: Path) -> Path | None:
@@ -453,7 +500,28 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--tail-seconds", type=float, default=3.0, help="length of one -c 1000 run (default 3)")
     ap.add_argument("--create-seconds", type=float, default=2.0, help="length of one creation run (default 2)")
     ap.add_argument("--memory-sequences", type=int, default=100_000, help="sequences of the memory run (100000)")
-    ap.add_argument("--only", default=",".join(SERVERS), help="servers to compare (default redis,sqlite,etcd,floor)")
+    ap.add_argument(
+        "--only",
+        default=",".join([*SERVERS, CLUSTER]),
+        help="servers to compare, and 'cluster' for the cluster target (default redis,sqlite,etcd,floor,cluster)",
+    )
+    ap.add_argument("--no-cluster", action="store_true", help="leave the cluster target out")
+    ap.add_argument(
+        "--cluster-groups", type=int, default=CLUSTER_GROUPS, help=f"N of groups = 1 vs N (default {CLUSTER_GROUPS})"
+    )
+    ap.add_argument("--cluster-nodes", type=int, default=3, help="march nodes per cluster (default 3)")
+    ap.add_argument("--cluster-clients", type=int, default=50, help="clients of the cluster load, in all (default 50)")
+    ap.add_argument("--cluster-pipelines", help="comma-separated -P of the cluster runs (default: --pipelines)")
+    ap.add_argument(
+        "--cluster-processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help=f"load generator processes (default: one per core, {os.cpu_count()})",
+    )
+    ap.add_argument("--cluster-seconds", type=float, help="length of one cluster run (default: --seconds)")
+    ap.add_argument(
+        "--cluster-keyspace", type=int, default=10_000, help="random keys drawn from this many names (default 10000)"
+    )
     ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out")
     ap.add_argument("--no-timestamp", action="store_true", help="skip the timestamp-key runs")
     ap.add_argument("--no-metrics", action="store_true", help="skip metrics on vs off")
@@ -484,6 +552,7 @@ def parse_args() -> argparse.Namespace:
     if args.check_readme:
         # The settings the quoted figures were measured at (2 s rounds: INCRBY's IDs/s depend on the length).
         args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,floor", "50", "1,16", True
+        args.no_cluster = True
         args.seconds = 2.0
         args.no_tail = args.no_create = args.no_memory = args.no_client = False
     if args.quick:
@@ -491,13 +560,22 @@ def parse_args() -> argparse.Namespace:
         args.tail_seconds, args.create_seconds, args.memory_sequences = 0.5, 0.5, 10_000
     args.clients = [int(c) for c in str(args.clients).split(",")]
     args.pipelines = [int(p) for p in args.pipelines.split(",")]
+    args.cluster_pipelines = (
+        [int(p) for p in args.cluster_pipelines.split(",")] if args.cluster_pipelines else args.pipelines
+    )
+    args.cluster_seconds = args.cluster_seconds or args.seconds
     only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in only if s not in SERVERS]
+    unknown = [s for s in only if s not in SERVERS and s != CLUSTER]
     if unknown:
-        ap.error(f"--only: unknown server(s) {unknown}; choose from {list(SERVERS)}")
+        ap.error(f"--only: unknown server(s) {unknown}; choose from {[*SERVERS, CLUSTER]}")
     args.servers = [s for s in SERVERS if s in only and not (s == "etcd" and args.no_etcd)]
-    if not args.servers:
+    args.cluster = CLUSTER in only and not args.no_cluster
+    if args.cluster and args.cluster_groups < 2:
+        ap.error("--cluster-groups: at least 2 (the comparison is groups = 1 vs groups = N)")
+    if not args.servers and not args.cluster:
         ap.error("no server left to benchmark")
+    if not args.servers:  # the cluster alone: none of the single-server sections
+        args.no_tail = args.no_metrics = args.no_client = args.no_create = args.no_memory = True
     return args
 
 
@@ -514,8 +592,12 @@ def start(targets: Targets, name: str) -> Target:
 def main() -> None:
     args = parse_args()
     quoted = readme.quoted_figures(ROOT) if args.check_readme else []  # a bad marker fails before any run
-    if args.write_readme:
-        readme.replace_block((ROOT / "README.md").read_text(), [])  # no block: fail before any run
+    if args.write_readme:  # no block: fail before any run
+        text = (ROOT / "README.md").read_text()
+        if args.servers:
+            readme.replace_block(text, [])
+        if args.cluster:
+            readme.replace_block(text, [], readme.CLUSTER_BEGIN, readme.CLUSTER_END)
 
     def on_signal(signum: int, _frame: object) -> NoReturn:
         raise SystemExit(128 + signum)  # unwinds through `finally`, which stops every server
@@ -534,7 +616,8 @@ def main() -> None:
                 flush=True,
             )
             bench = Bench(args, targets)
-            bench.main_sections(group)
+            if group:
+                bench.main_sections(group)
             if not args.no_tail:
                 bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, floor
             if not args.no_metrics and "sqlite" in args.servers:
@@ -544,6 +627,8 @@ def main() -> None:
                 bench.create_section(group)
             if not args.no_memory:
                 bench.memory_section()
+            if args.cluster:  # last: its six nodes start when the single servers are idle
+                bench.cluster_section()
         except BaseException:
             targets.stop()
             kept = Path(tempfile.mkdtemp(prefix="march-bench-failed-"))
@@ -553,18 +638,26 @@ def main() -> None:
         finally:
             targets.stop()
     summary = bench.summary(extra)
-    print("\n" + "\n".join(summary))
+    print("\n" + "\n".join(summary + ([] if bench.cluster is None else ["", *bench.cluster.lines()])))
     if args.write_readme:
         path = ROOT / "README.md"
-        path.write_text(readme.replace_block(path.read_text(), bench.readme_block(summary, at_start)))
-        print(f"\nREADME.md: the generated block between {readme.BEGIN!r} and {readme.END!r} rewritten")
+        if bench.results:
+            path.write_text(readme.replace_block(path.read_text(), bench.readme_block(summary, at_start)))
+            print(f"\nREADME.md: the generated block between {readme.BEGIN!r} and {readme.END!r} rewritten")
+        if bench.cluster is not None:
+            block = bench.cluster_block(at_start)
+            path.write_text(readme.replace_block(path.read_text(), block, readme.CLUSTER_BEGIN, readme.CLUSTER_END))
+            print(f"README.md: the cluster block between {readme.CLUSTER_BEGIN!r} and {readme.CLUSTER_END!r} rewritten")
     if args.check_readme:
         print(f"\n== figures the READMEs quote (<!-- bench: ... --> markers), today vs quoted; {machine_line()}")
         print("\n".join(readme.report(quoted, bench.readme_figures())))
-    path = bench.png(args.png)
+    charts = [str(bench.png(args.png))] if bench.results else []
     memory = bench.memory_png(args.png)
-    also = "" if memory is None else f", memory: {memory}"
-    print(f"\nchart: {path}{also} ({time.monotonic() - started:.0f}s in all)")
+    charts += [] if memory is None else [f"memory: {memory}"]
+    if bench.cluster_results:
+        what = "cluster INCR (scripts/benchlib/clusterload.py)"
+        charts.append(f"cluster: {bench.png(bench.cluster_png_path(), bench.cluster_results, what)}")
+    print(f"\nchart: {', '.join(charts)} ({time.monotonic() - started:.0f}s in all)")
 
 
 if __name__ == "__main__":
