@@ -286,8 +286,8 @@ def run_load(ranges: list[SlotRange], spec: LoadSpec) -> LoadResult:
                 "--clients", str(share), "--pipeline", str(spec.pipeline), "--seconds", str(spec.seconds),
                 "--keyspace", str(spec.keyspace), "--start-at", repr(start_at), "--rng-seed", str(random.random()),
                 "--user", spec.user, "--password", spec.password, "--out", str(out_path)]  # fmt: skip
-        quiet = {"stdout": subprocess.DEVNULL, "stdin": subprocess.DEVNULL}
-        procs.append(subprocess.Popen(argv, stderr=subprocess.PIPE, **quiet))
+        null = subprocess.DEVNULL
+        procs.append(subprocess.Popen(argv, stdin=null, stdout=null, stderr=subprocess.PIPE))
     results = []
     try:
         for p, out_path in zip(procs, outs, strict=True):
