@@ -474,7 +474,8 @@ class Bench:
             for n in m.runs
             for med in [m.median(n)]
         ]
-        title = f"{what}, {os.cpu_count()} CPUs, medians of {self.args.rounds} rounds of ~{self.args.seconds:g}s"
+        seconds = self.args.cluster_seconds if results is self.cluster_results else self.args.seconds
+        title = f"{what}, {os.cpu_count()} CPUs, medians of {self.args.rounds} rounds of ~{seconds:g}s"
         return bench_png(rows, path, title)
 
     def memory_png(self, path: Path) -> Path | None:
@@ -611,7 +612,7 @@ def main() -> None:
         try:
             group = [start(targets, name) for name in args.servers]
             print(
-                f"{targets.describe()}; data under {tmp}; {machine_line()}; "
+                f"{targets.describe() or 'the cluster target alone'}; data under {tmp}; {machine_line()}; "
                 f"{args.rounds} rounds of ~{args.seconds:g}s per server and setting\n{targets.march_config()}",
                 flush=True,
             )

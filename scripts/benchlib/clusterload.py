@@ -136,13 +136,63 @@ def encode(*args: bytes) -> bytes:
 
 # -- one worker process ------------------------------------------------------------------------
 class _Client:
-    """One simulated client: a connection per primary, one batch in flight."""
+    """One simulated client: a connection per primary, one batch in flight. Driven by callbacks:
+    the last reply of a batch sends the next one from ``data_received`` (no task switch and no
+    future per batch, so that the generator's Python per request stays small)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, pool: list[tuple[int, bytes]], spec: argparse.Namespace, rng: random.Random, out: WorkerResult
+    ) -> None:
+        self.conns: list[_Conn] = []
+        self.pool, self.pipeline, self.rng, self.out = pool, spec.pipeline, rng, out
+        self.start, self.end = spec.start_at, spec.start_at + spec.seconds
         self.pending = 0
-        self.done: asyncio.Future[None] | None = None
+        self.sent = 0.0
         self.ok = 0
         self.errors: Counter[str] = Counter()
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # a phase ended
+        self.running = False  # batches (after AUTH) rather than set-up commands
+
+    def send(self, sends: list[tuple[_Conn, bytes, int]]) -> None:
+        """Write each (connection, payload, commands in it); ``done`` resolves once every reply is in."""
+        self.pending = sum(n for _, _, n in sends)
+        for conn, payload, _ in sends:
+            conn.write(payload)
+
+    def next_batch(self) -> None:
+        batch: list[list[bytes]] = [[] for _ in self.conns]
+        for owner, cmd in self.rng.choices(self.pool, k=self.pipeline):
+            batch[owner].append(cmd)
+        self.ok, self.errors = 0, Counter()
+        self.sent = time.monotonic()
+        self.send([(self.conns[i], b"".join(cmds), len(cmds)) for i, cmds in enumerate(batch) if cmds])
+
+    def replied(self) -> None:
+        """The last reply of what was sent is in: count the batch if it ended in the window, go on."""
+        if not self.running:
+            self.done.set_result(None)
+            return
+        now = time.monotonic()
+        if now >= self.end:
+            self.running = False
+            self.done.set_result(None)
+            return
+        if now >= self.start:
+            out = self.out
+            out.ok += self.ok
+            out.batches += 1
+            for word, n in self.errors.items():
+                out.errors[word] = out.errors.get(word, 0) + n
+            lat = (now - self.sent) * 1000
+            if len(out.latencies_ms) < SAMPLES:
+                out.latencies_ms.append(lat)
+            elif (j := self.rng.randrange(out.batches)) < SAMPLES:
+                out.latencies_ms[j] = lat
+        self.next_batch()
+
+    def lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_exception(ConnectionError(f"connection lost: {exc}"))
 
 
 class _Conn(asyncio.Protocol):
@@ -150,10 +200,13 @@ class _Conn(asyncio.Protocol):
         self.client = client
         self.reader = hiredis.Reader()
         self.transport: asyncio.Transport | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
+
+    def write(self, payload: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(payload)
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -166,24 +219,11 @@ class _Conn(asyncio.Protocol):
             elif reply != b"OK":  # AUTH's reply; anything else is not an INCR's
                 c.errors["unexpected"] += 1
             c.pending -= 1
-            if c.pending == 0 and c.done is not None and not c.done.done():
-                c.done.set_result(None)
+            if c.pending == 0:
+                c.replied()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.lost.done():
-            self.lost.set_result(None)
-        if self.client.done is not None and not self.client.done.done():
-            self.client.done.set_exception(ConnectionError(f"connection lost: {exc}"))
-
-
-async def _round_trip(client: _Client, sends: list[tuple[_Conn, bytes, int]]) -> None:
-    """Write each (connection, payload, commands in it) and wait until every reply is in."""
-    client.done = asyncio.get_running_loop().create_future()
-    client.pending = sum(n for _, _, n in sends)
-    for conn, payload, _ in sends:
-        assert conn.transport is not None
-        conn.transport.write(payload)
-    await client.done
+        self.client.lost(exc)
 
 
 async def _client_loop(
@@ -192,42 +232,23 @@ async def _client_loop(
     """One client: connect (and AUTH) to every primary, then batches until the window ends;
     ``pool``: (index of the key's primary, its encoded INCR)."""
     loop = asyncio.get_running_loop()
-    client = _Client()
-    conns = []
+    client = _Client(pool, spec, rng, out)
     for address in primaries:
         host, port = address.rsplit(":", 1)
         _, conn = await loop.create_connection(lambda: _Conn(client), host, int(port))
-        conns.append(conn)
+        client.conns.append(conn)
     if spec.user:
         auth = encode(b"AUTH", spec.user.encode(), spec.password.encode())
-        await _round_trip(client, [(c, auth, 1) for c in conns])
+        client.send([(c, auth, 1) for c in client.conns])
+        await client.done
         if client.errors:
             raise SystemExit(f"AUTH as {spec.user!r} failed: {dict(client.errors)}")
-    start, end = spec.start_at, spec.start_at + spec.seconds
-    await asyncio.sleep(max(0.0, start - WARMUP - time.monotonic()))
-    while True:
-        batch: list[list[bytes]] = [[] for _ in conns]
-        for owner, cmd in rng.choices(pool, k=spec.pipeline):
-            batch[owner].append(cmd)
-        sends = [(conns[i], b"".join(cmds), len(cmds)) for i, cmds in enumerate(batch) if cmds]
-        client.ok, client.errors = 0, Counter()
-        sent = time.monotonic()
-        await _round_trip(client, sends)
-        now = time.monotonic()
-        if now >= end:
-            break
-        if now < start:
-            continue
-        out.ok += client.ok
-        out.batches += 1
-        for word, n in client.errors.items():
-            out.errors[word] = out.errors.get(word, 0) + n
-        lat = (now - sent) * 1000
-        if len(out.latencies_ms) < SAMPLES:
-            out.latencies_ms.append(lat)
-        elif (j := rng.randrange(out.batches)) < SAMPLES:
-            out.latencies_ms[j] = lat
-    for conn in conns:
+    await asyncio.sleep(max(0.0, spec.start_at - WARMUP - time.monotonic()))
+    client.done = loop.create_future()
+    client.running = True
+    client.next_batch()
+    await client.done
+    for conn in client.conns:
         if conn.transport is not None:
             conn.transport.close()
 
