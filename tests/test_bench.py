@@ -265,3 +265,11 @@ def test_cluster_target_runs_alone_and_reports_every_field(tmp_path: Path, etcd_
     assert "== summary" not in out and "redis-server" not in out  # the cluster alone: no other target ran
     assert png.with_name("bench-cluster.png").read_bytes().startswith(b"\x89PNG")
     assert not png.exists()  # no single-server chart without single-server runs
+
+
+def test_readme_has_both_generated_blocks_apart() -> None:
+    text = (ROOT / "README.md").read_text()
+    cluster = readme.replace_block(text, ["", "cluster figures", ""], readme.CLUSTER_BEGIN, readme.CLUSTER_END)
+    both = readme.replace_block(cluster, ["", "main figures", ""])
+    assert "cluster figures" in both and "main figures" in both  # --write-readme after a whole run
+    assert both.index(readme.END) < both.index(readme.CLUSTER_BEGIN)  # one block never inside the other

@@ -19,7 +19,8 @@ keys `bench:cluster:<n>` (n uniform below `keyspace`) per batch, writes each key
 primary of its slot and waits for every reply before the next batch: a closed loop, as
 redis-benchmark's `-c`/`-P`. The keys carry no hash tag, so a key's slot is CRC16(key) mod 16384
 (`binascii.crc_hqx` is Redis' CRC16). Every process starts at one instant and stops at another
-(CLOCK_MONOTONIC is one clock for every process of the machine), after a short warm-up; a batch
+(CLOCK_MONOTONIC is one clock for every process of the machine): each says `ready` once connected
+and authenticated, and the window opens shortly after the last one did, after a warm-up; a batch
 counts if its last reply arrives inside the window. Latency is per batch (as redis-benchmark's
 with `-P`), from a bounded random sample per process. Errors are counted by their first word.
 
@@ -56,7 +57,8 @@ SLOTS = 16384
 WARMUP = 0.3  # seconds of load before the window opens: connections warm, batches grown
 POOL = 65_536  # keys pre-encoded per process (drawn from the keyspace): the draw costs one index
 SAMPLES = 20_000  # batch latencies kept per process (reservoir): enough for a p99.9
-START_MARGIN = 1.5  # seconds from launching the workers to the common start: Python imports + connects
+GO_MARGIN = 0.05  # seconds for the start line to reach every ready worker
+CONNECT_TIMEOUT = 30.0  # a worker's connects and AUTHs, on a loaded machine
 KEY_PREFIX = "bench:cluster:"
 KEYSPACE = 10_000  # keys `bench:cluster:0..9999`, ~0.6 per slot: every group gets its share; prefilled
 CHUNK = 1000  # commands per write when prefilling (pipelined)
@@ -145,7 +147,7 @@ class _Client:
     ) -> None:
         self.conns: list[_Conn] = []
         self.pool, self.pipeline, self.rng, self.out = pool, spec.pipeline, rng, out
-        self.start, self.end = spec.start_at, spec.start_at + spec.seconds
+        self.start = self.end = 0.0  # the window, set by _run
         self.pending = 0
         self.sent = 0.0
         self.ok = 0
@@ -226,11 +228,11 @@ class _Conn(asyncio.Protocol):
         self.client.lost(exc)
 
 
-async def _client_loop(
+async def _connect(
     primaries: list[str], pool: list[tuple[int, bytes]], spec: argparse.Namespace, rng: random.Random, out: WorkerResult
-) -> None:
-    """One client: connect (and AUTH) to every primary, then batches until the window ends;
-    ``pool``: (index of the key's primary, its encoded INCR)."""
+) -> _Client:
+    """One client connected (and authenticated) to every primary; ``pool``: (index of the key's
+    primary, its encoded INCR)."""
     loop = asyncio.get_running_loop()
     client = _Client(pool, spec, rng, out)
     for address in primaries:
@@ -243,17 +245,23 @@ async def _client_loop(
         await client.done
         if client.errors:
             raise SystemExit(f"AUTH as {spec.user!r} failed: {dict(client.errors)}")
-    await asyncio.sleep(max(0.0, spec.start_at - WARMUP - time.monotonic()))
+    return client
+
+
+async def _run(client: _Client, start_at: float, seconds: float) -> None:
+    """Batches from ``WARMUP`` before ``start_at``; those that end in the window are counted."""
+    loop = asyncio.get_running_loop()
+    client.start, client.end = start_at, start_at + seconds
+    await asyncio.sleep(max(0.0, start_at - WARMUP - time.monotonic()))
     client.done = loop.create_future()
     client.running = True
     client.next_batch()
     await client.done
-    for conn in client.conns:
-        if conn.transport is not None:
-            conn.transport.close()
 
 
 async def _worker(spec: argparse.Namespace) -> WorkerResult:
+    """Connect every client, say ``ready`` on stdout, read the window's start (CLOCK_MONOTONIC) from
+    stdin, run: every process starts at the same instant however long its own start took."""
     ranges = [SlotRange(*r) for r in json.loads(spec.slots)]
     primaries, table = owner_table(ranges)
     out = WorkerResult()
@@ -262,8 +270,15 @@ async def _worker(spec: argparse.Namespace) -> WorkerResult:
     for n in rng.sample(range(spec.keyspace), min(POOL, spec.keyspace)):
         key = f"{KEY_PREFIX}{n}".encode()
         pool.append((table[key_slot(key)], encode(b"INCR", key)))
-    await asyncio.gather(*(_client_loop(primaries, pool, spec, random.Random(rng.random()), out)
-                           for _ in range(spec.clients)))  # fmt: skip
+    connecting = (_connect(primaries, pool, spec, random.Random(rng.random()), out) for _ in range(spec.clients))
+    clients = await asyncio.wait_for(asyncio.gather(*connecting), CONNECT_TIMEOUT)
+    print("ready", flush=True)
+    start_at = float(sys.stdin.readline())  # blocking: nothing else runs until the go
+    await asyncio.gather(*(_run(c, start_at, spec.seconds) for c in clients))
+    for c in clients:
+        for conn in c.conns:
+            if conn.transport is not None:
+                conn.transport.close()
     return out
 
 
@@ -297,7 +312,6 @@ def run_load(ranges: list[SlotRange], spec: LoadSpec) -> LoadResult:
     if any(not a.startswith("127.") for a in primaries):
         raise ValueError(f"loopback primaries only: {primaries}")
     processes = max(1, min(spec.processes, spec.clients))
-    start_at = time.monotonic() + START_MARGIN + WARMUP
     slots = json.dumps([[r.first, r.last, r.host, r.port] for r in ranges])
     procs = []
     outs = [Path(tempfile.mkstemp(prefix="march-clusterload-", suffix=".json")[1]) for _ in range(processes)]
@@ -305,17 +319,26 @@ def run_load(ranges: list[SlotRange], spec: LoadSpec) -> LoadResult:
         share = spec.clients // processes + (1 if i < spec.clients % processes else 0)
         argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--slots", slots,
                 "--clients", str(share), "--pipeline", str(spec.pipeline), "--seconds", str(spec.seconds),
-                "--keyspace", str(spec.keyspace), "--start-at", repr(start_at), "--rng-seed", str(random.random()),
+                "--keyspace", str(spec.keyspace), "--rng-seed", str(random.random()),
                 "--user", spec.user, "--password", spec.password, "--out", str(out_path)]  # fmt: skip
-        null = subprocess.DEVNULL
-        procs.append(subprocess.Popen(argv, stdin=null, stdout=null, stderr=subprocess.PIPE))
+        pipe = subprocess.PIPE
+        procs.append(subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, text=True))
     results = []
     try:
+        for p in procs:  # each says "ready" once connected, or ends (EOF) having failed
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                _, err = p.communicate(timeout=30)
+                raise RuntimeError(f"load worker exited {p.returncode} before the start: {err[-1500:]}")
+        start_at = time.monotonic() + GO_MARGIN + WARMUP
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(f"{start_at!r}\n")
+            p.stdin.flush()  # communicate() closes it
         for p, out_path in zip(procs, outs, strict=True):
-            budget = max(10.0, start_at + spec.seconds + 30 - time.monotonic())
-            _, err = p.communicate(timeout=budget)
+            _, err = p.communicate(timeout=max(10.0, start_at + spec.seconds + 30 - time.monotonic()))
             if p.returncode != 0:
-                raise RuntimeError(f"load worker exited {p.returncode}: {err.decode(errors='replace')[-1500:]}")
+                raise RuntimeError(f"load worker exited {p.returncode}: {err[-1500:]}")
             results.append(WorkerResult(**json.loads(out_path.read_text())))
     finally:
         for p in procs:
@@ -408,7 +431,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keyspace", type=int, default=KEYSPACE, help=f"key names drawn from (default {KEYSPACE:,})")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--slots", help=argparse.SUPPRESS)
-    ap.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--rng-seed", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
