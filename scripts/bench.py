@@ -519,6 +519,11 @@ def parse_args() -> argparse.Namespace:
         default=os.cpu_count() or 1,
         help=f"load generator processes (default: one per core, {os.cpu_count()})",
     )
+    ap.add_argument(
+        "--cluster-per-primary",
+        default="16",
+        help="-P of cluster runs with each client on one primary, batches not split ('' for none; default 16)",
+    )
     ap.add_argument("--cluster-seconds", type=float, help="length of one cluster run (default: --seconds)")
     ap.add_argument(
         "--cluster-keyspace", type=int, default=10_000, help="random keys drawn from this many names (default 10000)"
@@ -564,6 +569,7 @@ def parse_args() -> argparse.Namespace:
     args.cluster_pipelines = (
         [int(p) for p in args.cluster_pipelines.split(",")] if args.cluster_pipelines else args.pipelines
     )
+    args.cluster_per_primary = [int(p) for p in args.cluster_per_primary.split(",") if p.strip()]
     args.cluster_seconds = args.cluster_seconds or args.seconds
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in SERVERS and s != CLUSTER]

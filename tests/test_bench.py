@@ -209,11 +209,17 @@ def test_slot_map_routes_every_slot_to_its_primary() -> None:
 def test_cluster_report_says_what_bounds_the_gain_and_gives_the_ratios() -> None:
     report = ClusterReport(cores=2, load=(1.0, 2.0, 3.0), nodes=3, groups=3, processes=2, clients=50,
                            keyspace=10_000, rounds=3, seconds=1.0,
-                           rows=[ClusterRow(1, 40_000, 50_000), ClusterRow(16, 200_000, 300_000)])  # fmt: skip
+                           rows=[ClusterRow(1, 40_000, 50_000), ClusterRow(16, 200_000, 300_000),
+                                 ClusterRow(16, 200_000, 500_000, per_primary=True)])  # fmt: skip
     text = "\n".join(report.lines())
-    assert "cluster INCR -c 50 -P 16" in text and "1.50" in text and "1.25" in text
+    assert "cluster INCR -c 50 -P 16 " in text and "1.50" in text and "1.25" in text
+    assert "cluster INCR -c 50 -P 16, client per primary" in text and "2.50" in text
     assert "2-core machine the load generator (2 processes) and the 3 nodes share the cores" in text
-    assert report.figures() == {"cluster.p1.groups_ratio": 1.25, "cluster.p16.groups_ratio": 1.5}
+    assert report.figures() == {
+        "cluster.p1.groups_ratio": 1.25,
+        "cluster.p16.groups_ratio": 1.5,
+        "cluster.p16.per_primary.groups_ratio": 2.5,
+    }
     assert set(report.figures()) == set(readme.CLUSTER_KEYS)
     big = ClusterReport(cores=64, load=(0, 0, 0), nodes=3, groups=3, processes=8, clients=50, keyspace=1, rounds=1,
                         seconds=1.0)  # fmt: skip
@@ -249,17 +255,19 @@ def run_bench(args: list[str], timeout: float) -> str:
 @pytest.mark.timeout(240)
 def test_cluster_target_runs_alone_and_reports_every_field(tmp_path: Path, etcd_bin: str) -> None:
     png = tmp_path / "bench.png"
-    args = ["--only", "cluster", "--rounds", "1", "--cluster-seconds", "0.5", "--cluster-pipelines", "1,16"]
+    args = ["--only", "cluster", "--rounds", "1", "--cluster-seconds", "0.5", "--cluster-pipelines", "1"]
+    args += ["--cluster-per-primary", "16"]
     out = run_bench([*args, "--cluster-keyspace", "1000", "--cluster-clients", "8", "--png", str(png)], 200)
     report = last_json(out)["cluster"]
     assert isinstance(report, dict), out
     assert report["cores"] == os.cpu_count() and len(report["load"]) == 3
     assert (report["nodes"], report["groups"], report["clients"], report["keyspace"]) == (3, 3, 8, 1000)
-    assert [r["pipeline"] for r in report["rows"]] == [1, 16]
+    assert [(r["pipeline"], r["per_primary"]) for r in report["rows"]] == [(1, False), (16, True)]
     assert all(r["rps_one"] > 0 and r["rps_n"] > 0 for r in report["rows"]), report  # load went through
     assert report["errors"] == {}, report  # every INCR went to its slot's primary
     assert set(report["layouts"]) == {"groups = 1", "groups = 3"}
-    assert "groups = 3 / groups = 1 aggregate INCR/s at -P 16: " in out
+    assert "groups = 3 / groups = 1 aggregate INCR/s at -P 1: " in out
+    assert "groups = 3 / groups = 1 aggregate INCR/s at -P 16, client per primary: " in out
     assert "== cluster: aggregate INCR/s, 3 nodes on one etcd, groups = 1 vs groups = 3; " in out
     assert ("share the cores" if (os.cpu_count() or 1) < 5 else "one of its own") in out
     assert "== summary" not in out and "redis-server" not in out  # the cluster alone: no other target ran

@@ -7,7 +7,10 @@ primary of its share, which is what C cores running C nodes want). Both run at o
 alternate between them (the order reversed every other round), so that drift on the machine hits
 both alike. Every key of the keyspace is created first (`clusterload.prefill`): the runs measure
 INCR, not sequence creation. Each run is `clusterload.run_load`: random keys over every slot,
-each INCR sent to its slot's primary, from one generator process per core by default.
+each INCR sent to its slot's primary, from one generator process per core by default; a batch
+is split by primary (`--cluster-pipelines`, as a cluster client's pipeline), and, for the depths
+of `--cluster-per-primary` (default 16), also run with each client on one primary and its batches
+never split (redis-benchmark `--cluster`'s way): the difference is what splitting costs.
 
 The report (`measured.ClusterReport`): per pipeline depth the median aggregate INCR/s of each
 cluster and their ratio, the machine's cores and load, each cluster's slot ranges and primaries,
@@ -30,6 +33,7 @@ from benchlib.targets import PASSWORD, USER, ClusterTarget, Targets
 
 ONE, MANY = "cluster-1", "cluster-n"  # the two clusters' names (targets' and the report's columns)
 TITLE = "cluster INCR"
+TITLE_PER_PRIMARY = "cluster INCR, client per primary"
 
 
 def run(args: argparse.Namespace, targets: Targets) -> tuple[list[Measured], ClusterReport]:
@@ -57,13 +61,16 @@ def run(args: argparse.Namespace, targets: Targets) -> tuple[list[Measured], Clu
         print(f"  {c.label}: primaries {c.layout()}{'; ' + c.note if c.note else ''}", flush=True)
     results = []
     errors: Counter[str] = Counter()
-    for p in a.cluster_pipelines:
-        m = _measure(Setting(TITLE, a.cluster_clients, p, {c.name: INCR for c in clusters}, a.cluster_keyspace),
-                     clusters, replace(base, pipeline=p), a.rounds, errors)  # fmt: skip
+    settings = [(p, False) for p in a.cluster_pipelines] + [(p, True) for p in a.cluster_per_primary]
+    for p, per_primary in settings:
+        title = TITLE_PER_PRIMARY if per_primary else TITLE
+        m = _measure(Setting(title, a.cluster_clients, p, {c.name: INCR for c in clusters}, a.cluster_keyspace),
+                     clusters, replace(base, pipeline=p, per_primary=per_primary), a.rounds, errors)  # fmt: skip
         results.append(m)
-        row = ClusterRow(p, m.median(ONE).rps, m.median(MANY).rps)
+        row = ClusterRow(p, m.median(ONE).rps, m.median(MANY).rps, per_primary)
         report.rows.append(row)
-        print(f"  groups = {a.cluster_groups} / groups = 1 aggregate INCR/s at -P {p}: {row.ratio:.2f}", flush=True)
+        ratio = f"groups = {a.cluster_groups} / groups = 1 aggregate INCR/s at {row.label}: {row.ratio:.2f}"
+        print(f"  {ratio}", flush=True)
     report.errors = dict(errors)
     report.load = os.getloadavg()
     return results, report

@@ -17,7 +17,10 @@ cluster). `processes` worker processes (default: one per core) each run an async
 with their share of `clients`; a client holds one connection to every primary, draws `pipeline`
 keys `bench:cluster:<n>` (n uniform below `keyspace`) per batch, writes each key's INCR to the
 primary of its slot and waits for every reply before the next batch: a closed loop, as
-redis-benchmark's `-c`/`-P`. The keys carry no hash tag, so a key's slot is CRC16(key) mod 16384
+redis-benchmark's `-c`/`-P`. So a batch is split by primary, as a cluster client's pipeline is:
+with N primaries a batch of 16 is N writes of about 16/N. `--per-primary` measures the other
+way, redis-benchmark `--cluster`'s: each client on one primary (round robin), drawing only keys
+of that primary's slots, its batches never split. The keys carry no hash tag, so a key's slot is CRC16(key) mod 16384
 (`binascii.crc_hqx` is Redis' CRC16). Every process starts at one instant and stops at another
 (CLOCK_MONOTONIC is one clock for every process of the machine): each says `ready` once connected
 and authenticated, and the window opens shortly after the last one did, after a warm-up; a batch
@@ -270,7 +273,13 @@ async def _worker(spec: argparse.Namespace) -> WorkerResult:
     for n in rng.sample(range(spec.keyspace), min(POOL, spec.keyspace)):
         key = f"{KEY_PREFIX}{n}".encode()
         pool.append((table[key_slot(key)], encode(b"INCR", key)))
-    connecting = (_connect(primaries, pool, spec, random.Random(rng.random()), out) for _ in range(spec.clients))
+    connecting = [_connect(primaries, pool, spec, random.Random(rng.random()), out) for _ in range(spec.clients)]
+    if spec.per_primary:  # client k: the primary (first + k) mod P alone, keys of its slots only
+        mine = [[(0, cmd) for owner, cmd in pool if owner == i] for i in range(len(primaries))]
+        picks = [(spec.first_client + k) % len(primaries) for k in range(spec.clients)]
+        if any(not mine[i] for i in picks):
+            raise SystemExit("--per-primary: a primary owns no key of the keyspace (a larger --keyspace)")
+        connecting = [_connect([primaries[i]], mine[i], spec, random.Random(rng.random()), out) for i in picks]
     clients = await asyncio.wait_for(asyncio.gather(*connecting), CONNECT_TIMEOUT)
     print("ready", flush=True)
     start_at = float(sys.stdin.readline())  # blocking: nothing else runs until the go
@@ -294,7 +303,10 @@ def worker_main(spec: argparse.Namespace) -> None:
 @dataclass(frozen=True)
 class LoadSpec:
     """What one run sends: ``clients`` in all (spread over ``processes``), ``pipeline`` INCRs per
-    batch, for ``seconds``, keys drawn from ``keyspace`` names; AUTH as ``user`` when set."""
+    batch, for ``seconds``, keys drawn from ``keyspace`` names; AUTH as ``user`` when set. By
+    default a client's batch is split by primary, as a cluster client's pipeline is; with
+    ``per_primary`` each client talks to one primary and draws keys of that primary's slots only
+    (redis-benchmark --cluster's way: a batch is never split)."""
 
     processes: int
     clients: int
@@ -303,6 +315,7 @@ class LoadSpec:
     keyspace: int = KEYSPACE
     user: str = ""
     password: str = ""
+    per_primary: bool = False  # each client on one primary (round robin), keys of its slots only
 
 
 def run_load(ranges: list[SlotRange], spec: LoadSpec) -> LoadResult:
@@ -315,12 +328,15 @@ def run_load(ranges: list[SlotRange], spec: LoadSpec) -> LoadResult:
     slots = json.dumps([[r.first, r.last, r.host, r.port] for r in ranges])
     procs = []
     outs = [Path(tempfile.mkstemp(prefix="march-clusterload-", suffix=".json")[1]) for _ in range(processes)]
+    first = 0  # global index of a worker's first client (per_primary: the round robin over primaries)
     for i, out_path in enumerate(outs):
         share = spec.clients // processes + (1 if i < spec.clients % processes else 0)
         argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--slots", slots,
                 "--clients", str(share), "--pipeline", str(spec.pipeline), "--seconds", str(spec.seconds),
                 "--keyspace", str(spec.keyspace), "--rng-seed", str(random.random()),
-                "--user", spec.user, "--password", spec.password, "--out", str(out_path)]  # fmt: skip
+                "--user", spec.user, "--password", spec.password, "--out", str(out_path),
+                "--first-client", str(first)] + (["--per-primary"] if spec.per_primary else [])  # fmt: skip
+        first += share
         pipe = subprocess.PIPE
         procs.append(subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, text=True))
     results = []
@@ -429,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", type=int, default=1, help="INCRs per batch (default 1)")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--keyspace", type=int, default=KEYSPACE, help=f"key names drawn from (default {KEYSPACE:,})")
+    ap.add_argument("--per-primary", action="store_true", help="each client on one primary, batches never split")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--first-client", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--slots", help=argparse.SUPPRESS)
     ap.add_argument("--rng-seed", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -439,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     host, port = args.seed.rsplit(":", 1)
     ranges = read_slots(host, int(port), args.user, args.password)
-    spec = LoadSpec(args.processes, args.clients, args.pipeline, args.seconds, args.keyspace, args.user, args.password)
+    spec = LoadSpec(args.processes, args.clients, args.pipeline, args.seconds, args.keyspace, args.user, args.password,
+                    args.per_primary)  # fmt: skip
     errors = prefill(ranges, spec)
     if errors:
         raise SystemExit(f"prefill: error replies {errors}")

@@ -130,6 +130,15 @@ class ClusterRow:
     pipeline: int
     rps_one: float
     rps_n: float
+    per_primary: bool = False  # each client on one primary (batches never split), not split by primary
+
+    @property
+    def label(self) -> str:
+        return f"-P {self.pipeline}{', client per primary' if self.per_primary else ''}"
+
+    @property
+    def key(self) -> str:
+        return f"cluster.p{self.pipeline}{'.per_primary' if self.per_primary else ''}.groups_ratio"
 
     @property
     def ratio(self) -> float:
@@ -175,13 +184,15 @@ class ClusterReport:
             f"== cluster: aggregate INCR/s, {self.nodes} nodes on one etcd, groups = 1 vs {n}; "
             f"{self.cores} CPUs, load average {load} (1/5/15 min)",
             f"load: scripts/benchlib/clusterload.py, {self.processes} processes, {self.clients} clients in all, "
-            f"INCR on random keys of {self.keyspace:,} names (all slots), each sent to its slot's primary; "
-            f"median of {self.rounds} rounds of {self.seconds:g}s",
-            f"{'setting':<28}{'groups = 1':>14}{n:>14}{'ratio':>8}",
+            f"INCR on random keys of {self.keyspace:,} names (all slots), each sent to its slot's primary "
+            "(a batch split by primary, as a cluster client's pipeline; 'client per primary': each client on "
+            f"one primary with keys of its slots, as redis-benchmark --cluster); median of {self.rounds} rounds "
+            f"of {self.seconds:g}s",
+            f"{'setting':<48}{'groups = 1':>14}{n:>14}{'ratio':>8}",
         ]
         for r in self.rows:
-            label = f"cluster INCR -c {self.clients} -P {r.pipeline}"
-            out.append(f"{label:<28}{r.rps_one:>14,.0f}{r.rps_n:>14,.0f}{r.ratio:>8.2f}")
+            label = f"cluster INCR -c {self.clients} {r.label}"
+            out.append(f"{label:<48}{r.rps_one:>14,.0f}{r.rps_n:>14,.0f}{r.ratio:>8.2f}")
         out += [f"{k}: primaries {v}" for k, v in self.layouts.items()]
         out += [f"note: {x}" for x in self.notes]
         if self.errors:
@@ -190,4 +201,4 @@ class ClusterReport:
 
     def figures(self) -> dict[str, float]:
         """The cluster keys of ``benchlib.readme.CLUSTER_KEYS`` this report has."""
-        return {f"cluster.p{r.pipeline}.groups_ratio": r.ratio for r in self.rows if r.pipeline in (1, 16)}
+        return {r.key: r.ratio for r in self.rows if r.pipeline in (1, 16)}

@@ -42,6 +42,7 @@ KEYS = {
 CLUSTER_KEYS = {
     "cluster.p1.groups_ratio": "cluster INCR -P 1: aggregate INCR/s with groups = N / with groups = 1 (3 nodes)",
     "cluster.p16.groups_ratio": "cluster INCR -P 16: aggregate INCR/s with groups = N / with groups = 1 (3 nodes)",
+    "cluster.p16.per_primary.groups_ratio": "the same, each client on one primary (batches not split by primary)",
 }
 DOCUMENTS = ("README.md", "clients/python/README.md")
 BEGIN = "<!-- bench-report: begin (scripts/bench --write-readme replaces this block) -->"
