@@ -528,7 +528,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--cluster-keyspace", type=int, default=10_000, help="random keys drawn from this many names (default 10000)"
     )
-    ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out")
+    ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out (the etcd and cluster targets)")
     ap.add_argument("--no-timestamp", action="store_true", help="skip the timestamp-key runs")
     ap.add_argument("--no-metrics", action="store_true", help="skip metrics on vs off")
     ap.add_argument("--no-client", action="store_true", help="skip the Python client's prefetch rate")
@@ -576,7 +576,7 @@ def parse_args() -> argparse.Namespace:
     if unknown:
         ap.error(f"--only: unknown server(s) {unknown}; choose from {[*SERVERS, CLUSTER]}")
     args.servers = [s for s in SERVERS if s in only and not (s == "etcd" and args.no_etcd)]
-    args.cluster = CLUSTER in only and not args.no_cluster
+    args.cluster = CLUSTER in only and not args.no_cluster and not args.no_etcd  # its clusters run on etcd
     if args.cluster and args.cluster_groups < 2:
         ap.error("--cluster-groups: at least 2 (the comparison is groups = 1 vs groups = N)")
     if not args.servers and not args.cluster:
