@@ -89,7 +89,6 @@ TS_KEY = "ts"
 LABEL = {"redis": "redis", "floor": "python floor"}  # the reference in a ratio's name
 SERVERS = ("redis", "sqlite", "etcd", "floor")
 CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
-CLUSTER_GROUPS = 3  # N: one group per node of the 3-node cluster, each node the primary of one
 AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the floor answers AUTH with OK)
 MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
 SUMMARY_WIDTH = 36  # characters per server column of the summary table
@@ -387,14 +386,6 @@ class Bench:
         figures = readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
         return figures | (self.cluster.figures() if self.cluster is not None else {})
 
-    def cluster_section(self) -> None:
-        try:
-            self.cluster_results, self.cluster = clusterbench.run(self.args, self.targets)
-        except (AssertionError, OSError) as e:  # say why, not a traceback (the logs are kept)
-            lines = str(e).splitlines() or [repr(e)]
-            raise SystemExit("cluster target: " + "\n".join(lines[:3] + lines[-12:])) from e
-        print(json.dumps({"cluster": asdict(self.cluster)}), flush=True)
-
     # -- report --------------------------------------------------------------------------------
     def summary(self, extra: list[str]) -> list[str]:
         """The summary table (one row per setting, one column per server) and the other sections'
@@ -447,23 +438,6 @@ class Bench:
                 out += ["", f"![scripts/bench: RSS per sequence]({memory.resolve().relative_to(ROOT)})"]
         return [*out, ""]
 
-    def cluster_block(self, started: str) -> list[str]:
-        """README.md's cluster block: the command, date and load, the cluster report, its figures, its chart."""
-        assert self.cluster is not None
-        command = " ".join(["scripts/bench", *sys.argv[1:]])
-        when = time.strftime("%Y-%m-%d", time.gmtime())
-        out = ["", f"`{command}`, {when}; at the start {started}, at the end {machine_line()}:", ""]
-        out += ["```", *self.cluster.lines(), "```", ""]
-        out += [*readme.figures_table(self.cluster.figures(), readme.CLUSTER_KEYS), ""]
-        png = self.cluster_png_path()
-        if png.resolve().is_relative_to(ROOT):
-            out.append(f"![scripts/bench: the cluster target]({png.resolve().relative_to(ROOT)})")
-        return [*out, ""]
-
-    def cluster_png_path(self) -> Path:
-        png: Path = self.args.png
-        return png.with_name(f"{png.stem}-cluster.png")
-
     def png(self, path: Path, results: list[Measured] | None = None, what: str = "redis-benchmark") -> Path:
         from benchlib.charts import BenchRow, bench_png
 
@@ -506,28 +480,7 @@ def parse_args() -> argparse.Namespace:
         default=",".join([*SERVERS, CLUSTER]),
         help="servers to compare, and 'cluster' for the cluster target (default redis,sqlite,etcd,floor,cluster)",
     )
-    ap.add_argument("--no-cluster", action="store_true", help="leave the cluster target out")
-    ap.add_argument(
-        "--cluster-groups", type=int, default=CLUSTER_GROUPS, help=f"N of groups = 1 vs N (default {CLUSTER_GROUPS})"
-    )
-    ap.add_argument("--cluster-nodes", type=int, default=3, help="march nodes per cluster (default 3)")
-    ap.add_argument("--cluster-clients", type=int, default=50, help="clients of the cluster load, in all (default 50)")
-    ap.add_argument("--cluster-pipelines", help="comma-separated -P of the cluster runs (default: --pipelines)")
-    ap.add_argument(
-        "--cluster-processes",
-        type=int,
-        default=os.cpu_count() or 1,
-        help=f"load generator processes (default: one per core, {os.cpu_count()})",
-    )
-    ap.add_argument(
-        "--cluster-per-primary",
-        default="16",
-        help="-P of cluster runs with each client on one primary, batches not split ('' for none; default 16)",
-    )
-    ap.add_argument("--cluster-seconds", type=float, help="length of one cluster run (default: --seconds)")
-    ap.add_argument(
-        "--cluster-keyspace", type=int, default=10_000, help="random keys drawn from this many names (default 10000)"
-    )
+    clusterbench.add_options(ap)
     ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out (the etcd and cluster targets)")
     ap.add_argument("--no-timestamp", action="store_true", help="skip the timestamp-key runs")
     ap.add_argument("--no-metrics", action="store_true", help="skip metrics on vs off")
@@ -566,11 +519,23 @@ def parse_args() -> argparse.Namespace:
         args.tail_seconds, args.create_seconds, args.memory_sequences = 0.5, 0.5, 10_000
     args.clients = [int(c) for c in str(args.clients).split(",")]
     args.pipelines = [int(p) for p in args.pipelines.split(",")]
-    args.cluster_pipelines = (
-        [int(p) for p in args.cluster_pipelines.split(",")] if args.cluster_pipelines else args.pipelines
-    )
-    args.cluster_per_primary = [int(p) for p in args.cluster_per_primary.split(",") if p.strip()]
-    args.cluster_seconds = args.cluster_seconds or args.seconds
+    clusterbench.finish_options(args)
+    choose_targets(ap, args)
+    return args
+
+
+def cluster_section(bench: Bench) -> None:
+    """The cluster target (benchlib/clusterbench.py); its report also printed as one JSON line."""
+    try:
+        bench.cluster_results, bench.cluster = clusterbench.run(bench.args, bench.targets)
+    except (AssertionError, OSError) as e:  # say why, not a traceback (the logs are kept)
+        lines = str(e).splitlines() or [repr(e)]
+        raise SystemExit("cluster target: " + "\n".join(lines[:3] + lines[-12:])) from e
+    print(json.dumps({"cluster": asdict(bench.cluster)}), flush=True)
+
+
+def choose_targets(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``args.servers`` and ``args.cluster`` from --only and the --no-* switches."""
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in SERVERS and s != CLUSTER]
     if unknown:
@@ -583,7 +548,6 @@ def parse_args() -> argparse.Namespace:
         ap.error("no server left to benchmark")
     if not args.servers:  # the cluster alone: none of the single-server sections
         args.no_tail = args.no_metrics = args.no_client = args.no_create = args.no_memory = True
-    return args
 
 
 def start(targets: Targets, name: str) -> Target:
@@ -635,7 +599,7 @@ def main() -> None:
             if not args.no_memory:
                 bench.memory_section()
             if args.cluster:  # last: its six nodes start when the single servers are idle
-                bench.cluster_section()
+                cluster_section(bench)
         except BaseException:
             targets.stop()
             kept = Path(tempfile.mkdtemp(prefix="march-bench-failed-"))
@@ -647,24 +611,35 @@ def main() -> None:
     summary = bench.summary(extra)
     print("\n" + "\n".join(summary + ([] if bench.cluster is None else ["", *bench.cluster.lines()])))
     if args.write_readme:
-        path = ROOT / "README.md"
-        if bench.results:
-            path.write_text(readme.replace_block(path.read_text(), bench.readme_block(summary, at_start)))
-            print(f"\nREADME.md: the generated block between {readme.BEGIN!r} and {readme.END!r} rewritten")
-        if bench.cluster is not None:
-            block = bench.cluster_block(at_start)
-            path.write_text(readme.replace_block(path.read_text(), block, readme.CLUSTER_BEGIN, readme.CLUSTER_END))
-            print(f"README.md: the cluster block between {readme.CLUSTER_BEGIN!r} and {readme.CLUSTER_END!r} rewritten")
+        write_readme(bench, summary, at_start)
     if args.check_readme:
         print(f"\n== figures the READMEs quote (<!-- bench: ... --> markers), today vs quoted; {machine_line()}")
         print("\n".join(readme.report(quoted, bench.readme_figures())))
-    charts = [str(bench.png(args.png))] if bench.results else []
-    memory = bench.memory_png(args.png)
+    print(f"\nchart: {', '.join(draw_charts(bench))} ({time.monotonic() - started:.0f}s in all)")
+
+
+def write_readme(bench: Bench, summary: list[str], at_start: str) -> None:
+    """README.md's generated blocks of what this run measured: the main one, the cluster one."""
+    path = ROOT / "README.md"
+    if bench.results:
+        path.write_text(readme.replace_block(path.read_text(), bench.readme_block(summary, at_start)))
+        print(f"\nREADME.md: the generated block between {readme.BEGIN!r} and {readme.END!r} rewritten")
+    if bench.cluster is not None:
+        block = clusterbench.readme_block(bench.cluster, at_start, clusterbench.png_path(bench.args.png), ROOT)
+        path.write_text(readme.replace_block(path.read_text(), block, readme.CLUSTER_BEGIN, readme.CLUSTER_END))
+        print(f"README.md: the cluster block between {readme.CLUSTER_BEGIN!r} and {readme.CLUSTER_END!r} rewritten")
+
+
+def draw_charts(bench: Bench) -> list[str]:
+    """The PNGs of what this run measured; their paths (labelled but the first)."""
+    png: Path = bench.args.png
+    charts = [str(bench.png(png))] if bench.results else []
+    memory = bench.memory_png(png)
     charts += [] if memory is None else [f"memory: {memory}"]
     if bench.cluster_results:
         what = "cluster INCR (scripts/benchlib/clusterload.py)"
-        charts.append(f"cluster: {bench.png(bench.cluster_png_path(), bench.cluster_results, what)}")
-    print(f"\nchart: {', '.join(charts)} ({time.monotonic() - started:.0f}s in all)")
+        charts.append(f"cluster: {bench.png(clusterbench.png_path(png), bench.cluster_results, what)}")
+    return charts
 
 
 if __name__ == "__main__":

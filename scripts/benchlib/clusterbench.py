@@ -23,17 +23,71 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
+from benchlib import readme
 from benchlib.clusterload import LoadSpec, prefill, run_load
-from benchlib.measured import ClusterReport, ClusterRow, Measured, Setting
+from benchlib.measured import ClusterReport, ClusterRow, Measured, Setting, machine_line
 from benchlib.redisbench import INCR, Run
 from benchlib.targets import PASSWORD, USER, ClusterTarget, Targets
 
 ONE, MANY = "cluster-1", "cluster-n"  # the two clusters' names (targets' and the report's columns)
 TITLE = "cluster INCR"
 TITLE_PER_PRIMARY = "cluster INCR, client per primary"
+GROUPS = 3  # N: one group per node of the 3-node cluster, each node the primary of one
+
+
+def add_options(ap: argparse.ArgumentParser) -> None:
+    """scripts/bench's options of the cluster target."""
+    ap.add_argument("--no-cluster", action="store_true", help="leave the cluster target out")
+    ap.add_argument("--cluster-groups", type=int, default=GROUPS, help=f"N of groups = 1 vs N (default {GROUPS})")
+    ap.add_argument("--cluster-nodes", type=int, default=3, help="march nodes per cluster (default 3)")
+    ap.add_argument("--cluster-clients", type=int, default=50, help="clients of the cluster load, in all (default 50)")
+    ap.add_argument("--cluster-pipelines", help="comma-separated -P of the cluster runs (default: --pipelines)")
+    ap.add_argument(
+        "--cluster-processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help=f"load generator processes (default: one per core, {os.cpu_count()})",
+    )
+    ap.add_argument(
+        "--cluster-per-primary",
+        default="16",
+        help="-P of cluster runs with each client on one primary, batches not split ('' for none; default 16)",
+    )
+    ap.add_argument("--cluster-seconds", type=float, help="length of one cluster run (default: --seconds)")
+    ap.add_argument(
+        "--cluster-keyspace", type=int, default=10_000, help="random keys drawn from this many names (default 10000)"
+    )
+
+
+def finish_options(args: argparse.Namespace) -> None:
+    """The cluster options' lists parsed and their defaults taken from the bench's (after --quick)."""
+    given = args.cluster_pipelines
+    args.cluster_pipelines = [int(p) for p in given.split(",")] if given else list(args.pipelines)
+    args.cluster_per_primary = [int(p) for p in args.cluster_per_primary.split(",") if p.strip()]
+    args.cluster_seconds = args.cluster_seconds or args.seconds
+
+
+def png_path(png: Path) -> Path:
+    """The cluster chart, beside the main one."""
+    return png.with_name(f"{png.stem}-cluster.png")
+
+
+def readme_block(report: ClusterReport, started: str, png: Path, root: Path) -> list[str]:
+    """README.md's cluster block: the command, date and load, the report, its figures, its chart."""
+    command = " ".join(["scripts/bench", *sys.argv[1:]])
+    when = time.strftime("%Y-%m-%d", time.gmtime())
+    out = ["", f"`{command}`, {when}; at the start {started}, at the end {machine_line()}:", ""]
+    out += ["```", *report.lines(), "```", ""]
+    out += [*readme.figures_table(report.figures(), readme.CLUSTER_KEYS), ""]
+    if png.resolve().is_relative_to(root):
+        out.append(f"![scripts/bench: the cluster target]({png.resolve().relative_to(root)})")
+    return [*out, ""]
 
 
 def run(args: argparse.Namespace, targets: Targets) -> tuple[list[Measured], ClusterReport]:
