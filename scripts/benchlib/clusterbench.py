@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from collections import Counter
@@ -80,7 +81,7 @@ def png_path(png: Path) -> Path:
 
 def readme_block(report: ClusterReport, started: str, png: Path, root: Path) -> list[str]:
     """README.md's cluster block: the command, date and load, the report, its figures, its chart."""
-    command = " ".join(["scripts/bench", *sys.argv[1:]])
+    command = shlex.join(["scripts/bench", *sys.argv[1:]])  # an empty argument shows as ''
     when = time.strftime("%Y-%m-%d", time.gmtime())
     out = ["", f"`{command}`, {when}; at the start {started}, at the end {machine_line()}:", ""]
     out += ["```", *report.lines(), "```", ""]
