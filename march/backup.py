@@ -30,7 +30,8 @@ Where the writes go, and why they can never break what a serving primary relies 
 - etcd: only while no primary serves. A primary holds a range of IDs below its ceiling in memory
   and writes back the settings it read; a ceiling raised under it would let it hand out IDs below
   the restored floor until its range ran out, and settings written under it would be overwritten.
-  So every restore transaction compares ``create_revision(leader) == 0`` (no leader key) with, per
+  So every restore transaction compares that no leader key of any group exists (one range compare
+  over every key starting with ``<prefix>/leader``) with, per
   sequence, ``create_revision(seq) == 0`` (still absent) or ``value(seq) == what was read`` (so
   the raise is computed from the stored value in the same transaction). A primary elected
   meanwhile fails the transaction and restore stops, saying so. (Creating names with no term
@@ -59,8 +60,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from .config import MAX_ID, Config
-from .etcd.api import Etcd, Get, Put, Request, created_at, value_is
-from .etcd.keys import KeyPaths
+from .etcd.api import Etcd, Get, Put, Request, created_at, none_in, value_is
+from .etcd.keys import KeyPaths, prefix_end
 from .generators.sequence import TOP
 from .node import etcd_client
 from .store.base import SINGLE_NODE, SequenceRecord, WorkerRecord
@@ -541,18 +542,24 @@ class _EtcdWriter:
         self.etcd, self.keys, self.timeout = etcd, keys, timeout
 
     async def open(self) -> None:
-        leader = await self.etcd.get(self.keys.leader, self.timeout)
-        if leader is not None:
-            raise BackupError(PRIMARY_SERVING.format(leader.value.decode(errors="replace")))
+        found = await self.etcd.range(Get(self.keys.leader, self._leaders_end, limit=1), self.timeout)
+        if found.kvs:
+            raise BackupError(PRIMARY_SERVING.format(found.kvs[0].value.decode(errors="replace")))
+
+    @property
+    def _leaders_end(self) -> bytes:
+        # Every leader key of every layout (``<prefix>/leader``, ``<prefix>/leader/<g>-of-<N>``) and
+        # every hand-off key starts with ``<prefix>/leader``: one range compare covers every group.
+        return prefix_end(self.keys.leader)
 
     async def close(self) -> None:
         pass
 
     async def _txn(self, compares: list[Any], ops: list[Request]) -> bool:
-        """Run ``ops`` if no leader key exists and ``compares`` hold; False when a compare failed."""
-        reply = await self.etcd.txn(
-            [created_at(self.keys.leader, 0), *compares], ops, [Get(self.keys.leader)], self.timeout
-        )
+        """Run ``ops`` if no leader key of any group exists and ``compares`` hold; False when a compare failed."""
+        leaders = Get(self.keys.leader, self._leaders_end, limit=1)
+        no_leader = none_in(self.keys.leader, self._leaders_end)
+        reply = await self.etcd.txn([no_leader, *compares], ops, [leaders], self.timeout)
         if reply.succeeded:
             return True
         found = reply.ranges[0]

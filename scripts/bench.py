@@ -29,7 +29,13 @@ Sections (each can be skipped):
   bare function doing the same look-up (the baseline), each in a subprocess of its own, rounds
   alternating; skipped if march_client is not installed;
 - memory per sequence, created and touched after a restart (`benchlib/memory.py`, which prints
-  one JSON line).
+  one JSON line);
+- the cluster target (`benchlib/clusterbench.py`): two local 3-node clusters on one etcd, groups = 1
+  and groups = N (`--cluster-groups`, default 3), loaded by a cluster-aware generator
+  (`benchlib/clusterload.py`: redis-benchmark 7.0's `--cluster` refuses a cluster with one master);
+  aggregate INCR/s of each, their ratio, the machine's cores and load. `--only cluster` runs it
+  alone; its report has a README block of its own and a chart beside the main one
+  (`<stem>-cluster.png`), and its last JSON line (`{"cluster": ...}`) is the report as data.
 
 `--check-readme`: the figures the READMEs quote carry a marker `<!-- bench: key value -->`
 (`benchlib/readme.py`); this mode measures them all in one run and prints each one's value today
@@ -42,6 +48,7 @@ at the end, also after a failure, Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -51,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import NoReturn
 
@@ -58,8 +66,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchlib import readme, redisbench  # noqa: E402
-from benchlib.measured import Measured, Setting, last_json, machine_line, raise_nofile, readme_figures  # noqa: E402
+from benchlib import clusterbench, readme, redisbench  # noqa: E402
+from benchlib.measured import (  # noqa: E402
+    ClusterReport,
+    Measured,
+    Setting,
+    last_json,
+    machine_line,
+    raise_nofile,
+    readme_figures,
+)
 from benchlib.redisbench import INCR, Auth  # noqa: E402
 from benchlib.targets import PASSWORD, USER, Target, Targets, scrape  # noqa: E402
 
@@ -72,6 +88,7 @@ METRICS_ROUNDS = 7  # at least: single rounds vary by about ±5% here, as much a
 TS_KEY = "ts"
 LABEL = {"redis": "redis", "floor": "python floor"}  # the reference in a ratio's name
 SERVERS = ("redis", "sqlite", "etcd", "floor")
+CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
 AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the floor answers AUTH with OK)
 MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
 SUMMARY_WIDTH = 36  # characters per server column of the summary table
@@ -113,6 +130,8 @@ class Bench:
         self.client_rates: dict[str, float] = {}  # prefetch method -> IDs/s
         self.memory: dict[str, float] = {}  # the memory script's figures
         self.extra: list[str] = []  # lines for the end of the summary
+        self.cluster: ClusterReport | None = None  # the cluster target's report, once it ran
+        self.cluster_results: list[Measured] = []  # its settings (own table, block and chart)
 
     def measure(
         self,
@@ -363,15 +382,18 @@ class Bench:
             return f"FAILED (exit {out.returncode}): {' | '.join(tail)}"
 
     def readme_figures(self) -> dict[str, float]:
-        """Today's value of every ``benchlib.readme.KEYS`` figure this run measured."""
-        return readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
+        """Today's value of every ``benchlib.readme.KEYS`` (and ``CLUSTER_KEYS``) figure this run measured."""
+        figures = readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
+        return figures | (self.cluster.figures() if self.cluster is not None else {})
 
     # -- report --------------------------------------------------------------------------------
     def summary(self, extra: list[str]) -> list[str]:
         """The summary table (one row per setting, one column per server) and the other sections'
         lines."""
+        if not self.results:
+            return [*self.extra, *extra]
         labels = [t for t in SERVERS if any(t in m.runs for m in self.results)]
-        names = {n: self.targets.started[n].label for n in labels}
+        names = {n: self.targets.label(n) for n in labels}
         w = SUMMARY_WIDTH
         lines = [
             f"== summary: median rps (ratio to redis-server), p50/p99/p99.9 ms; {self.args.rounds} rounds; "
@@ -416,18 +438,18 @@ class Bench:
                 out += ["", f"![scripts/bench: RSS per sequence]({memory.resolve().relative_to(ROOT)})"]
         return [*out, ""]
 
-    def png(self, path: Path) -> Path:
+    def png(self, path: Path, results: list[Measured] | None = None, what: str = "redis-benchmark") -> Path:
         from benchlib.charts import BenchRow, bench_png
 
+        results = self.results if results is None else results
         rows = [
-            BenchRow(m.setting.label, self.targets.started[n].label, med.rps, med.p50, med.p99, med.p999)
-            for m in self.results
+            BenchRow(m.setting.label, self.targets.label(n), med.rps, med.p50, med.p99, med.p999)
+            for m in results
             for n in m.runs
             for med in [m.median(n)]
         ]
-        title = (
-            f"redis-benchmark, {os.cpu_count()} CPUs, medians of {self.args.rounds} rounds of ~{self.args.seconds:g}s"
-        )
+        seconds = self.args.cluster_seconds if results is self.cluster_results else self.args.seconds
+        title = f"{what}, {os.cpu_count()} CPUs, medians of {self.args.rounds} rounds of ~{seconds:g}s"
         return bench_png(rows, path, title)
 
     def memory_png(self, path: Path) -> Path | None:
@@ -453,8 +475,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--tail-seconds", type=float, default=3.0, help="length of one -c 1000 run (default 3)")
     ap.add_argument("--create-seconds", type=float, default=2.0, help="length of one creation run (default 2)")
     ap.add_argument("--memory-sequences", type=int, default=100_000, help="sequences of the memory run (100000)")
-    ap.add_argument("--only", default=",".join(SERVERS), help="servers to compare (default redis,sqlite,etcd,floor)")
-    ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out")
+    ap.add_argument(
+        "--only",
+        default=",".join([*SERVERS, CLUSTER]),
+        help="servers to compare, and 'cluster' for the cluster target (default redis,sqlite,etcd,floor,cluster)",
+    )
+    clusterbench.add_options(ap)
+    ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out (the etcd and cluster targets)")
     ap.add_argument("--no-timestamp", action="store_true", help="skip the timestamp-key runs")
     ap.add_argument("--no-metrics", action="store_true", help="skip metrics on vs off")
     ap.add_argument("--no-client", action="store_true", help="skip the Python client's prefetch rate")
@@ -484,6 +511,7 @@ def parse_args() -> argparse.Namespace:
     if args.check_readme:
         # The settings the quoted figures were measured at (2 s rounds: INCRBY's IDs/s depend on the length).
         args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,floor", "50", "1,16", True
+        args.no_cluster = True
         args.seconds = 2.0
         args.no_tail = args.no_create = args.no_memory = args.no_client = False
     if args.quick:
@@ -491,14 +519,35 @@ def parse_args() -> argparse.Namespace:
         args.tail_seconds, args.create_seconds, args.memory_sequences = 0.5, 0.5, 10_000
     args.clients = [int(c) for c in str(args.clients).split(",")]
     args.pipelines = [int(p) for p in args.pipelines.split(",")]
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in only if s not in SERVERS]
-    if unknown:
-        ap.error(f"--only: unknown server(s) {unknown}; choose from {list(SERVERS)}")
-    args.servers = [s for s in SERVERS if s in only and not (s == "etcd" and args.no_etcd)]
-    if not args.servers:
-        ap.error("no server left to benchmark")
+    clusterbench.finish_options(args)
+    choose_targets(ap, args)
     return args
+
+
+def cluster_section(bench: Bench) -> None:
+    """The cluster target (benchlib/clusterbench.py); its report also printed as one JSON line."""
+    try:
+        bench.cluster_results, bench.cluster = clusterbench.run(bench.args, bench.targets)
+    except (AssertionError, OSError) as e:  # say why, not a traceback (the logs are kept)
+        lines = str(e).splitlines() or [repr(e)]
+        raise SystemExit("cluster target: " + "\n".join(lines[:3] + lines[-12:])) from e
+    print(json.dumps({"cluster": asdict(bench.cluster)}), flush=True)
+
+
+def choose_targets(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``args.servers`` and ``args.cluster`` from --only and the --no-* switches."""
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in only if s not in SERVERS and s != CLUSTER]
+    if unknown:
+        ap.error(f"--only: unknown server(s) {unknown}; choose from {[*SERVERS, CLUSTER]}")
+    args.servers = [s for s in SERVERS if s in only and not (s == "etcd" and args.no_etcd)]
+    args.cluster = CLUSTER in only and not args.no_cluster and not args.no_etcd  # its clusters run on etcd
+    if args.cluster and args.cluster_groups < 2:
+        ap.error("--cluster-groups: at least 2 (the comparison is groups = 1 vs groups = N)")
+    if not args.servers and not args.cluster:
+        ap.error("no server left to benchmark")
+    if not args.servers:  # the cluster alone: none of the single-server sections
+        args.no_tail = args.no_metrics = args.no_client = args.no_create = args.no_memory = True
 
 
 def start(targets: Targets, name: str) -> Target:
@@ -514,8 +563,12 @@ def start(targets: Targets, name: str) -> Target:
 def main() -> None:
     args = parse_args()
     quoted = readme.quoted_figures(ROOT) if args.check_readme else []  # a bad marker fails before any run
-    if args.write_readme:
-        readme.replace_block((ROOT / "README.md").read_text(), [])  # no block: fail before any run
+    if args.write_readme:  # no block: fail before any run
+        text = (ROOT / "README.md").read_text()
+        if args.servers:
+            readme.replace_block(text, [])
+        if args.cluster:
+            readme.replace_block(text, [], readme.CLUSTER_BEGIN, readme.CLUSTER_END)
 
     def on_signal(signum: int, _frame: object) -> NoReturn:
         raise SystemExit(128 + signum)  # unwinds through `finally`, which stops every server
@@ -529,12 +582,13 @@ def main() -> None:
         try:
             group = [start(targets, name) for name in args.servers]
             print(
-                f"{targets.describe()}; data under {tmp}; {machine_line()}; "
+                f"{targets.describe() or 'the cluster target alone'}; data under {tmp}; {machine_line()}; "
                 f"{args.rounds} rounds of ~{args.seconds:g}s per server and setting\n{targets.march_config()}",
                 flush=True,
             )
             bench = Bench(args, targets)
-            bench.main_sections(group)
+            if group:
+                bench.main_sections(group)
             if not args.no_tail:
                 bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, floor
             if not args.no_metrics and "sqlite" in args.servers:
@@ -544,6 +598,8 @@ def main() -> None:
                 bench.create_section(group)
             if not args.no_memory:
                 bench.memory_section()
+            if args.cluster:  # last: its six nodes start when the single servers are idle
+                cluster_section(bench)
         except BaseException:
             targets.stop()
             kept = Path(tempfile.mkdtemp(prefix="march-bench-failed-"))
@@ -553,18 +609,37 @@ def main() -> None:
         finally:
             targets.stop()
     summary = bench.summary(extra)
-    print("\n" + "\n".join(summary))
+    print("\n" + "\n".join(summary + ([] if bench.cluster is None else ["", *bench.cluster.lines()])))
     if args.write_readme:
-        path = ROOT / "README.md"
-        path.write_text(readme.replace_block(path.read_text(), bench.readme_block(summary, at_start)))
-        print(f"\nREADME.md: the generated block between {readme.BEGIN!r} and {readme.END!r} rewritten")
+        write_readme(bench, summary, at_start)
     if args.check_readme:
         print(f"\n== figures the READMEs quote (<!-- bench: ... --> markers), today vs quoted; {machine_line()}")
         print("\n".join(readme.report(quoted, bench.readme_figures())))
-    path = bench.png(args.png)
-    memory = bench.memory_png(args.png)
-    also = "" if memory is None else f", memory: {memory}"
-    print(f"\nchart: {path}{also} ({time.monotonic() - started:.0f}s in all)")
+    print(f"\nchart: {', '.join(draw_charts(bench))} ({time.monotonic() - started:.0f}s in all)")
+
+
+def write_readme(bench: Bench, summary: list[str], at_start: str) -> None:
+    """README.md's generated blocks of what this run measured: the main one, the cluster one."""
+    path = ROOT / "README.md"
+    if bench.results:
+        path.write_text(readme.replace_block(path.read_text(), bench.readme_block(summary, at_start)))
+        print(f"\nREADME.md: the generated block between {readme.BEGIN!r} and {readme.END!r} rewritten")
+    if bench.cluster is not None:
+        block = clusterbench.readme_block(bench.cluster, at_start, clusterbench.png_path(bench.args.png), ROOT)
+        path.write_text(readme.replace_block(path.read_text(), block, readme.CLUSTER_BEGIN, readme.CLUSTER_END))
+        print(f"README.md: the cluster block between {readme.CLUSTER_BEGIN!r} and {readme.CLUSTER_END!r} rewritten")
+
+
+def draw_charts(bench: Bench) -> list[str]:
+    """The PNGs of what this run measured; their paths (labelled but the first)."""
+    png: Path = bench.args.png
+    charts = [str(bench.png(png))] if bench.results else []
+    memory = bench.memory_png(png)
+    charts += [] if memory is None else [f"memory: {memory}"]
+    if bench.cluster_results:
+        what = "cluster INCR (scripts/benchlib/clusterload.py)"
+        charts.append(f"cluster: {bench.png(clusterbench.png_path(png), bench.cluster_results, what)}")
+    return charts
 
 
 if __name__ == "__main__":

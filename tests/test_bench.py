@@ -1,11 +1,16 @@
 """The pure parts of scripts/bench: redis-benchmark's output parsed, its command line, the ratios
-and the figures the READMEs quote. Fast, no server, no load: nothing here measures or asserts a
-speed (the bench itself runs in tests/e2e/test_reports.py)."""
+and the figures the READMEs quote; fast, no server, no load. One test runs the cluster target for
+real (a local etcd and two 3-node clusters, a second of load each way) and checks that its report
+has every field; nothing here measures or asserts a speed (the whole bench runs in
+tests/e2e/test_reports.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 import resource
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +19,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # scripts/ is no package: benchlib is found from there
 
-from benchlib import readme, redisbench  # noqa: E402
-from benchlib.measured import Measured, Setting, last_json, nofile_needed, raise_nofile, readme_figures  # noqa: E402
+from benchlib import clusterload, readme, redisbench  # noqa: E402
+from benchlib.clusterload import SlotRange  # noqa: E402
+from benchlib.measured import (  # noqa: E402
+    ClusterReport,
+    ClusterRow,
+    Measured,
+    Setting,
+    last_json,
+    nofile_needed,
+    raise_nofile,
+    readme_figures,
+)
 from benchlib.redisbench import INCR, Auth, BenchmarkFailed, Run  # noqa: E402
 
 # redis-benchmark 7.0.15's plain output for `-c 2 -n 200 --precision 3 -t incr` (progress line
@@ -174,3 +189,95 @@ def test_replace_block_rewrites_only_between_the_markers(tmp_path: Path) -> None
     assert [(q.key, q.value) for q in readme.quoted_figures(tmp_path, ("README.md",))] == [("prefetch.next", 1.5)]
     with pytest.raises(ValueError, match="no generated block"):
         readme.replace_block("no markers here\n", [])
+
+
+def test_slot_map_routes_every_slot_to_its_primary() -> None:
+    reply = [
+        [5461, 16383, [b"127.0.0.1", 7002, b"id2"], [b"127.0.0.1", 7001, b"id1"]],
+        [0, 5460, [b"127.0.0.1", 7001, b"id1"]],
+    ]
+    ranges = clusterload.parse_slots(reply)
+    assert ranges == [SlotRange(0, 5460, "127.0.0.1", 7001), SlotRange(5461, 16383, "127.0.0.1", 7002)]
+    primaries, table = clusterload.owner_table(ranges)
+    assert primaries == ["127.0.0.1:7001", "127.0.0.1:7002"]
+    assert (table[0], table[5460], table[5461], table[16383]) == (0, 0, 1, 1)
+    assert clusterload.key_slot(b"foo") == 12182  # CLUSTER KEYSLOT foo on Redis
+    with pytest.raises(ValueError, match="slot 5461 has no primary"):
+        clusterload.owner_table(ranges[:1])
+
+
+def test_cluster_report_says_what_bounds_the_gain_and_gives_the_ratios() -> None:
+    report = ClusterReport(cores=2, load=(1.0, 2.0, 3.0), nodes=3, groups=3, processes=2, clients=50,
+                           keyspace=10_000, rounds=3, seconds=1.0,
+                           rows=[ClusterRow(1, 40_000, 50_000), ClusterRow(16, 200_000, 300_000),
+                                 ClusterRow(16, 200_000, 500_000, per_primary=True)])  # fmt: skip
+    text = "\n".join(report.lines())
+    assert "cluster INCR -c 50 -P 16 " in text and "1.50" in text and "1.25" in text
+    assert "cluster INCR -c 50 -P 16, client per primary" in text and "2.50" in text
+    assert "2-core machine the load generator (2 processes) and the 3 nodes share the cores" in text
+    assert report.figures() == {
+        "cluster.p1.groups_ratio": 1.25,
+        "cluster.p16.groups_ratio": 1.5,
+        "cluster.p16.per_primary.groups_ratio": 2.5,
+    }
+    assert set(report.figures()) == set(readme.CLUSTER_KEYS)
+    big = ClusterReport(cores=64, load=(0, 0, 0), nodes=3, groups=3, processes=8, clients=50, keyspace=1, rounds=1,
+                        seconds=1.0)  # fmt: skip
+    assert "can have one of its own" in big.shared_cores()
+
+
+def run_bench(args: list[str], timeout: float) -> str:
+    """scripts/bench.py to the end; on timeout SIGTERM (it stops its servers), then kill what is left."""
+    proc = subprocess.Popen(
+        [sys.executable, "scripts/bench.py", *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+            pytest.fail(f"scripts/bench.py still running after {timeout}s:\n{out[-4000:]}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{out[-4000:]}"
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_cluster_target_runs_alone_and_reports_every_field(tmp_path: Path, etcd_bin: str) -> None:
+    png = tmp_path / "bench.png"
+    args = ["--only", "cluster", "--rounds", "1", "--cluster-seconds", "0.5", "--cluster-pipelines", "1"]
+    args += ["--cluster-per-primary", "16"]
+    out = run_bench([*args, "--cluster-keyspace", "1000", "--cluster-clients", "8", "--png", str(png)], 200)
+    report = last_json(out)["cluster"]
+    assert isinstance(report, dict), out
+    assert report["cores"] == os.cpu_count() and len(report["load"]) == 3
+    assert (report["nodes"], report["groups"], report["clients"], report["keyspace"]) == (3, 3, 8, 1000)
+    assert [(r["pipeline"], r["per_primary"]) for r in report["rows"]] == [(1, False), (16, True)]
+    assert all(r["rps_one"] > 0 and r["rps_n"] > 0 for r in report["rows"]), report  # load went through
+    assert report["errors"] == {}, report  # every INCR went to its slot's primary
+    assert set(report["layouts"]) == {"groups = 1", "groups = 3"}
+    assert "groups = 3 / groups = 1 aggregate INCR/s at -P 1: " in out
+    assert "groups = 3 / groups = 1 aggregate INCR/s at -P 16, client per primary: " in out
+    assert "== cluster: aggregate INCR/s, 3 nodes on one etcd, groups = 1 vs groups = 3; " in out
+    assert ("share the cores" if (os.cpu_count() or 1) < 5 else "one of its own") in out
+    assert "== summary" not in out and "redis-server" not in out  # the cluster alone: no other target ran
+    assert png.with_name("bench-cluster.png").read_bytes().startswith(b"\x89PNG")
+    assert not png.exists()  # no single-server chart without single-server runs
+
+
+def test_readme_has_both_generated_blocks_apart() -> None:
+    text = (ROOT / "README.md").read_text()
+    cluster = readme.replace_block(text, ["", "cluster figures", ""], readme.CLUSTER_BEGIN, readme.CLUSTER_END)
+    both = readme.replace_block(cluster, ["", "main figures", ""])
+    assert "cluster figures" in both and "main figures" in both  # --write-readme after a whole run
+    assert both.index(readme.END) < both.index(readme.CLUSTER_BEGIN)  # one block never inside the other

@@ -51,12 +51,16 @@ class Op(Enum):
 
 @dataclass(frozen=True)
 class Compare:
-    """``target(key) op operand``: operand is bytes for VALUE, an int for every other target."""
+    """``target(key) op operand``: operand is bytes for VALUE, an int for every other target.
+
+    With ``end``, etcd compares every key in ``[key, end)``: it holds when every key there
+    satisfies it, and over an empty range as over a missing key (``created_at`` 0 holds)."""
 
     key: bytes
     target: Target
     op: Op
     operand: bytes | int
+    end: bytes = b""
 
 
 def value_is(key: bytes, value: bytes) -> Compare:
@@ -71,6 +75,11 @@ def value_below(key: bytes, value: bytes) -> Compare:
 def created_at(key: bytes, revision: int) -> Compare:
     """``create_revision(key) == revision`` (0: the key does not exist)."""
     return Compare(key, Target.CREATE, Op.EQUAL, revision)
+
+
+def none_in(start: bytes, end: bytes) -> Compare:
+    """No key exists in ``[start, end)`` (``create_revision == 0`` over the range)."""
+    return Compare(start, Target.CREATE, Op.EQUAL, 0, end)
 
 
 def lease_is(key: bytes, lease: int) -> Compare:

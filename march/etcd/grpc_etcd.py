@@ -128,7 +128,9 @@ def _read(path: str) -> bytes | None:
 
 
 def _compare(c: Compare) -> Any:
-    return rpc.Compare(key=c.key, target=_TARGET[c.target], result=_RESULT[c.op], **{_OPERAND[c.target]: c.operand})
+    return rpc.Compare(
+        key=c.key, range_end=c.end, target=_TARGET[c.target], result=_RESULT[c.op], **{_OPERAND[c.target]: c.operand}
+    )
 
 
 def _range_request(g: Get) -> Any:

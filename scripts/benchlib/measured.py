@@ -121,3 +121,84 @@ def readme_figures(
 def _put(out: dict[str, float], key: str, value: float | None) -> None:
     if value is not None:
         out[key] = value
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """One cluster setting: the median aggregate INCR/s with one group and with N, and their ratio."""
+
+    pipeline: int
+    rps_one: float
+    rps_n: float
+    per_primary: bool = False  # each client on one primary (batches never split), not split by primary
+
+    @property
+    def label(self) -> str:
+        return f"-P {self.pipeline}{', client per primary' if self.per_primary else ''}"
+
+    @property
+    def key(self) -> str:
+        return f"cluster.p{self.pipeline}{'.per_primary' if self.per_primary else ''}.groups_ratio"
+
+    @property
+    def ratio(self) -> float:
+        return self.rps_n / self.rps_one if self.rps_one else float("nan")
+
+
+@dataclass
+class ClusterReport:
+    """What the cluster target measured, with what it needs to be read: the machine's cores and
+    load, the clusters' layouts, the generator's size, the errors (none on a stable cluster)."""
+
+    cores: int
+    load: tuple[float, float, float]
+    nodes: int
+    groups: int  # N, the groups of the second cluster
+    processes: int  # load generator processes
+    clients: int
+    keyspace: int
+    rounds: int
+    seconds: float
+    rows: list[ClusterRow] = field(default_factory=list)
+    layouts: dict[str, str] = field(default_factory=dict)  # "groups = 1" -> "0-16383 n2"
+    notes: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def shared_cores(self) -> str:
+        """The sentence that says what bounds the gain on this machine."""
+        if self.cores < self.nodes + self.processes:
+            return (
+                f"On this {self.cores}-core machine the load generator ({self.processes} processes) and the "
+                f"{self.nodes} nodes share the cores, so the gain of groups = {self.groups} is bounded by the "
+                "generator (its Python per request costs about what a node's does), not by the nodes."
+            )
+        return (
+            f"This machine has {self.cores} cores: each of the {self.nodes} nodes and each of the "
+            f"{self.processes} generator processes can have one of its own."
+        )
+
+    def lines(self) -> list[str]:
+        load = "/".join(f"{x:.2f}" for x in self.load)
+        n = f"groups = {self.groups}"
+        out = [
+            f"== cluster: aggregate INCR/s, {self.nodes} nodes on one etcd, groups = 1 vs {n}; "
+            f"{self.cores} CPUs, load average {load} (1/5/15 min)",
+            f"load: scripts/benchlib/clusterload.py, {self.processes} processes, {self.clients} clients in all, "
+            f"INCR on random keys of {self.keyspace:,} names (all slots), each sent to its slot's primary "
+            "(a batch split by primary, as a cluster client's pipeline; 'client per primary': each client on "
+            f"one primary with keys of its slots, as redis-benchmark --cluster); median of {self.rounds} rounds "
+            f"of {self.seconds:g}s",
+            f"{'setting':<48}{'groups = 1':>14}{n:>14}{'ratio':>8}",
+        ]
+        for r in self.rows:
+            label = f"cluster INCR -c {self.clients} {r.label}"
+            out.append(f"{label:<48}{r.rps_one:>14,.0f}{r.rps_n:>14,.0f}{r.ratio:>8.2f}")
+        out += [f"{k}: primaries {v}" for k, v in self.layouts.items()]
+        out += [f"note: {x}" for x in self.notes]
+        if self.errors:
+            out.append(f"error replies during the runs: {self.errors}")
+        return [*out, self.shared_cores()]
+
+    def figures(self) -> dict[str, float]:
+        """The cluster keys of ``benchlib.readme.CLUSTER_KEYS`` this report has."""
+        return {r.key: r.ratio for r in self.rows if r.pipeline in (1, 16)}

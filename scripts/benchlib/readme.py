@@ -9,7 +9,9 @@ ratio to the quoted one. It never edits a figure in prose: a person decides whet
 The one thing it writes (`scripts/bench --write-readme`): README.md's generated block, between
 `BEGIN` and `END`: the command, the date, the machine's cores and load, the run's summary table
 and a table of every `KEYS` figure with its marker, so that after other work is merged one run
-regenerates the report (`replace_block`, `figures_table`).
+regenerates the report (`replace_block`, `figures_table`). The cluster target has a block of its
+own (`CLUSTER_BEGIN` ... `CLUSTER_END`, its figures `CLUSTER_KEYS`), rewritten only by a run that
+measured it, so that `scripts/bench --only cluster --write-readme` leaves the main block as it is.
 """
 
 from __future__ import annotations
@@ -36,9 +38,17 @@ KEYS = {
     "memory.created": "RSS per sequence created (bytes), march on SQLite",
     "memory.touched": "RSS per sequence touched after a restart (bytes), march on SQLite",
 }
+# key -> what it measures: the cluster target's figures (its own generated block)
+CLUSTER_KEYS = {
+    "cluster.p1.groups_ratio": "cluster INCR -P 1: aggregate INCR/s with groups = N / with groups = 1 (3 nodes)",
+    "cluster.p16.groups_ratio": "cluster INCR -P 16: aggregate INCR/s with groups = N / with groups = 1 (3 nodes)",
+    "cluster.p16.per_primary.groups_ratio": "the same, each client on one primary (batches not split by primary)",
+}
 DOCUMENTS = ("README.md", "clients/python/README.md")
 BEGIN = "<!-- bench-report: begin (scripts/bench --write-readme replaces this block) -->"
 END = "<!-- bench-report: end -->"
+CLUSTER_BEGIN = "<!-- bench-cluster: begin (scripts/bench --write-readme replaces this block after a cluster run) -->"
+CLUSTER_END = "<!-- bench-cluster: end -->"
 # key -> the issue's goal, as written in the figures table (issue 18)
 GOALS = {
     "tail.c1000.p99.ratio": "<= 1.5",
@@ -70,8 +80,9 @@ def quoted_figures(root: Path, documents: tuple[str, ...] = DOCUMENTS) -> list[Q
         path = root / name
         for n, line in enumerate(path.read_text().splitlines(), 1):
             for m in MARKER.finditer(line):
-                if m["key"] not in KEYS:
-                    raise ValueError(f"{name}:{n}: unknown bench key {m['key']!r}; known: {', '.join(KEYS)}")
+                if m["key"] not in KEYS and m["key"] not in CLUSTER_KEYS:
+                    known = ", ".join([*KEYS, *CLUSTER_KEYS])
+                    raise ValueError(f"{name}:{n}: unknown bench key {m['key']!r}; known: {known}")
                 out.append(Quoted(m["key"], float(m["value"].replace(",", "").replace("_", "")), Path(name), n))
     return out
 
@@ -93,10 +104,10 @@ def _fmt(x: float) -> str:
     return f"{x:,.3f}" if x < 100 else f"{x:,.0f}"
 
 
-def figures_table(measured: Mapping[str, float]) -> list[str]:
-    """A Markdown table of every ``KEYS`` figure: what it is, today's value with its marker, the goal."""
+def figures_table(measured: Mapping[str, float], keys: Mapping[str, str] = KEYS) -> list[str]:
+    """A Markdown table of every figure of ``keys``: what it is, today's value with its marker, the goal."""
     lines = ["| figure | value | goal |", "|---|---|---|"]
-    for key, what in KEYS.items():
+    for key, what in keys.items():
         if key in measured:
             shown = _fmt(measured[key])
             value = f"{shown} <!-- bench: {key} {shown.replace(',', '_')} -->"
@@ -106,9 +117,9 @@ def figures_table(measured: Mapping[str, float]) -> list[str]:
     return lines
 
 
-def replace_block(text: str, block: list[str]) -> str:
-    """``text`` with the lines between ``BEGIN`` and ``END`` replaced by ``block``."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no generated block: expected {BEGIN!r} ... {END!r}")
-    return text[: start + len(BEGIN)] + "\n" + "\n".join(block) + "\n" + text[end:]
+def replace_block(text: str, block: list[str], begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with the lines between ``begin`` and ``end`` replaced by ``block``."""
+    at, stop = text.find(begin), text.find(end)
+    if at < 0 or stop < at:
+        raise ValueError(f"no generated block: expected {begin!r} ... {end!r}")
+    return text[: at + len(begin)] + "\n" + "\n".join(block) + "\n" + text[stop:]

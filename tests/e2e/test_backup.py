@@ -412,17 +412,18 @@ def test_names_that_are_not_utf8_round_trip(tmp_path: Path) -> None:
         fresh.stop()
 
 
-async def test_a_primary_elected_during_a_restore_stops_it_unwritten(etcd: EtcdCluster) -> None:
-    """The open-time check is not what protects: each transaction compares the leader key itself.
-    A leader key appearing between the check and the write fails the write, nothing lowered or
-    raised under the new primary."""
-    keys = KeyPaths.of("/march-race")
+@pytest.mark.parametrize("leader", ["/leader", "/leader/2-of-4"], ids=["one-group", "group-2-of-4"])
+async def test_a_primary_elected_during_a_restore_stops_it_unwritten(etcd: EtcdCluster, leader: str) -> None:
+    """The open-time check is not what protects: each transaction compares the leader keys
+    themselves, every group's (one range compare). A leader key appearing between the check and the
+    write fails the write, nothing lowered or raised under the new primary."""
+    keys = KeyPaths.of("/march-race" + leader.replace("/", "-"))
     client = GrpcEtcd(etcd.endpoints.split(","), timeout=5.0)
     try:
         writer = _EtcdWriter(client, keys, 5.0)
         await writer.open()  # no primary yet
         await client.put(keys.seq(b"orders"), encode_record(SequenceRecord(b"orders", "sequence", 100, {})))
-        await client.put(keys.leader, b"n1")  # a primary is elected meanwhile
+        await client.put(keys.prefix + leader.encode(), b"n1")  # a primary is elected meanwhile
         summary = Summary()
         with pytest.raises(BackupError, match="a primary serves this cluster \\(n1\\)"):
             await writer.sequences([SequenceRecord(b"orders", "sequence", 5000, {})], summary, True)

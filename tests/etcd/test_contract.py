@@ -40,6 +40,7 @@ from march.etcd.api import (
     Target,
     created_at,
     modified_at,
+    none_in,
     value_below,
     value_is,
 )
@@ -284,6 +285,16 @@ async def test_compares_on_every_target_and_op(env: Env) -> None:
         if result.succeeded is not expected:
             wrong.append((compare, expected))
     assert wrong == []
+    # A range compare: every key in [start, end) must hold it; an empty range holds as a missing key.
+    rng, stop = env.k("r/"), env.k("r0")
+    assert (await e.txn([none_in(rng, stop)], [])).succeeded
+    await e.put(env.k("r/a"), b"1")
+    assert not (await e.txn([none_in(rng, stop)], [])).succeeded
+    assert (await e.txn([none_in(env.k("r/b"), stop)], [])).succeeded
+    assert (await e.txn([Compare(rng, VAL, EQ, b"1", stop)], [])).succeeded
+    await e.put(env.k("r/c"), b"2")
+    assert not (await e.txn([Compare(rng, VAL, EQ, b"1", stop)], [])).succeeded
+    assert not (await e.txn([Compare(env.k("r/x"), VAL, EQ, b"", stop)], [])).succeeded  # empty: no value
     # Several compares: all must hold.
     assert (await e.txn([value_is(key, b"5"), created_at(missing, 0)], [])).succeeded
     assert not (await e.txn([value_is(key, b"5"), created_at(missing, 1)], [])).succeeded

@@ -254,6 +254,13 @@ class FakeEtcd(_Switches):
         if any(not k for k in keys):
             raise StoreRejected("etcdserver: key is not provided")
 
+    def _holds(self, c: Compare) -> bool:
+        """As etcd's applyCompare: one key, or every key of ``[c.key, c.end)`` (none: as a missing key)."""
+        if not c.end:
+            return _compare_holds(c, self._data.get(c.key))
+        found = [kv for key, kv in self._data.items() if _in_range(key, c.key, c.end)]
+        return all(_compare_holds(c, kv) for kv in found) if found else _compare_holds(c, None)
+
     def _check_size(self, compare: Sequence[Compare], ops: Sequence[Request]) -> None:
         if _size(compare, ops) > self.max_request_bytes:
             raise StoreRejected("etcdserver: request is too large")
@@ -313,7 +320,7 @@ class FakeEtcd(_Switches):
         self._check_size(compare, [*success, *failure])
         if quota:
             self._check_space(endpoint)  # over quota, etcd refuses every transaction, even a read-only one
-        succeeded = all(_compare_holds(c, self._data.get(c.key)) for c in compare)
+        succeeded = all(self._holds(c) for c in compare)
         ops = success if succeeded else failure
         for op in ops:
             if isinstance(op, Put) and op.lease and op.lease not in self._leases:
