@@ -209,6 +209,8 @@ class Links:
         ``LinkDown``: nothing was sent. ``LinkLost``: the link broke, or ``timeout`` passed (the link
         is then closed), before every reply came: they may have run."""
         link = await self.link(addr, proto)
+        if not link.open:  # (closed since it was chosen: nothing was written to it)
+            raise LinkDown(addr)
         batch = requests
         switch = link.user != user
         if switch:
