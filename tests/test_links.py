@@ -31,7 +31,7 @@ class TinyPrimary:
     @property
     def addr(self) -> str:
         assert self.server is not None
-        return "127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     def requests(self, name: bytes) -> list[list[bytes]]:
         return [r for conn in self.seen for r in conn if r[0] == name]

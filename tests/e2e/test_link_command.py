@@ -7,6 +7,7 @@ single-node march process (the receiving side needs no cluster).
   it announces (``AS``) and as nobody before that, or after naming an unknown user; a wrong proof is
   WRONGPASS, counted and recorded as a failed AUTH, and leaves the connection what it was; a nonce
   answers once; a normal client can never announce a user.
+- A link is not closed for idling (``timeout``), where a plain client idle as long is.
 
 Every server is stopped by its fixture.
 """
@@ -73,3 +74,14 @@ def test_a_link_proves_the_secret_and_runs_as_its_user(march_factory: Factory) -
             assert link.call("INCR", "known") == RespError(errors.NOPERM_COMMAND.format("incr"))
             listed = [line for line in str(admin.call("CLIENT", "LIST")).splitlines() if "name=march-link:n9 " in line]
             assert len(listed) == 1 and "lib-name=march-link " in listed[0] and "user=march-link " in listed[0]
+
+
+def test_a_link_is_never_closed_for_idling(march_factory: Factory) -> None:
+    server = march_factory(extra_args=["--cluster-secret", SECRET, "--timeout", "1"])
+    with RespConn(server.port) as link, RespConn(server.port) as plain:
+        nonce = link.call("MARCH.LINK", "HELLO")
+        assert link.call("MARCH.LINK", "AUTH", "n9", proof(SECRET.encode(), nonce)) == "OK"  # type: ignore[arg-type]
+        assert plain.call("PING") == "PONG"  # active after the link: closed no later than the link would be
+        assert plain.is_closed_by_peer(timeout=10)
+        assert link.call("MARCH.LINK", "AS", "default") == "OK"
+        assert link.call("PING") == "PONG"
