@@ -346,3 +346,6 @@ def unknown_command(args: list[bytes]) -> CommandError:
 
 # --- the argument parser (commands.args) and container tables: Redis 7.0's texts --------------------
 NOT_FLOAT = "ERR value is not a valid float"
+# Scale-out keyspace commands (helper "layout"): a multi-key request across leadership groups, as Redis
+# Cluster answers keys of different slots (cluster.c, clusterRedirectClient)
+CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"

@@ -14,28 +14,16 @@ request goes).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from . import errors
+from .cluster.layout import ALL_SLOTS, SlotRange
 from .cluster.member import ClusterMember
 from .cluster.slots import SLOTS, key_slot
 from .errors import CommandError
 from .keyspace import Keyspace
 from .serving import ServingState
 
-
-@dataclass(frozen=True)
-class SlotRange:
-    """The slots ``first`` to ``last`` (both included), as CLUSTER SLOTS shows them."""
-
-    first: int
-    last: int
-
-    def __contains__(self, slot: object) -> bool:
-        return isinstance(slot, int) and self.first <= slot <= self.last
-
-
-ALL_SLOTS = SlotRange(0, SLOTS - 1)
+__all__ = ["ALL_SLOTS", "Group", "Groups", "SlotRange"]  # SlotRange lives in march.cluster.layout
 
 
 class Group:
