@@ -84,6 +84,7 @@ class Connected(Protocol):
     @property
     def authenticated(self) -> bool: ...
     def logout(self) -> None: ...
+    def user_removed(self) -> bool: ...  # its user was deleted: True if it must close
     def info_line(self) -> str: ...
 
 
@@ -192,10 +193,11 @@ class App:
         node.shared_users.changed = self._users_changed
 
     def _users_changed(self, removed: list[User]) -> None:
-        """Deleted users' connections are closed, as in Redis; connections that were waiting for the
-        users to be known get in if ``default`` needs no password."""
+        """Deleted users' connections are closed, as in Redis (a forwarding link, which runs many
+        clients' requests, only forgets the user: ``Client.user_removed``); connections that were
+        waiting for the users to be known get in if ``default`` needs no password."""
         for client in list(self.clients.values()):
-            if client.user in removed:
+            if client.user in removed and client.user_removed():
                 close = self.closers.get(client.id)
                 if close is not None:
                     close()

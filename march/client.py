@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .auth import User
 from .links import Link
 
 if TYPE_CHECKING:
     from .app import App
-    from .auth import User
+
+LINK_NOBODY = "march-link"  # whom a forwarding link runs requests as when it has no user: may run nothing
 
 
 @dataclass(slots=True)
@@ -99,6 +101,14 @@ class Client:
         """``user`` authenticated (AUTH or HELLO ... AUTH): act as it from now on."""
         self.user = user
         self.authenticated = True
+
+    def user_removed(self) -> bool:
+        """Its user was deleted: True (close it, as Redis does), except for another node's forwarding
+        link, which carries other clients' requests too: it runs as nobody until told another user."""
+        if self.link is not None and self.link.authenticated:
+            self.user = User(LINK_NOBODY)
+            return False
+        return True
 
     def logout(self) -> None:
         """Back to ``default`` (a new connection, RESET): authenticated only while it needs no password."""

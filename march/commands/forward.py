@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..auth import User
-from ..client import LinkPeer
+from ..client import LINK_NOBODY, LinkPeer
 from ..errors import CommandError
 from ..links import LINK_COMMAND, LinkDown, LinkLost, LinkTimeout, Sent, proof_ok
 from ..resp import Encoded
@@ -68,7 +68,7 @@ log = logging.getLogger("march")
 FORWARD = "forward"  # the ``redirect`` setting that turns forwarding on
 LINK_USER = " march-link"  # the name link proofs are throttled under: no ACL user's name has a space
 LINK_LIB = "march-link"  # CLIENT LIST lib-name of a link on the receiving side
-NOBODY = User("march-link")  # whom a link runs requests as before its first AS: may run nothing
+NOBODY = User(LINK_NOBODY)  # whom a link runs requests as before its first AS: may run nothing
 _NAME_SAFE = re.compile(r"[^A-Za-z0-9._:\-\[\]]")  # what of a node id may go into a client name
 
 

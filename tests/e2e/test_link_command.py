@@ -6,7 +6,8 @@ single-node march process (the receiving side needs no cluster).
   ``march-link:<node>`` in CLIENT LIST) even with a password set; a link runs requests as the user
   it announces (``AS``) and as nobody before that, or after naming an unknown user; a wrong proof is
   WRONGPASS, counted and recorded as a failed AUTH, and leaves the connection what it was; a nonce
-  answers once; a normal client can never announce a user.
+  answers once; a normal client can never announce a user. Deleting the user a link runs as
+  leaves the link open (it carries other clients' requests), running as nobody.
 - Wrong proofs count in the AUTH throttle: many at once from one address get some refused unchecked.
 - A link is not closed for idling (``timeout``), where a plain client idle as long is.
 
@@ -73,6 +74,8 @@ def test_a_link_proves_the_secret_and_runs_as_its_user(march_factory: Factory) -
             assert link.call("INCR", "known") == 3
             refused = link.call("INCR", "new-key")  # drawer may not create a sequence
             assert isinstance(refused, RespError) and refused.prefix == "NOPERM"
+            assert admin.call("ACL", "DELUSER", "drawer") == 1  # a client of drawer's is closed; the link is not
+            assert link.call("INCR", "known") == RespError(errors.NOPERM_COMMAND.format("incr"))  # nobody now
             assert link.call("MARCH.LINK", "AS", "ghost") == "OK"
             assert link.call("INCR", "known") == RespError(errors.NOPERM_COMMAND.format("incr"))
             listed = [line for line in str(admin.call("CLIENT", "LIST")).splitlines() if "name=march-link:n9 " in line]
