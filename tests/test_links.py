@@ -171,7 +171,7 @@ async def test_a_moved_from_the_primary_is_followed_once(primary: TinyPrimary) -
     links = Links(SECRET)
     config = SimpleNamespace(max_wait=1.0, store_timeout=1.0)
     client = SimpleNamespace(app=SimpleNamespace(links=links, config=config), proto=2, user=SimpleNamespace(name="app"))
-    group = SimpleNamespace(member=SimpleNamespace(me=SimpleNamespace(addr="127.0.0.1:1")))
+    group = SimpleNamespace(member=SimpleNamespace(me=SimpleNamespace(addr="127.0.0.1:1", tls_addr="")))
     echo = [[b"ECHO", b"x"]]
     moved_here = [b"-MOVED 1 %s\r\n" % primary.addr.encode()]
     assert await _settle(client, group, "127.0.0.1:2", echo, moved_here) == b"$1\r\nx\r\n"  # type: ignore[arg-type]

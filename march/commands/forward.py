@@ -92,8 +92,12 @@ def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | C
     addr = group.primary_address(links.tls is not None)
     if addr is None:
         raise group.redirect(key, client.tls)  # CLUSTERDOWN or TRYAGAIN, as without forwarding
-    link = links.open_link(addr, client.proto, client.relay_link)
-    if link is None:
+    kept = client.relay_link
+    link = links.open_link(addr, client.proto, kept)
+    if link is None or (kept is not None and link is not kept):
+        # No link yet, or not the one this connection's earlier requests went on (another primary,
+        # protocol or a broken link): as a waiting request, sent once those are answered.
+        client.relay_link = None
         return _relay(client, group, key, [args])
     client.relay_link = link  # its next requests go on the same link, so they run in its order
     return Relayed(client, group, addr, [args], links.write(link, client.user.name.encode(), [args]))

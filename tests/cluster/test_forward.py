@@ -116,11 +116,12 @@ def test_plain_clients_on_a_standby(cluster: MarchCluster) -> None:
     # one read mixing forwarded requests, this node's own (PING, ECHO) and a forwarded transaction
     with RespConn(standby.port) as c:
         mixed = [("INCR", "fw"), ("PING",), ("MULTI",), ("INCR", "fw"), ("EXEC",), ("ECHO", "e"), ("INCR", "fw")]
+        mixed += [("HELLO", "3"), ("INCR", "fw")]  # (now on a RESP3 link: still after the ones before)
         c.send(b"".join(encode(*request) for request in mixed))
         replies = [c.read_reply() for _ in mixed]
         assert replies[1:4] == ["PONG", "OK", "QUEUED"] and replies[5] == b"e"
-        ids = [replies[0], *replies[4], replies[6]]
-        assert last < ids[0] < ids[1] < ids[2], replies
+        ids = [replies[0], *replies[4], replies[6], replies[8]]
+        assert last < ids[0] < ids[1] < ids[2] < ids[3], replies
     stats = parse_info(standby.call("INFO", "stats"))  # type: ignore[arg-type]
     assert int(stats["forwarded_requests"]) >= 200 and stats["forward_lost_replies"] == "0"
     links = [line for line in str(primary.call("CLIENT", "LIST")).splitlines() if "lib-name=march-link" in line]
