@@ -34,6 +34,7 @@ from .diagnostics import LatencyMonitor, Monitors, SlowLog
 from .group import Group, Groups, Keyspaces
 from .keyspace import Keyspace
 from .limits import clients_the_fd_limit_allows
+from .links import Links
 from .pubsub import PubSub
 from .serving import Change, Phase
 from .store.base import Store
@@ -88,6 +89,7 @@ class Connected(Protocol):
     @property
     def authenticated(self) -> bool: ...
     def logout(self) -> None: ...
+    def user_removed(self) -> bool: ...  # its user was deleted: True if it must close
     def info_line(self) -> str: ...
 
 
@@ -214,6 +216,7 @@ class App:
         self.pubsub = PubSub()
         if len(node.groups) > 1:  # (without the dispatcher to fall back on, no fast path at all)
             hot = {name: _GroupedHot(entry, node.groups, slow) for name, entry in hot.items()} if slow else {}
+        self.links = Links(config.cluster_secret)  # forwarding links to other nodes (redirect forward)
         self._hot = hot
         self.hot: Mapping[bytes, FastCommand] = hot if self.groups.serving_any() else {}
         for group in node.groups:
@@ -221,10 +224,11 @@ class App:
         node.shared_users.changed = self._users_changed
 
     def _users_changed(self, removed: list[User]) -> None:
-        """Deleted users' connections are closed, as in Redis; connections that were waiting for the
-        users to be known get in if ``default`` needs no password."""
+        """Deleted users' connections are closed, as in Redis (a forwarding link, which runs many
+        clients' requests, only forgets the user: ``Client.user_removed``); connections that were
+        waiting for the users to be known get in if ``default`` needs no password."""
         for client in list(self.clients.values()):
-            if client.user in removed:
+            if client.user in removed and client.user_removed():
                 close = self.closers.get(client.id)
                 if close is not None:
                     close()

@@ -8,11 +8,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from .auth import User
+from .links import Link
 
 if TYPE_CHECKING:
     from .app import App
-    from .auth import User
+
+LINK_NOBODY = "march-link"  # whom a forwarding link runs requests as when it has no user: may run nothing
+
+
+@dataclass(slots=True)
+class LinkPeer:
+    """A connection that asked to be another node's forwarding link (``commands.forward``): the nonce it
+    must prove the cluster secret for, then (``authenticated``) the node it is."""
+
+    nonce: bytes = b""
+    node: str = ""
+    authenticated: bool = False
 
 
 def _nothing() -> int:
@@ -37,12 +52,14 @@ class Client:
         "last_active",
         "lib_name",
         "lib_ver",
+        "link",
         "multi",
         "multi_error",
         "name",
         "proto",
         "push",
         "query_buffer",
+        "relay_link",
         "tls",
         "unsent",
         "user",
@@ -63,6 +80,7 @@ class Client:
         self.unsent: Callable[[], int] = _nothing
         # Bytes of memory its unfinished request holds (the server's connection sets it).
         self.query_buffer: Callable[[], int] = _nothing
+        self.relay_link: Link | None = None  # the link its forwarded requests go on (``commands.forward``)
         # Writes bytes to this client out of turn (pub/sub messages; the server's connection sets it).
         self.push: Callable[[bytes], None] = _discard
         self.reset()
@@ -76,12 +94,21 @@ class Client:
         self.multi: list[list[bytes]] | None = None
         self.multi_error = False
         self.close_after = False
+        self.link: LinkPeer | None = None  # another node's forwarding link (RESET makes it a plain client)
         self.logout()
 
     def login(self, user: User) -> None:
         """``user`` authenticated (AUTH or HELLO ... AUTH): act as it from now on."""
         self.user = user
         self.authenticated = True
+
+    def user_removed(self) -> bool:
+        """Its user was deleted: True (close it, as Redis does), except for another node's forwarding
+        link, which carries other clients' requests too: it runs as nobody until told another user."""
+        if self.link is not None and self.link.authenticated:
+            self.user = User(LINK_NOBODY)
+            return False
+        return True
 
     def logout(self) -> None:
         """Back to ``default`` (a new connection, RESET): authenticated only while it needs no password."""
