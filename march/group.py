@@ -21,7 +21,7 @@ Calls without a key (counting, listing) are answered by the groups this node ser
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from . import errors
@@ -92,6 +92,20 @@ class Groups:
 
     def of_key(self, key: bytes) -> Group:
         return self._single or self._groups[self._by_slot[key_slot(key)]]
+
+    def check_one(self, keys: Iterable[bytes]) -> None:
+        """CROSSSLOT unless every key belongs to one leadership group (always so with one group).
+        Keys in different slots of one group pass: that group's primary serves them all (Redis
+        refuses them; March keeps what one group has always allowed)."""
+        if self._single is not None:
+            return
+        found = None
+        for key in keys:
+            group = self.of_key(key)
+            if found is None:
+                found = group
+            elif group is not found:
+                raise CommandError(errors.CROSSSLOT)
 
     def __iter__(self) -> Iterator[Group]:
         return iter(self._groups)

@@ -82,6 +82,11 @@ def call(client: Client, args: list[bytes]) -> Any:
         denied = client.user.denial(spec, args)
         if denied is not None:
             raise reject(client, spec, refuse(client, *denied))
+    if spec.primary and spec.keys[1] != spec.keys[0] and len(client.app.groups) > 1:
+        try:  # several keys: all in one group, or CROSSSLOT (before any MOVED, as in Redis)
+            client.app.groups.check_one(args[i] for i in spec.key_positions(len(args)))
+        except CommandError as exc:
+            raise reject(client, spec, exc) from None
     if spec.primary and not (group := route(client, spec, args)).serving:
         if client.multi is None and group.in_transition:
             return rerun(client, args)

@@ -30,10 +30,11 @@
   serves every group, else the names of its slots counted a page at a time in slices (the store
   cannot count by slot). The DBSIZEs that come while a count runs share it.
 - **CROSSSLOT**: ``MGET`` and ``EXISTS`` whose keys belong to different groups get Redis'
-  ``CROSSSLOT`` error (``check_one_group``). Keys of different slots of one group are served, as
-  before groups existed: Redis refuses them, but nothing here needs one slot (one group is one
-  primary, one store), and a plain client behind a forwarding node keeps working. A cluster client
-  sends multi-key commands per slot anyway (redis-py ``mget_nonatomic``).
+  ``CROSSSLOT`` error (``Groups.check_one``, called by dispatch before routing, as Redis checks
+  slots before MOVED). Keys of different slots of one group are served, as before groups existed:
+  Redis refuses them, but nothing here needs one slot (one group is one primary, one store), and
+  a plain client behind a forwarding node keeps working. A cluster client sends multi-key commands
+  per slot anyway (redis-py ``mget_nonatomic``).
 - ``MGET`` and ``EXISTS`` of keys not active yet read them ``LOOKUP_CHUNK`` at a time (each
   read shares the store's batched requests): an unknown key costs a few tasks, all woken at once
   when the store answers, so thousands at once would queue every other client behind them.
@@ -44,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import re
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -116,7 +117,6 @@ def get(client: Client, args: list[bytes]) -> Any:
 
 @command("mget", -2, ("readonly", "fast"), _READ, keys=(1, -1, 1), summary="GET for several keys.", group="string")
 def mget(client: Client, args: list[bytes]) -> Any:
-    check_one_group(client.app.groups, args[1:])
     gens = client.generators
     if all(key in gens for key in args[1:]):
         return [_watermark(gens[key]) for key in args[1:]]
@@ -184,7 +184,6 @@ async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
     group="generic",
 )
 def exists(client: Client, args: list[bytes]) -> Any:
-    check_one_group(client.app.groups, args[1:])
     gens = client.generators
     if all(key in gens for key in args[1:]):
         return len(args) - 1
@@ -386,19 +385,6 @@ def served_slots(groups: Groups) -> bytes | None:
             r = group.slots
             table[r.first : r.last + 1] = b"\x01" * (r.last - r.first + 1)
     return None if all(table) else bytes(table)
-
-
-def check_one_group(groups: Groups, keys: Iterable[bytes]) -> None:
-    """CROSSSLOT unless every key belongs to one leadership group (always so with one group)."""
-    if len(groups) == 1:
-        return
-    found = None
-    for key in keys:
-        group = groups.of_key(key)
-        if found is None:
-            found = group
-        elif group is not found:
-            raise CommandError(errors.CROSSSLOT)
 
 
 @dataclass(frozen=True)

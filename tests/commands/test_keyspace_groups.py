@@ -25,6 +25,7 @@ from march.cluster.layout import Layout
 from march.cluster.slots import key_slot
 from march.commands import keys as keys_mod
 from march.commands import sequences
+from march.commands.dispatch import call
 from march.commands.table import COMMANDS, HOT
 from march.errors import CommandError
 from march.group import Group, Groups
@@ -119,16 +120,19 @@ async def test_listings_and_counts_see_only_the_served_groups(app: App) -> None:
 
 
 async def test_multi_key_commands_across_groups_get_crossslot(app: App) -> None:
+    """Checked in dispatch, before routing: a request whose first key's group is not served here
+    gets CROSSSLOT, not MOVED (Redis checks the slots first)."""
     by_group = names_by_group(2)
     client = Client(app, 1, "127.0.0.1:5001", "127.0.0.1:7379")
+    client.login(app.users.default)
     a, b = by_group[0]
     assert key_slot(a) != key_slot(b)  # two slots of one group: served, as before groups
-    assert await run(keys_mod.mget, client, b"MGET", a, b) == [None, None]
-    assert await run(keys_mod.exists, client, b"EXISTS", a, b, a) == 0
-    for handler, name in ((keys_mod.mget, b"MGET"), (keys_mod.exists, b"EXISTS")):
-        for other in (by_group[1][0], by_group[2][0]):  # another group, served here or not
-            with pytest.raises(CommandError) as caught:
-                await run(handler, client, name, a, b, other)
+    assert await run(call, client, b"MGET", a, b) == [None, None]
+    assert await run(call, client, b"EXISTS", a, b, a) == 0
+    for name in (b"MGET", b"EXISTS"):
+        for first, other in ((a, by_group[1][0]), (a, by_group[2][0]), (by_group[1][0], a)):
+            with pytest.raises(CommandError) as caught:  # (group 1 is not served here: no MOVED first)
+                await run(call, client, name, first, b, other)
             assert str(caught.value) == errors.CROSSSLOT == "CROSSSLOT Keys in request don't hash to the same slot"
     one = Groups([Group(app.groups[0].state, app.groups[0].keyspace)])
-    keys_mod.check_one_group(one, [a, by_group[1][0]])  # one group: never
+    one.check_one([a, by_group[1][0]])  # one group: never
