@@ -29,6 +29,7 @@ from .counters import NodeMetrics
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
 from .group import Group, Groups
 from .limits import clients_the_fd_limit_allows
+from .links import Links
 from .pubsub import PubSub
 from .serving import Change, Phase
 from .store.base import Store
@@ -183,6 +184,7 @@ class App:
         self.latency = LatencyMonitor()
         self.monitors = Monitors()
         self.pubsub = PubSub()
+        self.links = Links(config.cluster_secret)  # forwarding links to other nodes (redirect forward)
         self._hot = hot
         state = node.group.state
         self.hot: Mapping[bytes, FastCommand] = hot if state.serving else {}

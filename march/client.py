@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .app import App
     from .auth import User
+
+
+@dataclass(slots=True)
+class LinkPeer:
+    """A connection that asked to be another node's forwarding link (``commands.forward``): the nonce it
+    must prove the cluster secret for, then (``authenticated``) the node it is."""
+
+    nonce: bytes = b""
+    node: str = ""
+    authenticated: bool = False
 
 
 def _nothing() -> int:
@@ -37,6 +48,7 @@ class Client:
         "last_active",
         "lib_name",
         "lib_ver",
+        "link",
         "multi",
         "multi_error",
         "name",
@@ -76,6 +88,7 @@ class Client:
         self.multi: list[list[bytes]] | None = None
         self.multi_error = False
         self.close_after = False
+        self.link: LinkPeer | None = None  # another node's forwarding link (RESET makes it a plain client)
         self.logout()
 
     def login(self, user: User) -> None:

@@ -308,6 +308,28 @@ TOO_MANY_SUBSCRIPTIONS = "ERR too many subscriptions on this connection (at most
 SUBSCRIPTION_NAME_TOO_LONG = "ERR channel or pattern name too long (at most {} bytes)"
 
 
+# --- forwarding (redirect forward: march.links, commands.forward) -------------------------------------
+# A forwarded request whose reply was lost may have run there: a plain ERR, which no client retries
+# on its own (TRYAGAIN would invite an automatic retry); a retry by the application is still safe.
+FORWARD_LOST = (
+    "ERR the link to the primary broke before the reply: the request may have run there "
+    "(an ID it took is skipped, never repeated)"
+)
+FORWARD_TIMEOUT = (
+    "ERR the primary did not answer the forwarded request in time: it may have run there "
+    "(an ID it took is skipped, never repeated)"
+)
+# never sent: it did not run
+FORWARD_UNREACHABLE = "TRYAGAIN the primary cannot be reached from this node, please retry"
+FORWARD_MOVED = "TRYAGAIN the primary changed while the request was forwarded (it did not run), please retry"
+FORWARD_CROSS = (
+    "EXECABORT Transaction discarded because its commands belong to different primaries "
+    "(a forwarded transaction runs on one primary)"
+)
+LINK_PROOF_BAD = WRONGPASS  # a wrong HMAC gets AUTH's answer: nothing about what was wrong
+LINK_THROTTLED = AUTH_THROTTLED
+
+
 def wrong_arity(name: str) -> CommandError:
     return CommandError(WRONG_ARITY.format(name.lower()))
 

@@ -7,7 +7,8 @@ range, each with its own lease and leader key.
 
 Everything about routing a request derives from the group's ``ServingState``: serve it here
 (``serving``), wait for a promotion or a hand-over to end (``in_transition``), or redirect it
-(``redirect``: ``MOVED`` to the primary, or ``CLUSTERDOWN``).
+(``redirect``: ``MOVED`` to the primary, or ``CLUSTERDOWN``; ``primary_address``: where a forwarded
+request goes).
 """
 
 from __future__ import annotations
@@ -62,6 +63,17 @@ class Group:
         if self.member is None:
             return CommandError(errors.NOT_SERVING)
         return self.member.directory.redirect(key, tls)
+
+    def primary_address(self, tls: bool = False) -> str | None:
+        """The host:port clients are sent to for this group's keys (the TLS one for ``tls``), from the
+        member's directory; None when no primary is known or this node serves the group (or takes
+        it over: then it is no address to forward to)."""
+        if self.member is None or self.serving:
+            return None
+        primary = self.member.directory.topology.primary
+        if primary is None or primary.id == self.member.me.id:
+            return None
+        return primary.seen_by(tls).addr
 
 
 class Groups:

@@ -113,6 +113,12 @@ class Push(list):  # type: ignore[type-arg]
     __slots__ = ()
 
 
+class Encoded(bytes):
+    """A reply already in RESP, written as it is (a reply relayed from another node: ``march.links``)."""
+
+    __slots__ = ()
+
+
 class Replies(list):  # type: ignore[type-arg]
     """Several replies to one request, one after the other (SUBSCRIBE a b answers once per channel)."""
 
@@ -908,6 +914,8 @@ def _encode(value: Any, proto: int, out: list[bytes]) -> None:
     elif t is Replies:
         for item in value:
             _encode(item, proto, out)
+    elif t is Encoded:
+        out.append(value)
     elif isinstance(value, CommandError):
         out.append(encode_error(value.message))
     elif isinstance(value, int):  # IntEnum and friends

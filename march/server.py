@@ -23,10 +23,12 @@ import gc
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from . import log as march_log
 from .app import App
+from .commands.forward import readiness
 from .commands.table import COMMANDS, HOT
 from .config import Config
 from .connection import Connections
@@ -118,6 +120,7 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
         await close_connections(peers.all, config.shutdown_timeout)
     finally:
         await ports.close()
+        await app.links.close()  # forwarding links (redirect forward)
         await node.stop()  # steps down (a primary gives the leader key back at once), drains, closes
         batch.listeners.remove(store_watch)
     log.info("March stopped")
@@ -145,9 +148,12 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
     node.join(app.port, app.tls_port)
     if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.pubsub)
         app.group.member.directory.on_primary_change(app.switch_master)
+        app.links.name = app.group.member.me.id  # what the primaries name this node's forwarding links
     march_log.set_node(node_id(app))
     if config.metrics_port:
-        ports.metrics = MetricsServer(registry_for(app), config.metrics_max_connections, config.metrics_timeout)
+        ports.metrics = MetricsServer(
+            registry_for(app), config.metrics_max_connections, config.metrics_timeout, ready=partial(readiness, app)
+        )
         try:
             port = await ports.metrics.start(config.bind, config.metrics_port)
         except OSError as exc:

@@ -38,6 +38,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "march.commands.cluster",
             "march.commands.connection",
             "march.commands.debug",
+            "march.commands.forward",
             "march.commands.keys",
             "march.commands.ops",
             "march.commands.permissions",
@@ -54,7 +55,15 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("app", ("march.app",)),
     (
         "server-wide parts",
-        ("march.auth", "march.users", "march.diagnostics", "march.metrics", "march.counters", "march.limits"),
+        (
+            "march.auth",
+            "march.users",
+            "march.diagnostics",
+            "march.metrics",
+            "march.counters",
+            "march.limits",
+            "march.links",
+        ),
     ),
     (
         "serving",

@@ -27,7 +27,9 @@ registration (``primary``: the key commands and the keyspace-wide KEYS, SCAN, DB
 A node that does not serve answers them with ``MOVED`` to the primary (or ``CLUSTERDOWN``); while
 a promotion or a FAILOVER is in progress they wait for it to end (bounded by ``max_wait``) and
 then run here or get ``MOVED``. A request that was running when this node stopped serving got no
-ID; ``rerun`` runs it again the same way.
+ID; ``rerun`` runs it again the same way. With ``redirect forward`` the request is forwarded to the
+primary instead of MOVED (``commands.forward``; inside MULTI it is queued and EXEC decides), and the
+one name the table does not know but this module does, ``MARCH.LINK``, is the forwarding links' own.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .. import errors
 from ..errors import CommandError
 from ..generators.base import NotServing
 from ..store.base import StoreError, StoreFull, StoreRejected
+from .forward import forward, forwards, is_link_command, link_command
 from .permissions import refuse
 from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted
 
@@ -54,6 +57,8 @@ def call(client: Client, args: list[bytes]) -> Any:
     if spec is None:
         spec = SPELLINGS.get(args[0].lower())
         if spec is None:
+            if is_link_command(args[0]):  # another node's forwarding link (hidden: ``commands.forward``)
+                return link_command(client, args)
             if client.multi is not None:
                 client.multi_error = True
             raise errors.unknown_command(args)
@@ -79,7 +84,11 @@ def call(client: Client, args: list[bytes]) -> Any:
     if spec.primary and not group.serving:
         if client.multi is None and group.in_transition:
             return rerun(client, args)
-        raise reject(client, spec, moved(client, spec, args))
+        if not forwards(client):
+            raise reject(client, spec, moved(client, spec, args))
+        if client.multi is None:
+            return forward(client, spec, args)
+        # inside MULTI it is queued: EXEC forwards the whole transaction (``commands.forward``)
     monitors = client.app.monitors.feeds
     if monitors and client.id in monitors and _keyspace(spec):
         raise reject(client, spec, CommandError(errors.MONITOR_KEYSPACE))
@@ -147,12 +156,16 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
         raise CommandError(errors.NOT_SERVING)
     await group.settled(client.app.config.max_wait)
     if not group.serving:
+        if forwards(client):
+            return await forward(client, spec, args)
         raise reject(client, spec, moved(client, spec, args))
     result = call(client, args)
     if asyncio.iscoroutine(result):
         try:
             return await result
         except NotServing:
+            if forwards(client):  # it got no ID here
+                return await forward(client, spec, args)
             raise moved(client, spec, args) from None
     return result
 

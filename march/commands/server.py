@@ -32,6 +32,7 @@ from ..resp import Verbatim
 from ..store.base import StoreError
 from ..version import REDIS_COMPAT_VERSION, VERSION
 from .args import Args
+from .forward import readiness
 from .table import COMMANDS, CommandSpec, Secrets, Subcommand, command, container, lookup
 
 if TYPE_CHECKING:
@@ -510,6 +511,18 @@ def _stats(client: Client, count: int | None) -> dict[str, Any]:
         "acl_access_denied_channel": 0,
         "expired_keys": 0,  # sequences never expire
         "evicted_keys": 0,  # nor are they evicted
+        **_forwarding(client.app),
+    }
+
+
+def _forwarding(app: App) -> dict[str, Any]:
+    """Requests relayed to other primaries (redirect forward, ``commands.forward``)."""
+    f = app.links.stats
+    return {
+        "forwarded_requests": f.forwarded,
+        "forward_lost_replies": f.lost,
+        "forward_link_failures": f.failed,
+        "forward_links_opened": f.opened,
     }
 
 
@@ -550,10 +563,14 @@ def _sequences(client: Client, count: int | None) -> dict[str, Any]:
 def _cluster(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
     member, state = app.group.member, app.group.state
+    ready = readiness(app)  # (forwarding: ``commands.forward``; for a Redis-only health check)
     if member is None:
-        return {"cluster_enabled": 0}
+        return {"cluster_enabled": 0, "march_ready": int(ready is None)}
     return {
         "cluster_enabled": 1,
+        "march_redirect": app.config.redirect,
+        "march_ready": int(ready is None),
+        "march_not_ready_because": ready or "",
         "march_node_id": member.me.id,
         "march_advertise": member.me.addr,
         "march_role": member.election.role,

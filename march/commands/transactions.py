@@ -12,6 +12,8 @@ redis-server):
   inside a transaction`` and dooms the transaction (``commands.dispatch``); WATCH inside MULTI gets
   ``ERR WATCH inside MULTI is not allowed`` and does not; MONITOR is queued and answered at EXEC
   with ``ERR MONITOR isn't allowed for DENY BLOCKING client`` (a transaction has one reply per command);
+- with ``redirect forward``, a transaction whose keys belong to a group served elsewhere is sent
+  whole to that group's primary, or refused at EXEC if it mixes groups (``commands.forward``);
 - each command EXEC runs is counted, timed and, past ``slowlog_log_slower_than``, put in SLOWLOG
   on its own (EXEC itself is ``skip_slowlog``: never there); MONITOR shows each as it runs, then EXEC.
 """
@@ -27,6 +29,7 @@ from .. import errors
 from ..counters import error_kind
 from ..errors import CommandError
 from .dispatch import as_error, call, monitored, show
+from .forward import elsewhere, forwards, transaction
 from .ops import MONITOR_STARTED
 from .server import NO_REPLY
 from .table import command, lookup, redacted
@@ -76,6 +79,11 @@ def exec_(client: Client, args: list[bytes]) -> Any:
     if queued is None or failed:
         _show_exec(client, args)
         raise CommandError(errors.EXEC_WITHOUT_MULTI if queued is None else errors.EXECABORT)
+    if forwards(client):
+        remote, _ = elsewhere(client, queued)
+        if remote:  # forwarded whole to one primary, or refused (``commands.forward``)
+            _show_exec(client, args)
+            return transaction(client, queued, remote, partial(_run, client, queued, args))
     return _run(client, queued, args)
 
 

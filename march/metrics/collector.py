@@ -33,6 +33,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from ..app import App
+from ..commands.forward import readiness
 from ..config import MAX_ID
 from ..counters import LATENCY_FIRST_BIT, LATENCY_LAST_BIT, RECORD_BOUNDS, STORE_BOUNDS_S
 from ..generators.sequence import SequenceGenerator
@@ -83,6 +84,7 @@ class MarchCollector(Collector):
         yield from self._sequences(app)
         yield from _store(app)
         yield from _clients(app)
+        yield from _forwarding(app)
 
     def _sequences(self, app: App) -> Iterator[Metric]:
         gens = app.keyspace.generators
@@ -332,6 +334,24 @@ def _clients(app: App) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "march_protocol_errors", "Connections closed for a protocol error.", value=s.protocol_errors
     )
+
+
+def _forwarding(app: App) -> Iterator[Metric]:
+    """Requests this node relayed to other primaries (redirect forward, ``march.links``)."""
+    f = app.links.stats
+    yield CounterMetricFamily(
+        "march_forwarded_requests", "Requests (or whole transactions) forwarded to a primary.", value=f.forwarded
+    )
+    errors = CounterMetricFamily(
+        "march_forward_errors",
+        "Forwarding failures: lost (the link broke or timed out before the reply), link (a link could not be opened).",
+        labels=["kind"],
+    )
+    errors.add_metric(["lost"], f.lost)
+    errors.add_metric(["link"], f.failed)
+    yield errors
+    ready = readiness(app, warm=False) is None
+    yield GaugeMetricFamily("march_ready", "1 if this node can serve every key now (GET /ready).", value=int(ready))
 
 
 def node_id(app: App) -> str:

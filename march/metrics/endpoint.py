@@ -1,4 +1,5 @@
-"""``GET /metrics``: the HTTP endpoint that serves what the collector builds.
+"""``GET /metrics``: the HTTP endpoint that serves what the collector builds; ``GET /ready``: 200
+when the node can serve every key now, else 503 and why (a load balancer's health check).
 
 ``MetricsServer`` answers on ``bind:metrics_port`` (prometheus-client's exposition, a registry of
 our own, never the global one). A body is rendered at most once a second, on a thread of its own,
@@ -67,8 +68,10 @@ class MetricsServer:
         timeout: float = _REQUEST_TIMEOUT,
         interval: float = RENDER_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        ready: Callable[[], str | None] | None = None,
     ) -> None:
         self.registry = registry
+        self.ready = ready  # None when the node can serve, else why not (``GET /ready``)
         self.max_connections = max_connections
         self.timeout = timeout
         self.interval = interval
@@ -171,8 +174,12 @@ class MetricsServer:
             status, body, kind = b"405 Method Not Allowed", b"GET /metrics\n", b"text/plain"
         elif path == b"/metrics":
             status, body, kind = b"200 OK", await self.render(), CONTENT_TYPE_LATEST.encode()
+        elif path == b"/ready" and self.ready is not None:
+            why = self.ready()
+            status = b"200 OK" if why is None else b"503 Service Unavailable"
+            body, kind = b"ready\n" if why is None else f"not ready: {why}\n".encode(), b"text/plain"
         elif path == b"/":
-            status, body, kind = b"200 OK", b"March metrics: /metrics\n", b"text/plain"
+            status, body, kind = b"200 OK", b"March metrics: /metrics, /ready\n", b"text/plain"
         else:
             status, body, kind = b"404 Not Found", b"not found: try /metrics\n", b"text/plain"
         writer.write(
