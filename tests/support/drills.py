@@ -45,7 +45,7 @@ from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keys import KeyPaths
 from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
-from support.history import History, group_of_key
+from support.history import History, group_of_key, group_slots
 from support.load import TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, group_keys, time_series
 from support.proxy import TcpProxy
 from support.races import RACE_ROUNDS, Member, failover_round, race_node_id
@@ -319,13 +319,28 @@ class Timeline(threading.Thread):
         while not self._done.wait(self.interval):  # a reporting period, not synchronisation
             now = time.monotonic()
             ok, err = self.load.ok, self.load.errors
-            masters = [n.node_id for n in self.cluster.masters(timeout=0.2)]
-            who = ",".join(masters) if masters else "none"
+            who = self._leaders() if self.cluster.groups > 1 else self._primary()
             self.out(
                 f"  {self.label:<22} {now - start:5.1f}s {(ok - last_ok) / (now - last_t):7.0f} ops/s "
-                f"{err - last_err:5d} errors  primary {who}"
+                f"{err - last_err:5d} errors  {who}"
             )
             last_t, last_ok, last_err = now, ok, err
+
+    def _primary(self) -> str:
+        masters = [n.node_id for n in self.cluster.masters(timeout=0.2)]
+        return "primary " + (",".join(masters) if masters else "none")
+
+    def _leaders(self) -> str:
+        """Each group's primary as the first live node's CLUSTER SLOTS names it ("-": none)."""
+        node = next((n for n in self.cluster.nodes if n.alive), None)
+        entries = node.slots(timeout=0.2) if node is not None else None
+        names = {n.address: n.node_id for n in self.cluster.nodes}
+        leaders = []
+        for g in range(self.cluster.groups):
+            first, _ = group_slots(g, self.cluster.groups)
+            owner = next((e.primary for e in entries or [] if e.first <= first <= e.last), None)
+            leaders.append(names.get(owner, "?") if owner else "-")
+        return "groups " + " ".join(leaders)
 
     def stop(self) -> None:
         self._done.set()
