@@ -436,16 +436,18 @@ class GroupFigures:
     ops: int = 0
     errors: int = 0
     longest_gap: float = 0.0  # longest time without a successful reply for this group's keys
+    gap_at: float | None = None  # when that gap began, from the fault (negative: before it)
     resumed: float | None = None  # fault -> its first successful INCR on another node than the old primary
     duplicates: int = 0
     order_violations: int = 0
 
     def line(self) -> str:
         resumed = "" if self.resumed is None else f", resumed on another node after {self.resumed * 1000:.0f} ms"
+        at = "" if self.gap_at is None else f" (from {self.gap_at * 1000:+.0f} ms)"
         faulted = ", its primary faulted" if self.affected else ""
         return (
             f"group {self.group} (slots {self.slots[0]}-{self.slots[1]}{faulted}): "
-            f"{self.ops} IDs, {self.errors} errors, longest gap {self.longest_gap * 1000:.0f} ms{resumed}, "
+            f"{self.ops} IDs, {self.errors} errors, longest gap {self.longest_gap * 1000:.0f} ms{at}{resumed}, "
             f"{self.duplicates} duplicates, {self.order_violations} order violations"
         )
 
@@ -523,7 +525,7 @@ def figures(
             f.old_primary_last = _seconds(max(old_late) - fault_at)
     if groups > 1 and affected is None:  # no node's groups were faulted: other nodes served all along
         f.failover = f.old_primary_last = None
-    hit = set(range(groups) if affected is None else affected)
+    hit = set(range(groups) if affected is None and groups == 1 else affected or ())
     f.groups = group_figures(histories, groups, hit, fault_at, old_primary)
     if groups > 1 and fault_at is not None and old_primary is not None and hit:
         resumed = [g.resumed for g in f.groups if g.affected]
@@ -531,9 +533,13 @@ def figures(
     return f
 
 
-def _longest_gap(replies: list[int]) -> float:
-    replies = sorted(replies)
-    return _seconds(max([b - a for a, b in itertools.pairwise(replies)] + [0]))
+def _longest_gap(replies: list[int]) -> tuple[float, int | None]:
+    """The longest time between two successive replies (seconds) and when it began (ns)."""
+    gaps = [(b - a, a) for a, b in itertools.pairwise(sorted(replies))]
+    if not gaps:
+        return 0.0, None
+    gap, start = max(gaps)
+    return _seconds(gap), start
 
 
 def group_figures(
@@ -550,7 +556,9 @@ def group_figures(
         gf.ops, gf.duplicates, gf.order_violations = a.ops, a.duplicates, a.order_violations + a.decreases
         ops = [o for h in mine[gf.group] for o in h.ops]
         gf.errors = sum(len(h.failures) for h in mine[gf.group])
-        gf.longest_gap = _longest_gap([o.replied for o in ops])
+        gf.longest_gap, start = _longest_gap([o.replied for o in ops])
+        if start is not None and fault_at is not None:
+            gf.gap_at = _seconds(start - fault_at)
         if gf.affected and fault_at is not None and old_primary is not None:
             after = [o.replied for o in ops if o.replied >= fault_at and o.node and o.node != old_primary]
             gf.resumed = _seconds(min(after) - fault_at) if after else None
