@@ -144,8 +144,11 @@ class IoredisLoop:
                 histories[key].record("ioredis", sent, replied, int(str(x["id"])))
             else:
                 histories[key].record_error("ioredis", sent, replied, str(x["err"]))
-        assert self.proc.stderr is not None
-        return self.proc.stderr.read().decode(errors="replace")
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        stderr = self.proc.stderr.read().decode(errors="replace")
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return stderr
 
 
 class RedisCliLoop(threading.Thread):
