@@ -9,7 +9,11 @@ the node; ``FastCommand``: an entry of the fast-path table; ``Connected``: a con
 
 ``hot`` is the server's fast-path table: the hot commands while the group serves, empty otherwise
 (then every request goes through the dispatcher, which waits or redirects). It is derived from the
-group's serving state on every change, never set by hand.
+group's serving state on every change, never set by hand. With several leadership groups it holds
+the hot commands while any group serves, each wrapped (``_GroupedHot``) to check its key's group
+first (one CRC16, ``march.group.Groups.of_key``) and hand a request of a group not served here to
+the dispatcher (``slow``), which waits or redirects; ``keyspace`` is then ``march.group.Keyspaces``
+(each call to its key's group's keyspace).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from .auth import AclCommand, AclLog, AuthThrottle, User, Users
 from .config import OPTIONS, Config
 from .counters import NodeMetrics
 from .diagnostics import LatencyMonitor, Monitors, SlowLog
-from .group import Group, Groups
+from .group import Group, Groups, Keyspaces
+from .keyspace import Keyspace
 from .limits import clients_the_fd_limit_allows
 from .links import Links
 from .pubsub import PubSub
@@ -85,6 +90,28 @@ class Connected(Protocol):
     def authenticated(self) -> bool: ...
     def logout(self) -> None: ...
     def info_line(self) -> str: ...
+
+
+Slow = Callable[[Any, list[bytes]], Any]  # the dispatcher's ``call(client, args)``
+
+
+class _GroupedHot:
+    """A hot command with several groups: served at once only while its key's group serves here."""
+
+    __slots__ = ("arity", "consecutive", "handler")
+
+    def __init__(self, entry: FastCommand, groups: Groups, slow: Slow) -> None:
+        self.arity = entry.arity
+        run, many, of_key = entry.handler, entry.consecutive, groups.of_key
+
+        def handler(client: Any, args: list[bytes]) -> Any:
+            return run(client, args) if of_key(args[1]).state.serving else slow(client, args)
+
+        def consecutive(client: Any, args: list[bytes], count: int) -> range | None:
+            return many(client, args, count) if many is not None and of_key(args[1]).state.serving else None
+
+        self.handler: Callable[..., Any] = handler
+        self.consecutive: Callable[..., range | None] | None = consecutive if many is not None else None
 
 
 class Stats:
@@ -155,13 +182,15 @@ class OpsRate:
 
 
 class App:
-    def __init__(self, config: Config, node: Assembled, hot: Mapping[bytes, FastCommand]) -> None:
+    def __init__(
+        self, config: Config, node: Assembled, hot: Mapping[bytes, FastCommand], slow: Slow | None = None
+    ) -> None:
         self.config = config
         self.node = node
         self.store = node.store
         self.group = node.group
         self.groups = node.groups
-        self.keyspace = node.group.keyspace
+        self.keyspace: Keyspace | Keyspaces = node.group.keyspace if len(node.groups) == 1 else Keyspaces(node.groups)
         self.users = node.users
         self.acl_log = AclLog()
         self.auth_throttle = AuthThrottle()  # failed AUTHs per address and per user, across connections
@@ -185,10 +214,13 @@ class App:
         self.monitors = Monitors()
         self.pubsub = PubSub()
         self.links = Links(config.cluster_secret)  # forwarding links to other nodes (redirect forward)
+        if len(node.groups) > 1:
+            assert slow is not None, "several groups need the dispatcher for the requests of groups not served here"
+            hot = {name: _GroupedHot(entry, node.groups, slow) for name, entry in hot.items()}
         self._hot = hot
-        state = node.group.state
-        self.hot: Mapping[bytes, FastCommand] = hot if state.serving else {}
-        state.subscribe(self._follow)
+        self.hot: Mapping[bytes, FastCommand] = hot if self.groups.serving_any() else {}
+        for group in node.groups:
+            group.state.subscribe(self._follow)
         node.shared_users.changed = self._users_changed
 
     def _users_changed(self, removed: list[User]) -> None:
@@ -207,7 +239,8 @@ class App:
         self.pubsub.switch_master(self.config.sentinel_master_name.encode(), old, new)
 
     def _follow(self, change: Change) -> None:
-        self.hot = self._hot if change.phase is Phase.SERVING else {}
+        single = len(self.groups) == 1
+        self.hot = self._hot if (change.phase is Phase.SERVING if single else self.groups.serving_any()) else {}
 
     @property
     def cluster(self) -> bool:

@@ -23,7 +23,10 @@ import uvloop
 from . import backup as backup_mod
 from . import config as config_mod
 from . import log as march_log
+from .cluster import layout as layout_mod
 from .commands.table import COMMANDS  # (importing the commands package registers every command)
+from .etcd.keys import KeyPaths
+from .node import etcd_client
 from .server import ListenError, serve
 from .store.base import SequenceRecord, StoreError
 from .version import VERSION
@@ -69,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_through_options(imp)
     add_config_options(imp)
     sub.add_parser("config-reference", help="print the configuration reference (Markdown), as in the README")
+    groups = sub.add_parser(
+        "groups",
+        help="show the cluster's leadership groups, or change their number (docs/groups.md)",
+        description="Show the cluster's leadership groups (slot ranges, primaries), or change their number to N.",
+    )
+    groups.add_argument("target", metavar="N", nargs="?", type=int, help="the new number of groups")
+    groups.add_argument("--yes", action="store_true", help="change without asking")
+    add_config_options(groups)
     return parser
 
 
@@ -144,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command in ("backup", "restore", "import-floors"):
         return run_tool(args, config)
+    if args.command == "groups":
+        return uvloop.run(run_groups(args, config))
     march_log.configure(
         config.log_level, config.log_format, node_id=config.node_name(config.port), secrets=config.secrets()
     )
@@ -222,6 +235,31 @@ def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
         )
     print("\n".join(lines))
     return 0
+
+
+async def run_groups(args: argparse.Namespace, config: config_mod.Config) -> int:
+    """``march groups [N]``: print the layout; with N, say what changes, confirm, change it."""
+    if not config.cluster:
+        print("march: groups: a cluster's layout lives in etcd: give --etcd host:port", file=sys.stderr)
+        return 2
+    etcd, keys, timeout = etcd_client(config, "groups"), KeyPaths.of(config.etcd_prefix), config.store_timeout
+    try:
+        status = await layout_mod.read_status(etcd, keys, timeout)
+        print("\n".join(status.lines(config.etcd_prefix)))
+        if args.target is None:
+            return 0
+        print("\n".join(layout_mod.change_lines(status.layout, args.target)))
+        if not args.yes and not (sys.stdin.isatty() and input("go ahead? [y/N] ").strip().lower() in ("y", "yes")):
+            print("nothing changed" + ("" if sys.stdin.isatty() else " (--yes to change without asking)"))
+            return 1
+        new = await layout_mod.change_layout(etcd, keys, args.target, timeout, expected=status.layout)
+        print(f"changed: {new.describe()} since revision {new.revision}")
+        return 0
+    except StoreError as exc:  # refused (layout_mod.LayoutChangeRefused), unreachable, a bad record
+        print(f"march: groups: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await etcd.close()
 
 
 def _floors(args: argparse.Namespace) -> tuple[list[SequenceRecord], int]:

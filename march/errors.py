@@ -224,6 +224,9 @@ FAILOVER_TARGET_GONE = (
 )
 FAILOVER_OTHER_PRIMARY = "ERR FAILOVER target {} did not take over: {} holds the leader key now"
 
+# Leadership groups (scale-out, issue 17)
+FAILOVER_GROUP_RANGE = "ERR FAILOVER GROUP must be a group number from 0 to {}"
+
 # --- configuration: CONFIG SET / REWRITE / RESETSTAT -------------------------------------------
 # Redis' own texts where Redis has one, so tools that parse them keep working.
 CONFIG_SET_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}'"

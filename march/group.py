@@ -1,41 +1,41 @@
-"""One leadership group: its serving state, its keyspace and, in cluster mode, the member (lease,
-election, directory, failover) that decides whether this node serves it.
+"""Leadership groups: each a contiguous slot range with its own serving state, keyspace and, in
+cluster mode, its own election, fencing (its leader key) and FAILOVER (``march.cluster.member``'s
+``GroupMember``), which decide whether this node serves it.
 
-A process runs one group today. Nothing in a group is global (each part takes its store, etcd
-clients, key paths and clock), so a later version can run several side by side, one per slot
-range, each with its own lease and leader key.
+A node runs every group of the cluster's layout side by side (``march.cluster.layout``: N groups,
+group g owning slots ``g*16384//N .. (g+1)*16384//N - 1``); one group (the default) is exactly the
+single leadership of before. The groups of a node share its store, its etcd clients, its lease and
+its directory (``march.cluster.member``), never a serving state: a key is served only while the
+group of its slot serves here.
 
 Everything about routing a request derives from the group's ``ServingState``: serve it here
 (``serving``), wait for a promotion or a hand-over to end (``in_transition``), or redirect it
 (``redirect``: ``MOVED`` to the primary, or ``CLUSTERDOWN``; ``primary_address``: where a forwarded
 request goes).
+
+``Keyspaces`` is what the commands see as ``app.keyspace`` with several groups: each call goes to
+the keyspace of its key's group (with one group ``app.keyspace`` is that group's keyspace itself).
+Calls without a key (counting, listing) are answered by the groups this node serves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from . import errors
-from .cluster.member import ClusterMember
+from .cluster.layout import ALL_SLOTS, SlotRange
+from .cluster.member import GroupMember
 from .cluster.slots import SLOTS, key_slot
+from .config import Config
 from .errors import CommandError
-from .keyspace import Keyspace
+from .keyspace import Generator, Keyspace
+from .listing import Selection
 from .serving import ServingState
+from .workers import Workers
 
-
-@dataclass(frozen=True)
-class SlotRange:
-    """The slots ``first`` to ``last`` (both included), as CLUSTER SLOTS shows them."""
-
-    first: int
-    last: int
-
-    def __contains__(self, slot: object) -> bool:
-        return isinstance(slot, int) and self.first <= slot <= self.last
-
-
-ALL_SLOTS = SlotRange(0, SLOTS - 1)
+__all__ = ["ALL_SLOTS", "ActiveView", "Group", "Groups", "Keyspaces", "SlotRange"]  # SlotRange: march.cluster.layout
 
 
 class Group:
@@ -44,7 +44,7 @@ class Group:
         self.keyspace = keyspace
         self.index = index  # 0, 1, ... in slot order
         self.slots = slots
-        self.member: ClusterMember | None = None  # cluster mode, from ``march.node`` once listening
+        self.member: GroupMember | None = None  # cluster mode, from ``march.node`` once listening
 
     @property
     def serving(self) -> bool:
@@ -102,3 +102,120 @@ class Groups:
 
     def __getitem__(self, index: int) -> Group:
         return self._groups[index]
+
+    def serving_any(self) -> bool:
+        """Whether this node serves at least one group (keyspace-wide commands may run here)."""
+        return any(g.state.serving for g in self._groups)
+
+    def in_transition_any(self) -> bool:
+        return any(g.state.in_transition for g in self._groups)
+
+    def served(self) -> list[Group]:
+        """The groups this node serves now (what KEYS, SCAN, DBSIZE may list)."""
+        return [g for g in self._groups if g.state.serving]
+
+
+class ActiveView:
+    """Every group's active generators, read by key (``client.generators`` with several groups)."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self, groups: Groups) -> None:
+        self._groups = groups
+
+    def get(self, key: bytes) -> Generator | None:
+        return self._groups.of_key(key).keyspace.generators.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, bytes) and key in self._groups.of_key(key).keyspace.generators
+
+    def __getitem__(self, key: bytes) -> Generator:
+        return self._groups.of_key(key).keyspace.generators[key]
+
+    def values(self) -> list[Generator]:
+        return [gen for g in self._groups for gen in g.keyspace.generators.values()]
+
+    def items(self) -> list[tuple[bytes, Generator]]:
+        return [item for g in self._groups for item in g.keyspace.generators.items()]
+
+    def __len__(self) -> int:
+        return sum(len(g.keyspace.generators) for g in self._groups)
+
+
+class Keyspaces:
+    """``app.keyspace`` with several groups: each keyed call to its key's group's keyspace."""
+
+    def __init__(self, groups: Groups) -> None:
+        self.groups = groups
+        self.generators = ActiveView(groups)
+        self.config: Config = groups[0].keyspace.config
+
+    def _of(self, key: bytes) -> Keyspace:
+        return self.groups.of_key(key).keyspace
+
+    def _any(self) -> Keyspace:
+        """A keyspace for a call without a key: a served group's (the first group's if none)."""
+        served = self.groups.served()
+        return served[0].keyspace if served else self.groups[0].keyspace
+
+    def activate(self, key: bytes) -> Any:
+        return self._of(key).activate(key)
+
+    def ensure(self, key: bytes) -> Any:
+        return self._of(key).ensure(key)
+
+    def create(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
+        return self._of(key).create(key, *args, **kwargs)
+
+    def create_or_get(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
+        return self._of(key).create_or_get(key, *args, **kwargs)
+
+    def alter(self, key: bytes, changes: Mapping[str, int]) -> Any:
+        return self._of(key).alter(key, changes)
+
+    def workers_of(self, namespace: bytes) -> Workers:
+        return self._of(namespace).workers
+
+    @property
+    def workers(self) -> Workers:
+        return self._any().workers
+
+    @property
+    def idle(self) -> Any:
+        return self._any().idle
+
+    @property
+    def wall_offset(self) -> float:
+        return self.groups[0].keyspace.wall_offset
+
+    @wall_offset.setter
+    def wall_offset(self, offset: float) -> None:
+        for g in self.groups:
+            g.keyspace.wall_offset = offset
+
+    def wall(self) -> float:
+        return self.groups[0].keyspace.wall()
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config
+        for g in self.groups:
+            g.keyspace.reconfigure(config)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        await asyncio.gather(*(g.keyspace.drain(timeout) for g in self.groups))
+
+    def keys(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> Any:
+        return self._any().keys(selection, prefix, budget)
+
+    def scan(self, cursor: int, count: int) -> Any:
+        return self._any().scan(cursor, count)
+
+    def known_count(self) -> int | None:
+        return self._any().known_count()
+
+    def count(self) -> Any:
+        return self._any().count()
+
+    @property
+    def serving(self) -> bool:
+        return self.groups.serving_any()

@@ -39,15 +39,16 @@ from .auth import AclCommand, Users
 from .clock import SYSTEM, Clock
 from .cluster.directory import NodeInfo
 from .cluster.identity import ClusterIdentity
-from .cluster.member import ClusterMember
+from .cluster.layout import Layout, campaign_compares, create_layout, layout_of
+from .cluster.member import ClusterMember, GroupSpec
 from .config import Config
-from .etcd.api import Etcd
+from .etcd.api import Etcd, Get
 from .etcd.grpc_etcd import TLS, GrpcEtcd
 from .etcd.keys import KeyPaths
 from .group import Group, Groups
 from .keyspace import Keyspace
 from .serving import Cause, ServingState
-from .store.base import SINGLE_NODE, IdentityConflict, Store
+from .store.base import SINGLE_NODE, IdentityConflict, Store, StoreError
 from .store.etcd import EtcdStore
 from .store.sqlite import SqliteStore
 from .users import SharedUsers
@@ -99,14 +100,63 @@ class Node:
             store = SqliteStore(config.data_dir, join_other=config.join_other_cluster)
             state = ServingState(clock)  # serves once the data dir is locked (``open``)
         self.store = store
-        self.group = Group(state, Keyspace(config, store, state, clock.now))
-        self.groups = Groups([self.group])
+        self.layout = Layout(1 if not config.cluster else config.groups)  # confirmed against etcd (``open``, ``join``)
+        self.groups = self._build(self.layout, state)
         self.users = Users(commands, loaded=not config.cluster)
         if config.cluster:
             self.users.default.apply(["off"], commands)  # nobody gets in until the users are read
         self.shared_users = SharedUsers(store, self.users, config, clock, follow=config.cluster)
+        self.member: ClusterMember | None = None  # cluster mode, once joined
         self.failure: IdentityConflict | None = None  # why this node may not take part (then it stops)
         self.failed = asyncio.Event()
+
+    @property
+    def group(self) -> Group:
+        """The first group (the only one with one group): what single-group readers look at."""
+        return self.groups[0]
+
+    def _build(self, layout: Layout, state: ServingState | None = None) -> Groups:
+        """One group per slot range of ``layout``, each with its own serving state and keyspace."""
+        groups = []
+        for g in range(layout.groups):
+            own = (
+                state
+                if state is not None and g == 0
+                else ServingState(self.clock, f"group {g}" if layout.groups > 1 else "")
+            )
+            groups.append(Group(own, Keyspace(self.config, self.store, own, self.clock.now), g, layout.slots(g)))
+        return Groups(groups)
+
+    async def _read_layout(self) -> None:
+        """Cluster mode, before listening: the layout etcd holds, if it answers now (else the
+        ``groups`` option's, confirmed before any campaign: ``_confirm_layout``)."""
+        try:
+            reply = await self.etcd["control"].txn(
+                [], [Get(self.keys.groups), Get(self.keys.cluster)], [], self.config.lease_ttl / 3
+            )
+            record, cluster = (r.kvs[0] if r is not None and r.kvs else None for r in reply.ranges)
+            found = layout_of(record) if record is not None or cluster is not None else None  # None: a fresh prefix
+        except StoreError as exc:
+            log.warning("etcd did not answer (%s): assuming %d group(s) until it does", exc, self.layout.groups)
+            return
+        layout = found if found is not None else self.layout
+        if layout.groups != self.layout.groups:
+            log.info(
+                "the cluster has %d leadership group(s) (etcd), not %d (option)", layout.groups, self.layout.groups
+            )
+            self.groups = self._build(layout)
+        self.layout = layout
+
+    async def _confirm_layout(self) -> None:
+        """Before the first campaign: the layout etcd holds (written from this node's if the prefix is
+        fresh) is the one this node's groups were built for, else this node stops (restarted, it reads it)."""
+        layout = await create_layout(self.etcd["control"], self.keys, self.layout.groups, self.config.lease_ttl / 3)
+        if layout.groups != self.layout.groups:
+            raise IdentityConflict(
+                f"etcd prefix {self.config.etcd_prefix} has {layout.groups} leadership group(s); this node "
+                f"started with {self.layout.groups} (etcd did not answer then): restart it to take the cluster's layout"
+            )
+        self.layout = layout
 
     def _grpc(self, purpose: str) -> Etcd:
         return etcd_client(self.config, purpose)
@@ -116,6 +166,8 @@ class Node:
         await self.store.open()
         if not self.config.cluster:
             self.group.state.serve_forever(SINGLE_NODE)  # after the lock: a refused node never says it served
+        else:
+            await self._read_layout()
         try:
             await self.shared_users.open()
         except BaseException:
@@ -133,20 +185,30 @@ class Node:
         identity = ClusterIdentity(
             self.etcd["control"], self.keys, c.data_dir, c.etcd, c.join_other_cluster, timeout=c.lease_ttl / 3
         )
+        layout = self.layout
+        specs = [
+            GroupSpec(
+                g.state, g.keyspace, layout.leader_key(self.keys, g.index), layout.handoff_key(self.keys, g.index)
+            )
+            for g in self.groups
+        ]
         member = ClusterMember(
             lease_etcd=self.etcd["lease"],
             control_etcd=self.etcd["control"],
             keys=self.keys,
-            state=self.group.state,
-            keyspace=self.group.keyspace,
+            groups=specs,
             me=NodeInfo(c.node_name(port), addr, tls_addr=tls_addr),
             identity=identity,
             ttl=c.lease_ttl,
             clock=self.clock,
             store_timeout=c.store_timeout,
             on_fatal=self._fail,
+            confirm_layout=self._confirm_layout,
+            campaign_compares=lambda: campaign_compares(self.layout, self.keys),
         )
-        self.group.member = member
+        self.member = member
+        for group, part in zip(self.groups, member.groups, strict=True):
+            group.member = part
         member.start()
         log.info("joining cluster %s at %s", c.etcd_prefix, c.etcd)
 
@@ -160,12 +222,12 @@ class Node:
         """Step down (handing the primary role over at once), wait for writes in flight, close."""
         timeout = self.config.store_timeout
         await self.shared_users.close()
-        member = self.group.member
-        if member is not None:
-            await member.stop(min(2.0, timeout))
-        self.group.state.step_down(Cause.SHUTDOWN)
+        if self.member is not None:
+            await self.member.stop(min(2.0, timeout))
+        for group in self.groups:
+            group.state.step_down(Cause.SHUTDOWN)
         try:
-            await asyncio.wait_for(self.group.keyspace.drain(timeout), timeout + 1)
+            await asyncio.wait_for(asyncio.gather(*(g.keyspace.drain(timeout) for g in self.groups)), timeout + 1)
         except TimeoutError:  # safe: nothing at or above an unconfirmed ceiling was handed out
             log.warning("store writes still in flight after %.1fs; stopping without them", timeout)
         await self.store.close()

@@ -28,6 +28,7 @@ from typing import Any
 
 from . import log as march_log
 from .app import App
+from .commands import call
 from .commands.forward import readiness
 from .commands.table import COMMANDS, HOT
 from .config import Config
@@ -94,7 +95,7 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
     _give_large_frees_back()
     node = Node(config, COMMANDS)
     await node.open()
-    app = App(config, node, HOT)
+    app = App(config, node, HOT, call)
     app.max_clients = clients_the_fd_limit_allows(config.max_clients)
     app.shutdown_requested = asyncio.Event()
     peers = Connections(app, RequestParser)

@@ -34,7 +34,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .. import errors
@@ -62,6 +62,7 @@ class NodeInfo:
     addr: str  # host:port that clients are sent to
     role: str = STANDBY
     tls_addr: str = ""  # host:port that TLS clients are sent to ("": no TLS port)
+    leads: tuple[int, ...] = ()  # the groups this node leads, as its record says (spreading, CLUSTER NODES)
 
     def seen_by(self, tls: bool) -> NodeInfo:
         """This node as a client connected with or without TLS should be told of it."""
@@ -103,18 +104,29 @@ class Topology:
 
 class Directory:
     def __init__(
-        self, etcd: Etcd, keys: KeyPaths, me: NodeInfo, clock: Clock, timeout: float, lease_ttl: int = 0
+        self,
+        etcd: Etcd,
+        keys: KeyPaths,
+        me: NodeInfo,
+        clock: Clock,
+        timeout: float,
+        lease_ttl: int = 0,
+        leader_keys: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         self.etcd = etcd
         self.keys = keys
         self.me = me
         self.clock = clock
         self.timeout = timeout  # per call: short, the control loop retries
-        self.topology = Topology()
-        self._registered: tuple[int, str] | None = None  # (lease, role) last written
+        # (leader key, hand-off key) of each group, in group order (default: the one group's)
+        self.leader_keys = list(leader_keys) or [(keys.leader, keys.handoff)]
+        self._leader_index = {leader: g for g, (leader, _) in enumerate(self.leader_keys)}
+        self._handoff_index = {handoff: g for g, (_, handoff) in enumerate(self.leader_keys)}
+        self.views = [Topology() for _ in self.leader_keys]  # each group's view, from the last read
+        self._registered: tuple[int, str, tuple[int, ...]] | None = None  # (lease, role, leads) last written
         self._listeners: list[Callable[[], None]] = []
-        self.leader_changes = 0  # times the leader key named another node (metrics)
-        self._last_leader: str | None = None
+        self.leader_changes = 0  # times a leader key named another node (metrics)
+        self._last_leaders: list[str | None] = [None] * len(self.leader_keys)
         self._primary_listeners: list[Callable[[NodeInfo | None, NodeInfo], None]] = []
         self._last_primary: NodeInfo | None = None  # the record of the last primary seen
         self._switch_pending = False  # the primary changed and the listeners have not been told
@@ -143,14 +155,19 @@ class Directory:
 
     # --- this node's record ----------------------------------------------------------------------
 
-    async def register(self, lease: int, role: str) -> bool:
-        """(Re)write this node's record under ``lease`` if the lease or the role changed: created if
-        absent, rewritten only while under ``lease``. False while another lease holds this node id
+    @property
+    def topology(self) -> Topology:
+        """The first group's view (the only one with one group)."""
+        return self.views[0]
+
+    async def register(self, lease: int, role: str, leads: tuple[int, ...] = ()) -> bool:
+        """(Re)write this node's record under ``lease`` if the lease, the role or the groups it leads
+        changed: created if absent, rewritten only while under ``lease``. False while another lease holds this node id
         (its holder may be this node's crashed predecessor: wait for its lease to end);
         IdentityConflict once that lease outlived its TTL (another live process holds the id)."""
         if not lease:
             return False
-        if self._registered == (lease, role):
+        if self._registered == (lease, role, leads):
             return True
         key = self.keys.node(self.me.id)
         record = {
@@ -158,6 +175,7 @@ class Directory:
             "addr": self.me.addr,
             "tls_addr": self.me.tls_addr,
             "role": role,
+            "leads": list(leads),
             "pid": os.getpid(),
             "lease_ttl": self.ttl,
         }
@@ -170,7 +188,7 @@ class Directory:
                 if self._rival is not None:
                     log.info("node id %s is this node's now (the other lease ended)", self.me.id)
                     self._rival = None
-                self._registered = (lease, role)
+                self._registered = (lease, role, leads)
                 return True
             found = reply.ranges[0]
             held = found.kvs[0] if found is not None and found.kvs else None
@@ -225,54 +243,70 @@ class Directory:
     # --- the topology ----------------------------------------------------------------------------
 
     async def read(self) -> Topology:
-        """One linearizable read of the leader key, the hand-off key and every node record."""
+        """One linearizable read of the topology keys; the first group's view (``read_all``)."""
+        return (await self.read_all())[0]
+
+    async def read_all(self) -> list[Topology]:
+        """One linearizable read of every group's leader and hand-off keys and every node record:
+        one ``Topology`` per group (sharing the node records)."""
         found = await self.etcd.range(Get(self.keys.leader, self.keys.topology_end), self.timeout)
-        leader: str | None = None
-        leader_revision = leader_lease = 0
-        handoff: str | None = None
-        handoff_lease = handoff_revision = 0
+        count = len(self.leader_keys)
+        leaders: list[tuple[str | None, int, int]] = [(None, 0, 0)] * count
+        handoffs: list[tuple[str | None, int, int]] = [(None, 0, 0)] * count
         nodes: dict[str, NodeInfo] = {}
         leases: dict[str, int] = {}
         for kv in found.kvs:
-            if kv.key == self.keys.leader:
-                leader, leader_revision, leader_lease = kv.value.decode(), kv.create_revision, kv.lease
-            elif kv.key == self.keys.handoff:
-                handoff, handoff_lease, handoff_revision = kv.value.decode(), kv.lease, kv.mod_revision
+            if kv.key in self._leader_index:
+                leaders[self._leader_index[kv.key]] = (kv.value.decode(), kv.create_revision, kv.lease)
+            elif kv.key in self._handoff_index:
+                handoffs[self._handoff_index[kv.key]] = (kv.value.decode(), kv.lease, kv.mod_revision)
             elif kv.key.startswith(self.keys.nodes):
                 try:
                     data = json.loads(kv.value)
                     nodes[data["id"]] = NodeInfo(
-                        data["id"], data["addr"], data.get("role", STANDBY), data.get("tls_addr", "")
+                        data["id"],
+                        data["addr"],
+                        data.get("role", STANDBY),
+                        data.get("tls_addr", ""),
+                        tuple(int(g) for g in data.get("leads", ())),
                     )
                     leases[data["id"]] = kv.lease
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed node record %r", kv.key)
-        topology = Topology(
-            leader,
-            leader_revision,
-            leader_lease,
-            handoff,
-            nodes,
-            found.revision,
-            leases=leases,
-            handoff_lease=handoff_lease,
-            handoff_revision=handoff_revision,
-        )
-        if topology.revision >= self.topology.revision:
-            self.topology = topology
-            if leader is not None and leader != self._last_leader:
-                if self._last_leader is not None:
-                    self.leader_changes += 1
-                    log.info("the primary is now %s (was %s)", leader, self._last_leader)
+        views = [
+            Topology(
+                *leaders[g],
+                handoffs[g][0],
+                nodes,
+                found.revision,
+                leases=leases,
+                handoff_lease=handoffs[g][1],
+                handoff_revision=handoffs[g][2],
+            )
+            for g in range(count)
+        ]
+        if found.revision >= self.views[0].revision:
+            self.views = views
+            for g, topology in enumerate(views):
+                self._follow(g, topology)
+        return views
+
+    def _follow(self, g: int, topology: Topology) -> None:
+        """Count leader changes of group ``g``; announce the first group's new primary (Sentinel)."""
+        leader = topology.leader
+        if leader is not None and leader != self._last_leaders[g]:
+            if self._last_leaders[g] is not None:
+                self.leader_changes += 1
+                log.info("group %d: the primary is now %s (was %s)", g, leader, self._last_leaders[g])
+                if g == 0:
                     self._switch_pending = True  # announced once the new primary's record is known
-                self._last_leader = leader
-            primary = topology.primary
-            if primary is not None:
-                if self._switch_pending:
-                    self._switch_pending = False
-                    self._announce(self._last_primary, primary)
-                self._last_primary = primary
-        return topology
+            self._last_leaders[g] = leader
+        primary = topology.primary
+        if g == 0 and primary is not None:
+            if self._switch_pending:
+                self._switch_pending = False
+                self._announce(self._last_primary, primary)
+            self._last_primary = primary
 
     async def watch(self) -> None:
         """Tell listeners of every change to the topology keys, for the life of the node."""
@@ -285,26 +319,27 @@ class Directory:
             self._changed()  # something may have changed while the watch was down
             await self.clock.sleep(self.timeout)
 
-    def forget_me_as_leader(self) -> None:
-        """This node stepped down: until etcd says who leads, no primary is known."""
-        if self.topology.leader == self.me.id:
-            self.topology = dataclasses.replace(self.topology, leader=None, leader_revision=0)
+    def forget_me_as_leader(self, g: int = 0) -> None:
+        """This node stepped down in group ``g``: until etcd says who leads it, no primary is known."""
+        if self.views[g].leader == self.me.id:
+            self.views[g] = dataclasses.replace(self.views[g], leader=None, leader_revision=0)
 
     # --- what clients are told -------------------------------------------------------------------
 
-    def members(self, tls: bool = False) -> tuple[NodeInfo | None, list[NodeInfo]]:
-        """(primary, standbys) from the last topology read, as a client with or without TLS sees
-        them; this node is always among them."""
-        topology = self.topology
+    def members(self, tls: bool = False, g: int = 0) -> tuple[NodeInfo | None, list[NodeInfo]]:
+        """(primary, standbys) of group ``g`` from the last topology read, as a client with or without
+        TLS sees them; this node is always among them."""
+        topology = self.views[g]
         nodes = dict(topology.nodes)
         nodes.setdefault(self.me.id, self.me)
         primary = nodes.get(topology.leader) if topology.leader is not None else None
         standbys = sorted((n for n in nodes.values() if primary is None or n.id != primary.id), key=lambda n: n.id)
         return (primary.seen_by(tls) if primary else None), [n.seen_by(tls) for n in standbys]
 
-    def redirect(self, key: bytes, tls: bool = False) -> CommandError:
-        """The error for a key request this node cannot serve: MOVED to the primary, or retry later."""
-        topology = self.topology
+    def redirect(self, key: bytes, tls: bool = False, g: int = 0) -> CommandError:
+        """The error for a key request of group ``g`` this node cannot serve: MOVED to the group's
+        primary, or retry later."""
+        topology = self.views[g]
         primary = topology.primary
         if primary is None:
             return CommandError(errors.CLUSTERDOWN if topology.leader is None else errors.TRYAGAIN_NO_PRIMARY)
@@ -320,3 +355,50 @@ class _Rival:
     lease: int
     seen: float
     give_up: float
+
+
+class GroupDirectory:
+    """One group's side of the node's directory: what its election and FAILOVER read and write.
+    The record, the read and the watch are the node's (``Directory``); only the leader is the group's."""
+
+    def __init__(self, directory: Directory, g: int) -> None:
+        self.node = directory
+        self.g = g
+        self.keys = directory.keys
+
+    @property
+    def me(self) -> NodeInfo:
+        return self.node.me
+
+    @property
+    def topology(self) -> Topology:
+        return self.node.views[self.g]
+
+    @property
+    def registered(self) -> bool:
+        return self.node.registered
+
+    @property
+    def leader_changes(self) -> int:
+        return self.node.leader_changes
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self.node.on_change(listener)
+
+    def on_primary_change(self, listener: Callable[[NodeInfo | None, NodeInfo], None]) -> None:
+        self.node.on_primary_change(listener)
+
+    async def read(self) -> Topology:
+        return (await self.node.read_all())[self.g]
+
+    def record_lost(self) -> None:
+        self.node.record_lost()
+
+    def forget_me_as_leader(self) -> None:
+        self.node.forget_me_as_leader(self.g)
+
+    def members(self, tls: bool = False) -> tuple[NodeInfo | None, list[NodeInfo]]:
+        return self.node.members(tls, self.g)
+
+    def redirect(self, key: bytes, tls: bool = False) -> CommandError:
+        return self.node.redirect(key, tls, self.g)

@@ -35,17 +35,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from ..clock import Clock, wait_event
-from ..etcd.api import Delete, Etcd, Get, Put, created_at, lease_is, value_is
+from ..etcd.api import Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
 from ..store.base import Guard, IdentityConflict, StoreError
-from .directory import PRIMARY, PROMOTING, STANDBY, Directory, Topology
+from .directory import PRIMARY, PROMOTING, STANDBY, Directory, GroupDirectory, Topology
 from .identity import ClusterIdentity
 from .lease import LeaseKeeper
 
 log = logging.getLogger("march.cluster")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a node's elections spread N groups over the live nodes (``Election._spread``)."""
+
+    groups: int  # N
+    held: Callable[[], int]  # how many groups this node leads now
+    step: float  # seconds of head start a node leading one group fewer gets
+
+    def share(self, nodes: int) -> int:
+        """The most groups one of ``nodes`` live nodes may lead: ceil(N / M)."""
+        return -(-self.groups // max(1, nodes))
 
 
 class Election:
@@ -55,9 +70,15 @@ class Election:
         keys: KeyPaths,
         state: ServingState,
         lease: LeaseKeeper,
-        directory: Directory,
+        directory: Directory | GroupDirectory,
         identity: ClusterIdentity,
         clock: Clock,
+        *,
+        leader: bytes = b"",
+        handoff: bytes = b"",
+        spread: Spread | None = None,
+        wake: asyncio.Event | None = None,
+        compares: Callable[[], list[Compare]] = list,
     ) -> None:
         self.etcd = etcd
         self.keys = keys
@@ -68,12 +89,17 @@ class Election:
         self.clock = clock
         self.node_id = directory.me.id
         self.ttl = lease.ttl
+        self.leader = leader or keys.leader  # this group's leader key (``march.cluster.layout``)
+        self.handoff = handoff or keys.handoff  # and its FAILOVER hand-off key
+        self.compares = compares  # the layout's campaign compares (``march.cluster.layout.campaign_compares``)
+        self.spread = spread  # several groups: how many this node may lead, and how long it waits
+        self._leaderless_since: float | None = None  # when this group was first seen without a leader
         self.held_revision = 0  # create revision of the leader key this node created (0: none)
         self.closing = False
         self._resign = False  # a guarded write was refused: give the leader key back
         self._quiet_until = -1.0  # no campaign before this (after a refused write or an error)
         self._handoff_seen: tuple[int, float] | None = None  # (hand-off key revision, first seen)
-        self._wake = asyncio.Event()
+        self._wake = wake or asyncio.Event()  # several groups share the node's one control loop
         state.subscribe(self._on_state)
         lease.on_renewed(self._on_renewed)
         lease.on_gone(self.wake)
@@ -119,6 +145,8 @@ class Election:
             await wait_event(self.clock, self._wake, pause)
 
     async def step(self) -> None:
+        """One group alone (``ElectionLoop`` steps several): steps 0-2, then ``step_group``."""
+        assert isinstance(self.directory, Directory)
         if not self.identity.id:
             await self.identity.confirm()
         await self.lease.ensure()
@@ -128,6 +156,11 @@ class Election:
         topology = await self.directory.read()
         if topology.leases.get(self.node_id) != self.lease.id:
             self.directory.record_lost()  # re-created by the register call at the end of this step
+        await self.step_group(topology)
+        await self.directory.register(self.lease.id, self.role)
+
+    async def step_group(self, topology: Topology) -> None:
+        """Steps 2-6 for this group, from a topology just read."""
         me = self.node_id
         term = self.state.term
         handing_over = self.state.phase is Phase.STEPPING_DOWN  # a FAILOVER owns the state now
@@ -140,6 +173,8 @@ class Election:
             await self.resign(self.ttl / 3)
             self._resign = False  # only once it is done: a failed attempt is tried again
             return
+        if topology.leader is not None:
+            self._leaderless_since = None
         if topology.leader is None and self._may_campaign(topology):
             await self._campaign()
         elif (
@@ -151,7 +186,6 @@ class Election:
         ):
             log.info("the lease held in etcd: serving again (leader key revision %d)", self.held_revision)
             self._promote(self.held_revision, Cause.RESUMED)
-        await self.directory.register(self.lease.id, self.role)
 
     @property
     def role(self) -> str:
@@ -168,6 +202,8 @@ class Election:
             return False
         if now < self._quiet_until or now >= self.lease.deadline:  # paused, or the lease may be gone
             return False
+        if self.spread is not None and not self._spread(topology, now):
+            return False
         if topology.handoff and topology.handoff != self.node_id:
             # Each hand-over is known by its key's revision: a second FAILOVER to the same node gets a TTL too.
             if self._handoff_seen is None or self._handoff_seen[0] != topology.handoff_revision:
@@ -177,11 +213,33 @@ class Election:
                 return False
         return True
 
+    def _spread(self, topology: Topology, now: float) -> bool:
+        """Several groups: campaign only while this node leads fewer than its share, ceil(N/M) of N
+        groups over M live nodes, and leave the nodes that lead fewer a head start (``Spread.step``
+        per group held), so the fewest-holding node wins a leaderless group."""
+        spread = self.spread
+        assert spread is not None
+        held = spread.held()
+        if held >= spread.share(len(topology.nodes)):
+            return False
+        if self._leaderless_since is None:
+            self._leaderless_since = now
+        ready = self._leaderless_since + held * spread.step
+        if now < ready:
+            self.clock.call_later(ready - now, self.wake)
+            return False
+        return True
+
     async def _campaign(self) -> None:
-        leader, record, cluster = self.keys.leader, self.keys.node(self.node_id), self.keys.cluster
+        leader, record, cluster = self.leader, self.keys.node(self.node_id), self.keys.cluster
         lease = self.lease.id
         reply = await self.etcd.txn(
-            [created_at(leader, 0), lease_is(record, lease), value_is(cluster, self.identity.id.encode())],
+            [
+                created_at(leader, 0),
+                lease_is(record, lease),
+                value_is(cluster, self.identity.id.encode()),
+                *self.compares(),
+            ],
             [Put(leader, self.node_id.encode(), lease)],
             [Get(record), Get(cluster)],
             self.ttl / 3,
@@ -205,7 +263,7 @@ class Election:
 
     def _promote(self, revision: int, cause: Cause) -> None:
         """A new term under the leader key created at ``revision``: serve at once (nothing to load)."""
-        self.state.promote(Guard(self.node_id.encode(), revision), cause)
+        self.state.promote(Guard(self.node_id.encode(), revision, self.leader), cause)
         if not self.clock.now() < self.lease.deadline:
             self.state.step_down(Cause.FAILED, "the lease deadline passed during the election")
             self._resign = True
@@ -218,7 +276,7 @@ class Election:
         revision = self.held_revision
         if not revision:
             return
-        leader = self.keys.leader
+        leader = self.leader
         await self.etcd.txn(
             [value_is(leader, self.node_id.encode()), created_at(leader, revision)], [Delete(leader)], [], timeout
         )
@@ -228,3 +286,82 @@ class Election:
     def handed_over(self) -> None:
         """A FAILOVER deleted the leader key in its hand-over transaction."""
         self.held_revision = 0
+
+
+class ElectionLoop:
+    """The node's control loop: one pass wakes every group's election after steps 0-2 done once for
+    the node (the cluster id, the layout, the lease, the registration, one read of the topology).
+
+    The pass then runs each group's ``step_group`` in turn and rewrites the node record if the
+    groups it leads changed. One loop per node, whatever the number of groups: one read per pass,
+    not one per group."""
+
+    def __init__(
+        self,
+        elections: Sequence[Election],
+        lease: LeaseKeeper,
+        directory: Directory,
+        identity: ClusterIdentity,
+        clock: Clock,
+        wake: asyncio.Event,
+        confirm_layout: Callable[[], Awaitable[None]] | None = None,
+        after_pass: Callable[[list[Topology]], None] | None = None,
+    ) -> None:
+        self.elections = list(elections)
+        self._after_pass = after_pass  # the member's rebalancing, from each pass's views
+        self.lease = lease
+        self.directory = directory
+        self.identity = identity
+        self.clock = clock
+        self.ttl = lease.ttl
+        self._wake = wake
+        self._confirm_layout = confirm_layout  # until the layout in etcd is confirmed (then None)
+        self.closing = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def describe(self) -> tuple[str, tuple[int, ...]]:
+        """This node's role (primary if it leads any group) and the groups it leads, for its record."""
+        roles = {e.role for e in self.elections}
+        role = PRIMARY if PRIMARY in roles else PROMOTING if PROMOTING in roles else STANDBY
+        return role, tuple(g for g, e in enumerate(self.elections) if e.state.leading)
+
+    async def run(self) -> None:
+        while not self.closing:
+            self._wake.clear()
+            try:
+                await self.step()
+                pause = self.ttl / 2
+            except IdentityConflict:
+                raise  # this node must not take part: the member stops it
+            except StoreError as exc:
+                log.warning("etcd: %s", exc)
+                pause = self.ttl / 3
+            except Exception:
+                log.exception("election loop error; backing off for %ds", 2 * self.ttl)
+                for election in self.elections:
+                    election._quiet_until = self.clock.now() + 2 * self.ttl
+                pause = 2 * self.ttl
+            await wait_event(self.clock, self._wake, pause)
+
+    async def step(self) -> None:
+        if self._confirm_layout is not None:  # first: a fresh prefix gets its layout before its cluster id
+            await self._confirm_layout()
+            self._confirm_layout = None
+        if not self.identity.id:
+            await self.identity.confirm()
+        await self.lease.ensure()
+        if not await self.directory.register(self.lease.id, *self.describe()):
+            self.clock.call_later(self.ttl / 4, self.wake)  # another lease holds this id: look again soon
+            return
+        views = await self.directory.read_all()
+        if views[0].leases.get(self.directory.me.id) != self.lease.id:
+            self.directory.record_lost()  # re-created by the register call at the end of this pass
+        for election, topology in zip(self.elections, views, strict=True):
+            if self.closing:
+                return
+            await election.step_group(topology)
+        await self.directory.register(self.lease.id, *self.describe())
+        if self._after_pass is not None:
+            self._after_pass(views)

@@ -45,7 +45,7 @@ from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, Phase, ServingState, Term
 from ..store.base import StoreError
-from .directory import Directory, NodeInfo, Topology
+from .directory import Directory, GroupDirectory, NodeInfo, Topology
 from .election import Election
 from .lease import LeaseKeeper
 
@@ -75,7 +75,7 @@ class Failover:
         state: ServingState,
         keyspace: Keyspace,
         lease: LeaseKeeper,
-        directory: Directory,
+        directory: Directory | GroupDirectory,
         election: Election,
         clock: Clock,
         store_timeout: float,
@@ -134,7 +134,7 @@ class Failover:
     async def _clear_handoff(self, chosen: NodeInfo) -> None:
         """Delete the hand-off key if it is still this hand-over's (it names ``chosen``, under this
         node's lease): a FAILOVER the new primary started meanwhile keeps its own."""
-        handoff = self.keys.handoff
+        handoff = self.election.handoff
         await self.etcd.txn(
             [value_is(handoff, chosen.id.encode()), lease_is(handoff, self.lease.id)],
             [Delete(handoff)],
@@ -153,11 +153,11 @@ class Failover:
             if state.term is term and state.phase is Phase.STEPPING_DOWN:
                 state.serve(Cause.ABORTED)  # still ours: serve again
             raise CommandError(errors.FAILOVER_ABORTED)
-        leader = self.keys.leader
+        leader = self.election.leader
         guard = term.guard
         reply = await self.etcd.txn(
             [value_is(leader, guard.owner), created_at(leader, guard.revision)],
-            [Delete(leader), Put(self.keys.handoff, chosen.id.encode(), self.lease.id)],
+            [Delete(leader), Put(self.election.handoff, chosen.id.encode(), self.lease.id)],
             [],
             self.store_timeout,
         )

@@ -1,21 +1,28 @@
-"""This node's membership in a cluster: one group's lease, election, directory and failover, wired
-together, and the background loops that run them.
+"""This node's membership in a cluster: one lease, one directory and one control loop for the node,
+and per leadership group an election and a FAILOVER, wired together with the background loops.
 
 Each part keeps its own logic (``lease``, ``election``, ``directory``, ``failover``, ``identity``); this
-module only connects them to each other and to the group's serving state:
+module only connects them to each other and to each group's serving state:
 
-- lease renewed -> ``ServingState.renewed(deadline)`` (and the election, which may resume);
-- lease gone in etcd -> ``ServingState.lease_gone()`` and a new registration;
-- serving-state changes -> the election (resign after a refused write) and the directory;
-- the directory's watch -> the election.
+- lease renewed -> every group's ``ServingState.renewed(deadline)`` (and the elections, which may resume);
+- lease gone in etcd -> every group's ``ServingState.lease_gone()`` and a new registration: losing the
+  node's lease steps every group down (all leader keys sit on that one lease);
+- serving-state changes -> that group's election (resign after a refused write) and the directory;
+- the directory's watch -> the control loop.
 
-The lease runs on an etcd client of its own; the election, the directory and FAILOVER share the
+**One lease, one watch, one loop per node, whatever the number of groups.** The registration and every
+leader key this node holds sit on one etcd lease (one keep-alive stream); one range read and one watch
+of ``[leader, nodes_end)`` cover every group's leader and hand-off keys and every node record; one
+control loop (``ElectionLoop``) reads the topology once per pass and steps every group's election. A
+group's view (``GroupMember``: its election, FAILOVER and directory view) is what ``Group.member`` is.
+
+The lease runs on an etcd client of its own; the elections, the directory and FAILOVER share the
 control client; the store has the data client (``march.node`` makes all three), so no data call can
 cut a keep-alive short. Every loop runs under ``_supervised``: whatever ends it early is logged and
 it restarts (after 2 x TTL if it failed), except an ``IdentityConflict`` (this node's id is held by
-another live process, or it belongs to another cluster): that is handed to ``on_fatal`` once, and
-the node stops (``march.node``). ``stop`` steps down, gives the leader key back at once and revokes
-the lease, so a standby takes over without waiting for the TTL.
+another live process, it belongs to another cluster, or etcd holds another layout): that is handed
+to ``on_fatal`` once, and the node stops (``march.node``). ``stop`` steps every group down, gives every
+leader key back at once and revokes the lease, so standbys take over without waiting for the TTL.
 """
 
 from __future__ import annotations
@@ -23,21 +30,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from ..clock import Clock
-from ..etcd.api import Etcd
+from ..errors import CommandError
+from ..etcd.api import Compare, Etcd
 from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, ServingState
-from ..store.base import IdentityConflict
-from .directory import Directory, NodeInfo
-from .election import Election
+from ..store.base import IdentityConflict, StoreError
+from .directory import Directory, GroupDirectory, NodeInfo, Topology
+from .election import Election, ElectionLoop, Spread
 from .failover import Failover
 from .identity import ClusterIdentity
 from .lease import LeaseKeeper
 
 log = logging.getLogger("march.cluster")
+
+
+# Seconds of head start per group held: a node leading fewer groups campaigns first for a leaderless
+# one. Long enough for a campaign's round trip to etcd and its watch event to reach the others.
+SPREAD_STEP = 0.15
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What the member needs of one group: its serving state, keyspace and etcd keys."""
+
+    state: ServingState
+    keyspace: Keyspace
+    leader: bytes  # its leader key (``march.cluster.layout``)
+    handoff: bytes  # its FAILOVER hand-off key
+
+
+class GroupMember:
+    """One group's side of the membership: its election and FAILOVER, and its view of the directory."""
+
+    def __init__(
+        self, node: ClusterMember, index: int, spec: GroupSpec, election: Election, failover: Failover
+    ) -> None:
+        self.node = node
+        self.index = index
+        self.state = spec.state
+        self.keyspace = spec.keyspace
+        self.election = election
+        self.failover = failover
+        self.directory = failover.directory
+
+    @property
+    def me(self) -> NodeInfo:
+        return self.node.me
+
+    @property
+    def lease(self) -> LeaseKeeper:
+        return self.node.lease
+
+    @property
+    def ttl(self) -> int:
+        return self.node.ttl
 
 
 class ClusterMember:
@@ -47,28 +99,66 @@ class ClusterMember:
         lease_etcd: Etcd,
         control_etcd: Etcd,
         keys: KeyPaths,
-        state: ServingState,
-        keyspace: Keyspace,
+        groups: Sequence[GroupSpec],
         me: NodeInfo,
         identity: ClusterIdentity,
         ttl: int,
         clock: Clock,
         store_timeout: float,
         on_fatal: Callable[[IdentityConflict], None] = lambda _: None,
+        confirm_layout: Callable[[], Awaitable[None]] | None = None,
+        campaign_compares: Callable[[], list[Compare]] = list,
     ) -> None:
-        self.state = state
-        self.keyspace = keyspace
         self.clock = clock
         self.ttl = ttl
         self.identity = identity
         self.on_fatal = on_fatal
         self.lease = LeaseKeeper(lease_etcd, ttl, clock)
-        self.directory = Directory(control_etcd, keys, me, clock, timeout=ttl / 3, lease_ttl=ttl)
-        self.election = Election(control_etcd, keys, state, self.lease, self.directory, identity, clock)
-        self.failover = Failover(
-            control_etcd, keys, state, keyspace, self.lease, self.directory, self.election, clock, store_timeout
+        self.directory = Directory(
+            control_etcd,
+            keys,
+            me,
+            clock,
+            timeout=ttl / 3,
+            lease_ttl=ttl,
+            leader_keys=[(g.leader, g.handoff) for g in groups],
         )
-        self.lease.on_renewed(state.renewed)
+        wake = asyncio.Event()
+        spread = Spread(len(groups), self.leading, SPREAD_STEP) if len(groups) > 1 else None
+        self.groups: list[GroupMember] = []
+        for index, spec in enumerate(groups):
+            view = self.directory if len(groups) == 1 else GroupDirectory(self.directory, index)
+            election = Election(
+                control_etcd,
+                keys,
+                spec.state,
+                self.lease,
+                view,
+                identity,
+                clock,
+                leader=spec.leader,
+                handoff=spec.handoff,
+                spread=spread,
+                wake=wake,
+                compares=campaign_compares,
+            )
+            failover = Failover(
+                control_etcd, keys, spec.state, spec.keyspace, self.lease, view, election, clock, store_timeout
+            )
+            self.groups.append(GroupMember(self, index, spec, election, failover))
+            self.lease.on_renewed(spec.state.renewed)
+        self.loop = ElectionLoop(
+            [g.election for g in self.groups],
+            self.lease,
+            self.directory,
+            identity,
+            clock,
+            wake,
+            confirm_layout,
+            self._rebalance if len(groups) > 1 else None,
+        )
+        self._rebalancing: asyncio.Task[None] | None = None
+        self._rebalanced_at = -math.inf
         self.lease.on_gone(self._lease_gone)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -77,19 +167,66 @@ class ClusterMember:
     def me(self) -> NodeInfo:
         return self.directory.me
 
+    def leading(self) -> int:
+        """How many groups this node leads now (a term, serving or about to)."""
+        return sum(1 for g in self.groups if g.state.leading)
+
+    def _rebalance(self, views: list[Topology]) -> None:
+        """After a pass: if every group has a primary and this node leads more than its share
+        (ceil(N/M)), hand one group (its highest) to the node leading fewest, through FAILOVER (held
+        requests, no client error); one at a time, at most one per TTL, never while one runs."""
+        now = self.clock.now()
+        if self._closing or self._rebalancing is not None or now < self._rebalanced_at + self.ttl:
+            return
+        if any(v.leader is None for v in views) or any(g.failover.active for g in self.groups):
+            return
+        nodes = views[0].nodes
+        me = self.me.id
+        mine = [g for g in self.groups if g.state.serving and views[g.index].leader == me]
+        if len(mine) <= Spread(len(self.groups), self.leading, SPREAD_STEP).share(len(nodes)):
+            return
+        load = {n: 0 for n in nodes if n != me}
+        for view in views:
+            if view.leader in load:
+                load[view.leader] += 1
+        if not load:
+            return
+        target = min(load, key=lambda n: (load[n], n))
+        if load[target] + 1 >= len(mine):  # moving one would not make it better
+            return
+        group = mine[-1]
+        self._rebalanced_at = now
+        log.info(
+            "rebalancing: handing group %d to %s (%d here, %d there)", group.index, target, len(mine), load[target]
+        )
+        self._rebalancing = asyncio.get_running_loop().create_task(self._hand(group, nodes[target].addr))
+
+    async def _hand(self, group: GroupMember, target: str) -> None:
+        try:
+            await group.failover.run(target, 2 * self.ttl)
+        except CommandError as exc:
+            log.warning("rebalancing group %d to %s: %s", group.index, target, exc.message)
+        except StoreError as exc:
+            log.warning("rebalancing group %d to %s: %s", group.index, target, exc)
+        finally:
+            self._rebalancing = None
+            self._rebalanced_at = self.clock.now()
+            self.loop.wake()
+
     def _lease_gone(self) -> None:
-        self.state.lease_gone()
+        for group in self.groups:
+            group.state.lease_gone()
+            group.election.held_revision = 0  # the leader key, if ours, went with the lease
         self.directory.lease_gone()
-        self.election.held_revision = 0  # the leader key, if ours, went with the lease
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._supervised("election", self.election.run), name="march-election"),
+            loop.create_task(self._supervised("election", self.loop.run), name="march-election"),
             loop.create_task(self._supervised("keep-alive", self.lease.run), name="march-keepalive"),
             loop.create_task(self._supervised("watch", self.directory.watch), name="march-watch"),
         ]
-        log.info("node %s (%s) joining the cluster", self.me.id, self.me.addr)
+        log.info("node %s (%s) joining the cluster (%d group(s))", self.me.id, self.me.addr, len(self.groups))
 
     async def _supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         """Run a background loop for the node's life: whatever ends it early is logged, and it restarts."""
@@ -98,7 +235,8 @@ class ClusterMember:
                 await run()
             except IdentityConflict as exc:
                 log.error("%s", exc)
-                self.state.step_down(Cause.SHUTDOWN, "this node may not take part in the cluster")
+                for group in self.groups:
+                    group.state.step_down(Cause.SHUTDOWN, "this node may not take part in the cluster")
                 self.on_fatal(exc)
                 return
             except asyncio.CancelledError:
@@ -111,16 +249,23 @@ class ClusterMember:
                 await self.clock.sleep(2 * self.ttl)
 
     async def stop(self, timeout: float) -> None:
-        """Leave: step down, give the leader key back at once, revoke the lease (drops the registration)."""
+        """Leave: step every group down, give every leader key back at once (all together), revoke
+        the lease (drops the registration)."""
         self._closing = True
-        self.election.closing = True
-        self.state.step_down(Cause.SHUTDOWN)
-        for task in self._tasks:
+        self.loop.closing = True
+        for group in self.groups:
+            group.election.closing = True
+            group.state.step_down(Cause.SHUTDOWN)
+        tasks = [*self._tasks, *([self._rebalancing] if self._rebalancing is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            if self.election.held_revision:
-                await self.keyspace.drain(timeout)
-                await self.election.resign(timeout)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(self._resign(g, timeout) for g in self.groups), return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.lease.revoke(timeout)
+
+    async def _resign(self, group: GroupMember, timeout: float) -> None:
+        with contextlib.suppress(Exception):
+            if group.election.held_revision:
+                await group.keyspace.drain(timeout)
+                await group.election.resign(timeout)

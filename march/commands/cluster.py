@@ -20,14 +20,17 @@ which also ends as soon as another node holds the leader key or the chosen one s
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..cluster.directory import NodeInfo
 from ..cluster.failover import MAX_TIMEOUT_MS
-from ..cluster.member import ClusterMember
+from ..cluster.member import GroupMember
 from ..cluster.slots import SLOTS, key_slot
 from ..errors import CommandError
+from ..group import SlotRange
 from ..resp import Verbatim
 from .args import Args
 from .table import Subcommand, command, container
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
 _DEFAULT_FAILOVER_TIMEOUT_MS = 5000
 
 
-def _member(client: Client) -> ClusterMember:
+def _member(client: Client) -> GroupMember:
     member = client.app.group.member
     if member is None:
         raise CommandError(errors.CLUSTER_DISABLED)
@@ -47,6 +50,28 @@ def _member(client: Client) -> ClusterMember:
 
 def _endpoint(n: NodeInfo) -> list[Any]:
     return [n.host.encode(), n.port, n.cluster_id.encode()]
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """One group as clients see it: its slot range, its primary (None: none known) and replicas."""
+
+    index: int
+    slots: SlotRange
+    primary: NodeInfo | None
+    replicas: list[NodeInfo]
+    epoch: int  # the group's leader key's create revision
+
+
+def _shards_of(client: Client) -> list[_Shard]:
+    """Every group of this node, in slot order, from the directory's last read."""
+    member = _member(client)
+    directory = member.node.directory
+    out = []
+    for group in client.app.groups:
+        primary, replicas = directory.members(client.tls, group.index)
+        out.append(_Shard(group.index, group.slots, primary, replicas, directory.views[group.index].leader_revision))
+    return out
 
 
 def _cluster_keyslot(client: Client, args: list[bytes]) -> Any:
@@ -59,45 +84,61 @@ def _cluster_myid(client: Client, args: list[bytes]) -> Any:
 
 
 def _cluster_slots(client: Client, args: list[bytes]) -> Any:
-    primary, standbys = _member(client).directory.members(client.tls)
-    if primary is None:
-        return []
-    return [[0, SLOTS - 1, _endpoint(primary), *(_endpoint(n) for n in standbys)]]
+    return [
+        [s.slots.first, s.slots.last, _endpoint(s.primary), *(_endpoint(n) for n in s.replicas)]
+        for s in _shards_of(client)
+        if s.primary is not None
+    ]
 
 
 def _cluster_shards(client: Client, args: list[bytes]) -> Any:
-    return _shards(*_member(client).directory.members(client.tls))
+    shards = _shards_of(client)
+    if len(shards) == 1:
+        return _shards(shards[0].primary, shards[0].replicas)
+    return [_shard(s.slots, s.primary, s.replicas) for s in shards if s.primary is not None]
 
 
 def _cluster_nodes(client: Client, args: list[bytes]) -> Any:
     member = _member(client)
-    primary, standbys = member.directory.members(client.tls)
-    epoch = member.directory.topology.leader_revision
-    return Verbatim(_nodes_text(member.me.seen_by(client.tls), epoch, primary, standbys))
+    shards = _shards_of(client)
+    if len(shards) == 1:
+        return Verbatim(
+            _nodes_text(member.me.seen_by(client.tls), shards[0].epoch, shards[0].primary, shards[0].replicas)
+        )
+    return Verbatim(_grouped_nodes_text(member.me.seen_by(client.tls), shards))
 
 
 def _cluster_info(client: Client, args: list[bytes]) -> Any:
-    member = _member(client)
-    primary, standbys = member.directory.members(client.tls)
-    return Verbatim(_info_text(member.directory.topology.leader_revision, primary, standbys))
+    shards = _shards_of(client)
+    if len(shards) == 1:
+        return Verbatim(_info_text(shards[0].epoch, shards[0].primary, shards[0].replicas))
+    return Verbatim(_grouped_info_text(client, shards))
+
+
+def _shard(slots: SlotRange, primary: NodeInfo, replicas: list[NodeInfo]) -> dict[bytes, Any]:
+    return {
+        b"slots": [slots.first, slots.last],
+        b"nodes": [_describe(primary, "master"), *(_describe(n, "replica") for n in replicas)],
+    }
+
+
+def _describe(n: NodeInfo, role: str) -> dict[bytes, Any]:
+    return {
+        b"id": n.cluster_id.encode(),
+        b"port": n.port,
+        b"ip": n.host.encode(),
+        b"endpoint": n.host.encode(),
+        b"role": role.encode(),
+        b"replication-offset": 0,
+        b"health": b"online",
+    }
 
 
 def _shards(primary: NodeInfo | None, standbys: list[NodeInfo]) -> list[Any]:
-    def describe(n: NodeInfo, role: str) -> dict[bytes, Any]:
-        return {
-            b"id": n.cluster_id.encode(),
-            b"port": n.port,
-            b"ip": n.host.encode(),
-            b"endpoint": n.host.encode(),
-            b"role": role.encode(),
-            b"replication-offset": 0,
-            b"health": b"online",
-        }
-
-    nodes = [describe(n, "replica") for n in standbys]
+    nodes = [_describe(n, "replica") for n in standbys]
     if primary is None:
         return [{b"slots": [], b"nodes": nodes}] if nodes else []
-    return [{b"slots": [0, SLOTS - 1], b"nodes": [describe(primary, "master"), *nodes]}]
+    return [{b"slots": [0, SLOTS - 1], b"nodes": [_describe(primary, "master"), *nodes]}]
 
 
 def _nodes_text(me: NodeInfo, epoch: int, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
@@ -112,19 +153,77 @@ def _nodes_text(me: NodeInfo, epoch: int, primary: NodeInfo | None, standbys: li
     return "".join(lines)
 
 
+def _grouped_nodes_text(me: NodeInfo, shards: list[_Shard]) -> str:
+    """Several groups: a node leading groups is a master with their slot ranges (contiguous ones
+    joined); a node leading none is a replica of the first group's primary (Redis gives a replica one
+    master)."""
+    nodes: dict[str, NodeInfo] = {}
+    led: dict[str, list[_Shard]] = {}
+    for shard in shards:
+        for n in (*([shard.primary] if shard.primary else []), *shard.replicas):
+            nodes.setdefault(n.id, n)
+        if shard.primary is not None:
+            led.setdefault(shard.primary.id, []).append(shard)
+    first = next((s.primary for s in shards if s.primary is not None), None)
+    lines = []
+    for n in sorted(nodes.values(), key=lambda n: n.id):
+        mine = led.get(n.id, [])
+        is_master = bool(mine) or first is None
+        flags = ("myself," if n.id == me.id else "") + ("master" if is_master else "slave")
+        master = "-" if is_master or first is None else first.cluster_id
+        epoch = max((s.epoch for s in mine), default=0)
+        lines.append(
+            f"{n.cluster_id} {n.host}:{n.port}@{n.port + 10000} {flags} {master} 0 0 {epoch} connected{_ranges(mine)}\n"
+        )
+    return "".join(lines)
+
+
+def _ranges(shards: list[_Shard]) -> str:
+    """`` a-b c-d``: the slot ranges of ``shards`` (in slot order), contiguous ones joined."""
+    spans: list[list[int]] = []
+    for s in sorted(shards, key=lambda s: s.slots.first):
+        if spans and spans[-1][1] + 1 == s.slots.first:
+            spans[-1][1] = s.slots.last
+        else:
+            spans.append([s.slots.first, s.slots.last])
+    return "".join(f" {a}-{b}" for a, b in spans)
+
+
 def _info_text(epoch: int, primary: NodeInfo | None, standbys: list[NodeInfo]) -> str:
     ok = primary is not None
     assigned = SLOTS if ok else 0
+    return _info_fields(ok, assigned, len(standbys) + (1 if ok else 0), 1 if ok else 0, epoch, epoch)
+
+
+def _grouped_info_text(client: Client, shards: list[_Shard]) -> str:
+    """Several groups: ``ok`` while every group has a known primary; then which groups this node leads."""
+    me = _member(client).me.id
+    assigned = sum(s.slots.last - s.slots.first + 1 for s in shards if s.primary is not None)
+    known = {n.id for s in shards for n in (*([s.primary] if s.primary else []), *s.replicas)}
+    primaries = {s.primary.id for s in shards if s.primary is not None}
+    mine = [s for s in shards if s.primary is not None and s.primary.id == me]
+    text = _info_fields(
+        assigned == SLOTS,
+        assigned,
+        len(known),
+        len(primaries),
+        max((s.epoch for s in shards), default=0),
+        max((s.epoch for s in mine), default=0),
+    )
+    return text + f"march_groups:{len(shards)}\r\nmarch_groups_led:{','.join(str(s.index) for s in mine)}\r\n"
+
+
+def _info_fields(ok: bool, assigned: int, known: int, size: int, epoch: int, my_epoch: int) -> str:
     fields = [
         ("cluster_state", "ok" if ok else "fail"),
         ("cluster_slots_assigned", assigned),
         ("cluster_slots_ok", assigned),
         ("cluster_slots_pfail", 0),
         ("cluster_slots_fail", 0),
-        ("cluster_known_nodes", len(standbys) + (1 if ok else 0)),
-        ("cluster_size", 1 if ok else 0),
+        ("cluster_known_nodes", known),
+        ("cluster_size", size),
         ("cluster_current_epoch", epoch),
-        ("cluster_my_epoch", epoch),
+        ("cluster_my_epoch", my_epoch),
         ("cluster_stats_messages_sent", 0),
         ("cluster_stats_messages_received", 0),
         ("total_cluster_links_buffer_limit_exceeded", 0),
@@ -171,15 +270,18 @@ for _name, _summary in (
     -1,
     ("admin", "noscript", "stale"),
     ("@admin", "@slow", "@dangerous"),
-    summary="FAILOVER [TO host port] [TIMEOUT ms] [ABORT]: hand the primary role to a standby, no client error.",
+    summary="FAILOVER [GROUP g] [TO host port] [TIMEOUT ms] [ABORT]: hand the primary role to a standby, "
+    "no client error.",
     group="cluster",
 )
 def failover(client: Client, args: list[bytes]) -> Any:
     target: str | None = None
     timeout_ms = _DEFAULT_FAILOVER_TIMEOUT_MS
     abort = False
+    only: int | None = None
+    groups = client.app.groups
     cursor = Args(args)
-    for option in cursor.options(b"to", b"timeout", b"abort"):
+    for option in cursor.options(b"to", b"timeout", b"abort", b"group"):
         if option == b"to":
             host = cursor.text()
             port = cursor.integer()
@@ -192,21 +294,57 @@ def failover(client: Client, args: list[bytes]) -> Any:
                 raise CommandError(errors.FAILOVER_TIMEOUT_RANGE)
             if timeout_ms > MAX_TIMEOUT_MS:
                 raise CommandError(errors.FAILOVER_TIMEOUT_TOO_LONG.format(MAX_TIMEOUT_MS))
+        elif option == b"group":
+            only = cursor.integer(errors.FAILOVER_GROUP_RANGE.format(len(groups) - 1), 0, len(groups) - 1)
         else:
             abort = True
-    member = client.app.group.member
+    members = [g.member for g in groups if g.member is not None]
     if abort:
         if target is not None or len(args) > 2:
             raise CommandError(errors.FAILOVER_ABORT_ALONE)
-        if member is None:
+        active = [m for m in members if m.failover.active is not None]
+        if not active:
             raise CommandError(errors.FAILOVER_NONE)
-        member.failover.abort()
+        for m in active:
+            m.failover.abort()
         return "OK"
-    if member is None:
+    if not members:
         raise CommandError(errors.FAILOVER_NO_STANDBY)
-    return _failover(member, target, timeout_ms / 1000)
+    if len(members) == 1:
+        return _failover([(members[0], target)], timeout_ms / 1000)
+    chosen = [m for m in members if (only is None or m.index == only)]
+    led = [m for m in chosen if m.state.leading]
+    if not led:
+        raise CommandError(errors.FAILOVER_NOT_PRIMARY)
+    return _failover(_targets(led, target), timeout_ms / 1000)
 
 
-async def _failover(member: ClusterMember, target: str | None, timeout: float) -> Any:
-    await member.failover.run(target, timeout)
+def _targets(led: list[GroupMember], target: str | None) -> list[tuple[GroupMember, str | None]]:
+    """Where each group goes: to ``target`` if given, else each to the live node leading fewest
+    groups (counting the ones handed to it here), so a node that leaves spreads its groups."""
+    if target is not None:
+        return [(m, target) for m in led]
+    directory = led[0].node.directory
+    me = led[0].me.id
+    load = {n: 0 for n in directory.topology.nodes if n != me}
+    for view in directory.views:
+        if view.leader in load:
+            load[view.leader] += 1
+    out: list[tuple[GroupMember, str | None]] = []
+    for m in led:
+        if not load:
+            out.append((m, None))  # the failover answers that there is no standby
+            continue
+        node = min(load, key=lambda n: (load[n], n))
+        load[node] += 1
+        out.append((m, directory.topology.nodes[node].addr))
+    return out
+
+
+async def _failover(plan: list[tuple[GroupMember, str | None]], timeout: float) -> Any:
+    """Hand over every group of ``plan`` at once; the first error is the reply (the others went on)."""
+    results = await asyncio.gather(*(m.failover.run(target, timeout) for m, target in plan), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
     return "OK"

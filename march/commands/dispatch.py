@@ -22,9 +22,10 @@ Permissions (``march.auth``): a user that may not run the command, or touch one 
 ``NOPERM`` (counted in INFO, recorded in ACL LOG), before any routing, as in Redis. A user with
 every command on every key skips the check (and keeps the server's fast path).
 
-Routing follows the group's serving state (``march.serving``), declared per command at
-registration (``primary``: the key commands and the keyspace-wide KEYS, SCAN, DBSIZE, SEQ.LIST).
-A node that does not serve answers them with ``MOVED`` to the primary (or ``CLUSTERDOWN``); while
+Routing follows the serving state (``march.serving``) of the request's group (``route``: its first
+key's slot's group; with one group, the group), declared per command at registration (``primary``:
+the key commands and the keyspace-wide KEYS, SCAN, DBSIZE, SEQ.LIST). A node that does not serve
+the group answers them with ``MOVED`` to the group's primary (or ``CLUSTERDOWN``); while
 a promotion or a FAILOVER is in progress they wait for it to end (bounded by ``max_wait``) and
 then run here or get ``MOVED``. A request that was running when this node stopped serving got no
 ID; ``rerun`` runs it again the same way. With ``redirect forward`` the request is forwarded to the
@@ -48,6 +49,7 @@ from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..group import Group
 
 log = logging.getLogger("march")
 
@@ -80,8 +82,7 @@ def call(client: Client, args: list[bytes]) -> Any:
         denied = client.user.denial(spec, args)
         if denied is not None:
             raise reject(client, spec, refuse(client, *denied))
-    group = client.app.group
-    if spec.primary and not group.serving:
+    if spec.primary and not (group := route(client, spec, args)).serving:
         if client.multi is None and group.in_transition:
             return rerun(client, args)
         if not forwards(client):
@@ -132,7 +133,7 @@ def monitored(client: Client, args: list[bytes]) -> bool:
     user = client.user
     if not user.unrestricted and "no_auth" not in spec.flags and user.denial(spec, args) is not None:
         return False
-    if spec.primary and not client.app.group.serving and not client.app.group.in_transition:
+    if spec.primary and not (group := route(client, spec, args)).serving and not group.in_transition:
         return False
     monitors = client.app.monitors.feeds
     return not (client.id in monitors and _keyspace(spec))
@@ -150,10 +151,10 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
 
     Only for requests that got no ID: they were refused (``NotServing``) or never started.
     """
-    group = client.app.group
     spec = lookup(args[0])
     if spec is None or not spec.primary:
         raise CommandError(errors.NOT_SERVING)
+    group = route(client, spec, args)
     await group.settled(client.app.config.max_wait)
     if not group.serving:
         if forwards(client):
@@ -185,9 +186,22 @@ def reject(client: Client, spec: CommandSpec, error: CommandError) -> CommandErr
     return error
 
 
+def route(client: Client, spec: CommandSpec, args: list[bytes]) -> Group:
+    """The leadership group a ``primary`` command belongs to: its first key's (one group: the group).
+    A keyspace-wide command (no key) runs on a node serving any group (it sees that node's groups),
+    waits while one is in transition, else is redirected as a key of slot 0 would be."""
+    groups = client.app.groups
+    if len(groups) == 1:
+        return client.app.group
+    if spec.keys[0]:
+        return groups.of_key(args[spec.keys[0]])
+    return next((g for g in groups if g.serving), None) or next((g for g in groups if g.in_transition), groups[0])
+
+
 def moved(client: Client, spec: CommandSpec, args: list[bytes]) -> CommandError:
-    """MOVED to the primary for the request's first key (slot 0 for the keyspace-wide commands)."""
-    return client.app.group.redirect(args[spec.keys[0]] if spec.keys[0] else b"", client.tls)
+    """MOVED to the primary of the request's first key's group (slot 0 for the keyspace-wide commands)."""
+    key = args[spec.keys[0]] if spec.keys[0] else b""
+    return route(client, spec, args).redirect(key, client.tls)
 
 
 def as_error(client: Client, exc: Exception) -> CommandError:

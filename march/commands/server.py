@@ -581,6 +581,17 @@ def _cluster(client: Client, count: int | None) -> dict[str, Any]:
         "promotions": state.promotions,
         "demotions": state.demotions,
         "last_change": state.last_change,
+        **_groups_led(app),
+    }
+
+
+def _groups_led(app: App) -> dict[str, Any]:
+    """Several leadership groups: how many, and which ones this node leads (INFO cluster)."""
+    if len(app.groups) == 1:
+        return {}
+    return {
+        "march_groups": len(app.groups),
+        "march_groups_led": ",".join(str(g.index) for g in app.groups if g.state.leading),
     }
 
 
@@ -641,7 +652,7 @@ def _replication(client: Client) -> dict[str, Any]:
     if member is None:
         return {"role": "master", "connected_slaves": 0}
     me = member.me
-    if state.leading:
+    if any(g.state.leading for g in client.app.groups):  # several groups: master of at least one
         standbys = [n for n in member.directory.topology.standbys() if n.id != me.id]
         out: dict[str, Any] = {"role": "master", "connected_slaves": len(standbys)}
         for i, n in enumerate(standbys):

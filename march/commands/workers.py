@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from ..workers import Workers
 
 
-def _workers(client: Client) -> Workers:
-    return client.app.keyspace.workers
+def _workers(client: Client, namespace: bytes) -> Workers:
+    """The worker ids of the group that owns ``namespace``'s slot (the namespace is the key)."""
+    return client.app.groups.of_key(namespace).keyspace.workers
 
 
 def _held(args: list[bytes]) -> tuple[bytes, int, bytes, int]:
@@ -64,7 +65,7 @@ def worker_acquire(client: Client, args: list[bytes]) -> Any:
 
 
 async def _acquire(client: Client, namespace: bytes, ttl: int | None) -> list[Any]:
-    worker_id, token, granted, floor = await _workers(client).acquire(namespace, ttl)
+    worker_id, token, granted, floor = await _workers(client, namespace).acquire(namespace, ttl)
     return [worker_id, token, granted, floor]
 
 
@@ -81,7 +82,8 @@ async def _acquire(client: Client, namespace: bytes, ttl: int | None) -> list[An
     group="worker",
 )
 def worker_renew(client: Client, args: list[bytes]) -> Any:
-    return _workers(client).renew(*_held(args))
+    held = _held(args)
+    return _workers(client, held[0]).renew(*held)
 
 
 @command(
@@ -100,7 +102,7 @@ def worker_release(client: Client, args: list[bytes]) -> Any:
 
 
 async def _release(client: Client, namespace: bytes, worker_id: int, token: bytes, upto: int) -> str:
-    await _workers(client).release(namespace, worker_id, token, upto)
+    await _workers(client, namespace).release(namespace, worker_id, token, upto)
     return "OK"
 
 
@@ -119,5 +121,5 @@ def worker_list(client: Client, args: list[bytes]) -> Any:
 
 
 async def _list(client: Client, namespace: bytes) -> list[Any]:
-    held = await _workers(client).list(namespace)
+    held = await _workers(client, namespace).list(namespace)
     return [[h.record.id, h.expires_ms, h.record.floor_ms, h.standing.value] for h in held]

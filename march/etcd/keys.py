@@ -4,9 +4,13 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
 
 - ``<prefix>/cluster``: the cluster id, a random hex string written once, by the first node that
   finds none (a create-if-absent transaction; ``march.cluster.identity``). Every campaign compares it.
+- ``<prefix>/groups``: the cluster's layout, JSON ``{"groups": N, "previous": P}`` (absent: one
+  group; ``march.cluster.layout``, which alone spells the per-group keys below).
 - ``<prefix>/leader``: the primary's node id, attached to its lease. Its create revision and
-  value form the ``Guard`` every ceiling write compares (see ``march.store.etcd``).
-- ``<prefix>/leader-handoff``: during a planned FAILOVER, the node chosen to take over.
+  value form the ``Guard`` every ceiling write compares (see ``march.store.etcd``). With N > 1
+  groups, one per group: ``<prefix>/leader/<g>-of-<N>``.
+- ``<prefix>/leader-handoff``: during a planned FAILOVER, the node chosen to take over (N > 1:
+  ``<prefix>/leader-handoff/<g>-of-<N>``).
 - ``<prefix>/nodes/<id>``: each node's registration (JSON: id, address, role, pid, lease TTL), under
   its lease; created only where absent, so one live process holds a node id (``march.cluster.directory``).
 - ``<prefix>/seq/<key>``: one sequence (its ceiling and settings, see ``march.store.etcd``).
@@ -19,8 +23,9 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
   zero-padded digits), raised in the transaction that deletes one (outside ``workers/``, so a
   listing of the namespaces never meets it).
 
-``leader``, ``leader-handoff`` and ``nodes/*`` sort together, so one range read (and one watch)
-``[leader, nodes_end)`` covers everything the election and the directory look at.
+``groups``, ``leader``, ``leader/*``, ``leader-handoff``, ``leader-handoff/*`` and ``nodes/*`` sort
+together (nothing else of March's sorts between ``groups`` and ``nodes/``), so one range read (and
+one watch) ``[topology_start, topology_end)`` covers everything the election and the directory look at.
 """
 
 from __future__ import annotations
@@ -52,6 +57,16 @@ class KeyPaths:
         return self.prefix + b"/cluster"
 
     @property
+    def groups(self) -> bytes:
+        return self.prefix + b"/groups"
+
+    @property
+    def topology_start(self) -> bytes:
+        """``[topology_start, topology_end)`` holds the layout, every leader and hand-off key and every
+        node record (``leader`` is still the start of the range without the layout)."""
+        return self.groups
+
+    @property
     def leader(self) -> bytes:
         return self.prefix + b"/leader"
 
@@ -68,7 +83,7 @@ class KeyPaths:
 
     @property
     def topology_end(self) -> bytes:
-        """``[leader, topology_end)`` holds the leader key, the hand-off key and every node record."""
+        """``[leader, topology_end)`` holds every leader key, every hand-off key and every node record."""
         return prefix_end(self.nodes)
 
     @property

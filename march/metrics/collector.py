@@ -172,9 +172,27 @@ def _node(app: App) -> Iterator[Metric]:
     )
     if member is not None:
         yield from _lease(member.lease.failures_total, member.lease.failures, state.remaining())
+    if len(app.groups) > 1:
+        yield from _groups(app)
     yield GaugeMetricFamily(
         "march_uptime_seconds", "Seconds since this node started.", value=time.monotonic() - app.started_mono
     )
+
+
+def _groups(app: App) -> Iterator[Metric]:
+    """Several leadership groups: each one's serving state, with a ``group`` label (the unlabelled
+    ``march_serving``, ``march_primary``, ``march_phase`` and ``march_term`` are the first group's)."""
+    serving = GaugeMetricFamily("march_group_serving", "1 while this node serves the group.", labels=["group"])
+    primary = GaugeMetricFamily("march_group_primary", "1 while this node holds the group's term.", labels=["group"])
+    term = GaugeMetricFamily(
+        "march_group_term", "The group's leader key's create revision (0: no primary known).", labels=["group"]
+    )
+    for group in app.groups:
+        label = [str(group.index)]
+        serving.add_metric(label, int(group.state.serving))
+        primary.add_metric(label, int(group.state.leading))
+        term.add_metric(label, group.member.directory.topology.leader_revision if group.member is not None else 0)
+    yield from (serving, primary, term)
 
 
 def _lease(failures_total: int, failures: int, remaining: float) -> Iterator[Metric]:

@@ -113,11 +113,14 @@ class Guard:
     """Leadership token carried by every ceiling write.
 
     ``owner`` is the leader key's value (this node's id) and ``revision`` the key's create revision
-    in etcd. The embedded store accepts the trivial guard ``SINGLE_NODE``.
+    in etcd; ``leader`` is that leader key itself (one per leadership group: ``<prefix>/leader`` with
+    one group, ``march.cluster.layout``), ``b""`` where no etcd key is compared (single node, or a
+    guard that matches nothing). The embedded store accepts the trivial guard ``SINGLE_NODE``.
     """
 
     owner: bytes = b""
     revision: int = 0
+    leader: bytes = b""
 
 
 SINGLE_NODE = Guard()

@@ -44,7 +44,7 @@ from .base import (
 )
 from .batch import Batcher
 from .cursors import ScanCursors
-from .etcd_guard import DIGITS, encode_ceiling, guard_compares, holds
+from .etcd_guard import DIGITS, encode_ceiling, guard_compares, holds, leader_key
 from .etcd_users import EtcdUsers
 from .etcd_workers import EtcdWorkers
 
@@ -216,7 +216,7 @@ class EtcdStore(Store):
         reply = await self.etcd.txn(
             [*self._guard(guard), *(created_at(s, 0) for s in seqs)],
             [Put(s, v) for s, v in zip(seqs, values, strict=True)],
-            [Get(self.keys.leader), *(Get(s) for s in seqs)],
+            [Get(leader_key(self.keys, guard)), *(Get(s) for s in seqs)],
             self.write_timeout,
         )
         if reply.succeeded:
@@ -262,7 +262,7 @@ class EtcdStore(Store):
         reply = await self.etcd.txn(
             [*self._guard(guard), *(value_below(s, d) for s, d in zip(seqs, digits, strict=True))],
             [Put(s, d + b" " + self._meta[k]) for s, d, k in zip(seqs, digits, keys, strict=True)],
-            [Get(self.keys.leader), *(Get(s) for s in seqs)],
+            [Get(leader_key(self.keys, guard)), *(Get(s) for s in seqs)],
             self.write_timeout,
         )
         if reply.succeeded:
@@ -304,7 +304,7 @@ class EtcdStore(Store):
             reply = await self.etcd.txn(
                 [*self._guard(guard), value_is(seq, found.value)],
                 [Put(seq, encode_ceiling(current.ceiling) + b" " + meta)],
-                [Get(self.keys.leader)],
+                [Get(leader_key(self.keys, guard))],
                 self.write_timeout,
             )
             if reply.succeeded:

@@ -1,9 +1,10 @@
 """How a write on etcd proves this node still leads, and the digits guarded numbers are written in.
 
 Every guarded write of the etcd store (``etcd``: sequence records; ``etcd_workers``: worker
-records) is one transaction whose compares begin with ``guard_compares``: the leader key holds this
-node's id at the create revision it won. When the transaction fails it reads the leader key back
-(its first read), and ``holds`` tells a lost leadership from a record that changed.
+records) is one transaction whose compares begin with ``guard_compares``: the leader key of the
+guard's group (``Guard.leader``; ``<prefix>/leader`` with one group) holds this node's id at the
+create revision it won. When the transaction fails it reads that leader key back (its first read,
+``leader_key``), and ``holds`` tells a lost leadership from a record that changed.
 
 Ceilings (and the retired worker floor) are written as ``DIGITS`` zero-padded decimal digits, so
 that etcd's bytewise value compare is a numeric one. Nothing here may do I/O.
@@ -22,9 +23,15 @@ def encode_ceiling(ceiling: int) -> bytes:
     return b"%020d" % ceiling
 
 
+def leader_key(keys: KeyPaths, guard: Guard) -> bytes:
+    """The leader key ``guard`` names (its group's; ``<prefix>/leader`` for a guard that names none)."""
+    return guard.leader or keys.leader
+
+
 def guard_compares(keys: KeyPaths, guard: Guard) -> list[Compare]:
-    """The leader key holds ``guard.owner`` and was created at ``guard.revision``."""
-    return [value_is(keys.leader, guard.owner), created_at(keys.leader, guard.revision)]
+    """The guard's leader key holds ``guard.owner`` and was created at ``guard.revision``."""
+    leader = leader_key(keys, guard)
+    return [value_is(leader, guard.owner), created_at(leader, guard.revision)]
 
 
 def holds(leader: Range | None, guard: Guard) -> bool:

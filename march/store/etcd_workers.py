@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ..etcd.api import Delete, Etcd, Get, Put, Request, created_at, value_is
 from ..etcd.keys import KeyPaths, prefix_end
 from .base import Guard, GuardFailed, StoreError, WorkerRecord
-from .etcd_guard import encode_ceiling, guard_compares, holds
+from .etcd_guard import encode_ceiling, guard_compares, holds, leader_key
 
 _WORKER_ATTEMPTS = 32  # a delete reads the retired floor again each time another delete raised it meanwhile
 
@@ -75,7 +75,7 @@ class EtcdWorkers:
             reply = await self.etcd.txn(
                 [*guard_compares(self.keys, guard), same],
                 [Put(key, encode_worker(record))],
-                [Get(self.keys.leader)],
+                [Get(leader_key(self.keys, guard))],
                 self.write_timeout,
             )
         except StoreError as exc:
@@ -102,7 +102,9 @@ class EtcdWorkers:
                 compare.append(value_is(retired, current.value) if current is not None else created_at(retired, 0))
                 ops.append(Put(retired, encode_ceiling(record.floor_ms)))
             try:
-                reply = await self.etcd.txn(compare, ops, [Get(self.keys.leader), Get(key)], self.write_timeout)
+                reply = await self.etcd.txn(
+                    compare, ops, [Get(leader_key(self.keys, guard)), Get(key)], self.write_timeout
+                )
             except StoreError as exc:
                 self.note(exc)
                 raise
