@@ -43,10 +43,6 @@ BEFORE = 30  # IDs each client kind draws before the kill
 AFTER = 30  # and after its groups were taken over
 MAX_SECONDS = 60.0  # every client loop stops by then, whatever happens
 
-# Remove once branches "groups" (--groups N: one primary per slot range, CLUSTER SLOTS per group)
-# and "forward" (--redirect forward) are merged: on a tree without them this cannot pass.
-pytestmark = pytest.mark.skip(reason="needs leadership groups (branch groups) and forwarding (branch forward)")
-
 IOREDIS_LOOP = r"""
 const Redis = require(process.env.IOREDIS);
 const fs = require("fs");

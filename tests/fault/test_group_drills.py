@@ -21,12 +21,7 @@ GROUPS = 4
 TTL = 2  # seconds of lease: the shortest march accepts
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)
 
-# Remove the skip once branch "groups" (--groups N, one primary per slot range) is merged.
-pytestmark = [
-    pytest.mark.fault,
-    pytest.mark.timeout(300),
-    pytest.mark.skip(reason="needs leadership groups (branch groups): --groups N is not served yet"),
-]
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(300)]
 
 
 def run(env: DrillEnv, drill: str) -> DrillResult:

@@ -59,6 +59,7 @@ TAKEOVER_SEQUENCES = 15_000  # the takeover drill's sequences: the size that use
 TAKEOVER_NAME_LEN = 200  # bytes per name (15,000 of them made one etcd read pass gRPC's 4 MB)
 TAKEOVER_PROBES = 2_000  # distinct old sequences asked at once on the new primary
 ETCD_DOWN = 2.0  # seconds etcd stays down in the etcd-restart drill
+GROUP_WARMUP_OPS = 25  # with groups: IDs each group's keys get before a drill's own warm-up counts
 OTHER_GROUPS_GAP = 0.05  # the bar: the groups a fault did not touch never pause longer than this
 
 
@@ -296,6 +297,8 @@ class DrillEnv:
         if timeline:
             timeline.start()
         try:
+            if self.groups > 1:  # every group really under load before the drill goes on
+                load.wait_each(self.key_sets, GROUP_WARMUP_OPS)
             yield load
         finally:
             if timeline:

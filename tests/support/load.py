@@ -390,6 +390,15 @@ class Load:
         target = self.ok + n
         _wait(lambda: self.ok >= target, timeout, f"{n} more successful INCRs ({self.errors} errors so far)")
 
+    def wait_each(self, key_sets: Sequence[Sequence[str]], n: int, timeout: float = 30.0) -> None:
+        """Until the keys of every set (a group's) have ``n`` more successful INCRs than now."""
+        targets = [(ks, sum(len(self.histories[k]) for k in ks) + n) for ks in key_sets]
+        _wait(
+            lambda: all(sum(len(self.histories[k]) for k in ks) >= t for ks, t in targets),
+            timeout,
+            f"{n} more successful INCRs on the keys of each group",
+        )
+
     def wait_success(
         self,
         since: int,
