@@ -43,6 +43,7 @@ from ..etcd.api import Compare, Delete, Etcd, Get, Put, created_at, lease_is, va
 from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
 from ..store.base import Guard, IdentityConflict, StoreError
+from . import balance
 from .directory import PRIMARY, PROMOTING, STANDBY, Directory, GroupDirectory, Topology
 from .identity import ClusterIdentity
 from .lease import LeaseKeeper
@@ -52,15 +53,11 @@ log = logging.getLogger("march.cluster")
 
 @dataclass(frozen=True)
 class Spread:
-    """How a node's elections spread N groups over the live nodes (``Election._spread``)."""
+    """How a node's elections spread N groups over the live nodes (``Election._spread``; the rules
+    are ``march.cluster.balance``'s)."""
 
     groups: int  # N
     held: Callable[[], int]  # how many groups this node leads now
-    step: float  # seconds of head start a node leading one group fewer gets
-
-    def share(self, nodes: int) -> int:
-        """The most groups one of ``nodes`` live nodes may lead: ceil(N / M)."""
-        return -(-self.groups // max(1, nodes))
 
 
 class Election:
@@ -214,17 +211,20 @@ class Election:
         return True
 
     def _spread(self, topology: Topology, now: float) -> bool:
-        """Several groups: campaign only while this node leads fewer than its share, ceil(N/M) of N
-        groups over M live nodes, and leave the nodes that lead fewer a head start (``Spread.step``
-        per group held), so the fewest-holding node wins a leaderless group."""
+        """Several groups (``march.cluster.balance``): campaign only while this node leads fewer than
+        its fair share, ceil(N/M) of N groups over M live nodes (anyone, once the group has had no
+        leader for a TTL), and leave the nodes that lead fewer a head start (``campaign_delay``), so
+        the fewest-holding node wins a leaderless group."""
         spread = self.spread
         assert spread is not None
         held = spread.held()
-        if held >= spread.share(len(topology.nodes)):
-            return False
         if self._leaderless_since is None:
             self._leaderless_since = now
-        ready = self._leaderless_since + held * spread.step
+        since = self._leaderless_since
+        if not balance.may_campaign(held, spread.groups, len(topology.nodes), now - since, self.ttl):
+            self.clock.call_later(since + self.ttl - now, self.wake)  # anyone may, after a TTL
+            return False
+        ready = since + balance.campaign_delay(held, self.ttl)
         if now < ready:
             self.clock.call_later(ready - now, self.wake)
             return False

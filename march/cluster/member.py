@@ -41,6 +41,7 @@ from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, ServingState
 from ..store.base import IdentityConflict, StoreError
+from . import balance
 from .directory import Directory, GroupDirectory, NodeInfo, Topology
 from .election import Election, ElectionLoop, Spread
 from .failover import Failover
@@ -48,11 +49,6 @@ from .identity import ClusterIdentity
 from .lease import LeaseKeeper
 
 log = logging.getLogger("march.cluster")
-
-
-# Seconds of head start per group held: a node leading fewer groups campaigns first for a leaderless
-# one. Long enough for a campaign's round trip to etcd and its watch event to reach the others.
-SPREAD_STEP = 0.15
 
 
 @dataclass(frozen=True)
@@ -124,7 +120,7 @@ class ClusterMember:
             leader_keys=[(g.leader, g.handoff) for g in groups],
         )
         wake = asyncio.Event()
-        spread = Spread(len(groups), self.leading, SPREAD_STEP) if len(groups) > 1 else None
+        spread = Spread(len(groups), self.leading) if len(groups) > 1 else None
         self.groups: list[GroupMember] = []
         for index, spec in enumerate(groups):
             view = self.directory if len(groups) == 1 else GroupDirectory(self.directory, index)
@@ -172,33 +168,24 @@ class ClusterMember:
         return sum(1 for g in self.groups if g.state.leading)
 
     def _rebalance(self, views: list[Topology]) -> None:
-        """After a pass: if every group has a primary and this node leads more than its share
-        (ceil(N/M)), hand one group (its highest) to the node leading fewest, through FAILOVER (held
-        requests, no client error); one at a time, at most one per TTL, never while one runs."""
+        """After a pass: if this node is the most loaded and leads two more groups than the least
+        loaded (``balance.next_handover``), hand one group (its highest) to that node through FAILOVER
+        (held requests, no client error); one at a time, at most one per TTL, never while one runs."""
         now = self.clock.now()
         if self._closing or self._rebalancing is not None or now < self._rebalanced_at + self.ttl:
             return
-        if any(v.leader is None for v in views) or any(g.failover.active for g in self.groups):
+        if any(g.failover.active for g in self.groups):
             return
         nodes = views[0].nodes
-        me = self.me.id
-        mine = [g for g in self.groups if g.state.serving and views[g.index].leader == me]
-        if len(mine) <= Spread(len(self.groups), self.leading, SPREAD_STEP).share(len(nodes)):
+        move = balance.next_handover({g: v.leader for g, v in enumerate(views)}, list(nodes), self.me.id)
+        if move is None:
             return
-        load = {n: 0 for n in nodes if n != me}
-        for view in views:
-            if view.leader in load:
-                load[view.leader] += 1
-        if not load:
+        g, target = move
+        group = self.groups[g]
+        if not group.state.serving or target not in nodes:
             return
-        target = min(load, key=lambda n: (load[n], n))
-        if load[target] + 1 >= len(mine):  # moving one would not make it better
-            return
-        group = mine[-1]
         self._rebalanced_at = now
-        log.info(
-            "rebalancing: handing group %d to %s (%d here, %d there)", group.index, target, len(mine), load[target]
-        )
+        log.info("rebalancing: handing group %d over to %s", g, target)
         self._rebalancing = asyncio.get_running_loop().create_task(self._hand(group, nodes[target].addr))
 
     async def _hand(self, group: GroupMember, target: str) -> None:
