@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .links import Link
+
 if TYPE_CHECKING:
     from .app import App
     from .auth import User
@@ -55,6 +57,7 @@ class Client:
         "proto",
         "push",
         "query_buffer",
+        "relay_link",
         "tls",
         "unsent",
         "user",
@@ -75,6 +78,7 @@ class Client:
         self.unsent: Callable[[], int] = _nothing
         # Bytes of memory its unfinished request holds (the server's connection sets it).
         self.query_buffer: Callable[[], int] = _nothing
+        self.relay_link: Link | None = None  # the link its forwarded requests go on (``commands.forward``)
         # Writes bytes to this client out of turn (pub/sub messages; the server's connection sets it).
         self.push: Callable[[bytes], None] = _discard
         self.reset()

@@ -37,6 +37,7 @@ from .app import App, FastCommand
 from .client import Client
 from .commands import call
 from .commands.dispatch import as_error
+from .commands.forward import Relayed
 from .commands.ops import MONITOR_STARTED
 from .commands.server import NO_REPLY
 from .counters import error_kind
@@ -45,7 +46,7 @@ from .feed import MonitorFeed
 from .flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
 from .resp import RequestParser, encode, encode_error
 from .timing import RequestTimer
-from .waiting import Waiting
+from .waiting import Relays, Waiting
 
 log = logging.getLogger("march")
 
@@ -191,6 +192,7 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         n, i, alike, stall = len(requests), start, 0, False  # alike: requests answered in runs of identical ones
         refused: list[int] | None = None  # requests refused with NOAUTH: no call, as in Redis
+        relays: Relays | None = None  # requests forwarded to another node: their replies' places in ``out``
         began = _perf_ns()  # the read's requests answered at once share its time (``RequestTimer``)
         while i < n:
             args = requests[i]
@@ -219,12 +221,16 @@ class Connection(asyncio.Protocol):
                 continue
             if result.__class__ is int:
                 out.append(b":%d\r\n" % result)
+            elif result.__class__ is Relayed:  # written to another node: its reply goes in its place
+                relays = relays or Relays(out)
+                relays.add(result, args)
             elif asyncio.iscoroutine(result):  # answer those before it; this one is timed when it is done
-                flow.write(out)
+                if relays is None:
+                    flow.write(out)
                 self.app.stats.commands += i - start - (len(refused) if refused else 0)
                 now = _perf_ns()
                 self.timer.read(requests, start, i - 1, now - began, alike, refused)
-                return Waiting(result, args, requests, i, now, same_until).start(self)
+                return Waiting(result, args, requests, i, now, same_until, relays).start(self)
             elif result is not NO_REPLY:
                 status = flow.add(out, encode("OK" if result is MONITOR_STARTED else result, client.proto))
                 if status == DROP:
@@ -236,6 +242,8 @@ class Connection(asyncio.Protocol):
                 break
         self.app.stats.commands += i - start - (len(refused) if refused else 0)
         self.timer.read(requests, start, i, _perf_ns() - began, alike, refused)
+        if relays is not None:  # the replies are written once the relayed ones are in
+            return Waiting(None, requests[i - 1], requests, i, _perf_ns(), same_until, relays).start(self)
         self.read_done(requests, i, same_until, out, stall)
 
     def answered(self, args: list[bytes], ids: range, out: list[bytes]) -> None:

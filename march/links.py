@@ -57,6 +57,10 @@ class LinkLost(Exception):
     """The link broke (or was closed for its silence) before the reply: the request may have run."""
 
 
+class LinkTimeout(LinkLost):
+    """The primary did not answer in time (the link was closed): the request may have run."""
+
+
 class LinkProtocolError(Exception):
     """The far end sent bytes that are not a RESP reply."""
 
@@ -117,12 +121,14 @@ class _Batch:
 class Link(asyncio.Protocol):
     """One pipelined connection to a primary (see the module docstring)."""
 
-    def __init__(self, addr: str, gone: Callable[[Link], None]) -> None:
+    def __init__(self, addr: str, gone: Callable[[Link], None], proto: int = 2) -> None:
         self.addr = addr
+        self.proto = proto
         self._gone = gone
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.waiting: deque[_Batch] = deque()  # written, not fully answered, in write order
+        self.outgoing: list[bytes] = []  # requests of this loop turn, not written yet (``_flush``)
         self.user: bytes | None = None  # whom the far end runs this link's next request as (in write order)
         self.open = False
 
@@ -137,8 +143,15 @@ class Link(asyncio.Protocol):
             future.set_exception(LinkLost(self.addr))
             return future
         self.waiting.append(_Batch(future, len(requests)))
-        self.transport.write(b"".join(map(encode_request, requests)))
+        if not self.outgoing:  # written together at the end of this loop turn: one write for a pipeline
+            asyncio.get_running_loop().call_soon(self._flush)
+        self.outgoing.extend(map(encode_request, requests))
         return future
+
+    def _flush(self) -> None:
+        outgoing, self.outgoing = self.outgoing, []
+        if self.open and self.transport is not None:
+            self.transport.write(b"".join(outgoing))
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer
@@ -170,6 +183,7 @@ class Link(asyncio.Protocol):
         for batch in waiting:
             if not batch.future.done():
                 batch.future.set_exception(LinkLost(self.addr))
+                batch.future.exception()  # (its client may be gone: no "exception never retrieved")
         self._gone(self)
 
     def abort(self) -> None:
@@ -177,6 +191,15 @@ class Link(asyncio.Protocol):
         self.open = False
         if self.transport is not None:
             self.transport.abort()
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """Requests written on a link: where, the future of their replies, and whether an ``AS`` went first."""
+
+    link: Link
+    future: asyncio.Future[list[bytes]]
+    switch: bool
 
 
 @dataclass
@@ -209,23 +232,45 @@ class Links:
         ``LinkDown``: nothing was sent. ``LinkLost``: the link broke, or ``timeout`` passed (the link
         is then closed), before every reply came: they may have run."""
         link = await self.link(addr, proto)
+        if not link.open:  # (closed since it was chosen: nothing was written to it)
+            raise LinkDown(addr)
+        return await self.replies(self.write(link, user, requests), timeout)
+
+    def open_link(self, addr: str, proto: int, prefer: Link | None) -> Link | None:
+        """An open link to ``addr`` now, without waiting: ``prefer`` if it is one (a connection keeps
+        its link, so its pipelined requests run in the order it sent them), else the least busy;
+        None if none is open."""
+        if prefer is not None and prefer.open and prefer.addr == addr and prefer.proto == proto:
+            return prefer
+        pool = self._pools.get((addr, proto))
+        return min(pool, key=lambda k: len(k.waiting)) if pool else None
+
+    def write(self, link: Link, user: bytes, requests: list[list[bytes]]) -> Sent:
+        """Write ``requests`` on ``link`` now, to run there as ``user`` (announced if it changed)."""
         batch = requests
         switch = link.user != user
         if switch:
             batch = [[LINK_COMMAND, b"AS", user], *requests]
             link.user = user
-        future = link.send(batch)
         self.stats.forwarded += 1
+        return Sent(link, link.send(batch), switch)
+
+    async def replies(self, sent: Sent, timeout: float) -> list[bytes]:
+        """The raw replies of what ``write`` sent; ``LinkLost`` if the link broke first, or ``timeout``
+        passed (the link is then closed: its later replies could not be told apart from these)."""
         try:
-            replies = await asyncio.wait_for(asyncio.shield(future), timeout)
+            if sent.future.done():  # (pipelined: most replies are in by the time they are asked for)
+                replies = sent.future.result()
+            else:
+                replies = await asyncio.wait_for(asyncio.shield(sent.future), timeout)
         except TimeoutError:
             self.stats.lost += 1
-            link.abort()  # its later replies could not be told apart from this one's
-            raise LinkLost(addr) from None
+            sent.link.abort()
+            raise LinkTimeout(sent.link.addr) from None
         except LinkLost:
             self.stats.lost += 1
             raise
-        return replies[1:] if switch else replies
+        return replies[1:] if sent.switch else replies
 
     async def link(self, addr: str, proto: int) -> Link:
         """An open link to ``addr``: the least busy of the pool; another is opened while all are busy."""
@@ -250,7 +295,7 @@ class Links:
     async def _open(self, addr: str, proto: int) -> Link:
         host, _, port = addr.rpartition(":")
         loop = asyncio.get_running_loop()
-        link = Link(addr, self._gone)
+        link = Link(addr, self._gone, proto)
         try:
             await asyncio.wait_for(loop.create_connection(lambda: link, host.strip("[]"), int(port)), self.timeout)
             await asyncio.wait_for(self._handshake(link, proto), self.timeout)

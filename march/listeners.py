@@ -24,6 +24,7 @@ from typing import Any
 
 from . import log as march_log
 from .app import App
+from .client import Client
 from .config import Config
 from .connection import Connection, Connections, addr_of, limit_hit, shutting_down
 
@@ -220,6 +221,12 @@ async def close_connections(conns: set[Connection], timeout: float) -> None:
         await asyncio.sleep(0)
 
 
+def _link(client: Client) -> bool:
+    """Another node's forwarding link: never closed for idling, as Redis keeps its replicas' links
+    (a request written just as it closed would be lost to that node's client)."""
+    return client.link is not None and client.link.authenticated
+
+
 async def close_idle(app: App, conns: set[Connection]) -> None:
     while True:
         timeout = app.config.timeout  # read each round: CONFIG SET may change it (0: never close)
@@ -228,7 +235,7 @@ async def close_idle(app: App, conns: set[Connection]) -> None:
             continue
         limit = time.monotonic() - app.config.timeout
         for c in list(conns):
-            if c.client is not None and c.client.last_active < limit and not c.busy:
+            if c.client is not None and c.client.last_active < limit and not c.busy and not _link(c.client):
                 app.stats.timeouts_closed += 1
                 march_log.event(
                     log,

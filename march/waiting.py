@@ -6,8 +6,12 @@ Its connection pauses (reading paused, later requests kept in the backlog, repli
 got no ID) runs again once the change is over (``commands.dispatch.rerun``: here if this node
 serves by then, else a MOVED reply). The request is timed alone (``RequestTimer.waited``).
 
-This module never runs a request itself: it awaits the one handler's coroutine and hands the
-connection back its read.
+A read whose requests were forwarded to another node (``Relays``: written to their link at once,
+while the read went on) waits the same way for their replies, then writes the read's replies in
+order before anything after them.
+
+This module never runs a request itself: it awaits the one handler's coroutine (and the relayed
+replies) and hands the connection back its read.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .client import Client
 from .commands.dispatch import rerun
+from .commands.forward import Relayed
 from .commands.server import NO_REPLY
 from .commands.table import lookup
 from .flow import Backpressure
@@ -48,15 +53,41 @@ class Resumable(Protocol):
 
 
 @dataclass(slots=True, eq=False)
-class Waiting:
-    """The waiting request ``args`` (``requests[resume_at - 1]``) and where its read goes on."""
+class Relays:
+    """The replies of a read that ran requests forwarded to another node (``commands.forward.Relayed``):
+    ``out`` holds the read's replies in order, with a place kept for each relayed one."""
 
-    coro: Coroutine[Any, Any, Any]  # the handler's coroutine
+    out: list[bytes]
+    places: list[tuple[int, Relayed, list[bytes]]] = field(default_factory=list)
+
+    def add(self, relayed: Relayed, args: list[bytes]) -> None:
+        self.places.append((len(self.out), relayed, args))
+        self.out.append(b"")
+
+    async def written(self, error_reply: Callable[[Exception, list[bytes]], bytes]) -> bytes:
+        """Every reply of the read, in order, once the relayed ones are in."""
+        out = self.out
+        for at, relayed, args in self.places:
+            try:
+                out[at] = await relayed
+            except Exception as exc:
+                out[at] = error_reply(exc, args)
+        return b"".join(out)
+
+
+@dataclass(slots=True, eq=False)
+class Waiting:
+    """The waiting request ``args`` (``requests[resume_at - 1]``) and where its read goes on. With
+    ``before``, the read's replies so far wait for relayed ones and are written first; ``coro``
+    None: nothing else waits (the read ended with relayed requests)."""
+
+    coro: Coroutine[Any, Any, Any] | None  # the handler's coroutine
     args: list[bytes]
     requests: list[list[bytes]]
     resume_at: int  # the next request of the read to run once this one is answered
     began: int  # ``perf_counter_ns`` when it started
     same_until: int  # as ``Stalled.same_until``: how far the read is known to repeat
+    before: Relays | None = None
     task: asyncio.Task[None] | None = None  # the connection's task that awaits ``reply``
 
     def start(self, conn: Resumable) -> None:
@@ -68,7 +99,12 @@ class Waiting:
 
     async def finish(self, conn: Resumable) -> None:
         """Write the reply, then run the rest of the read (``Backpressure.then``), or close."""
-        reply = await self.reply(conn.client, conn.timer, conn.error_reply)
+        if self.before is not None:
+            earlier = await self.before.written(conn.error_reply)
+            if conn.closing:
+                return
+            conn.transport.write(earlier)
+        reply = await self.reply(conn.client, conn.timer, conn.error_reply) if self.coro is not None else b""
         if conn.closing:
             return
         if reply:
@@ -87,11 +123,12 @@ class Waiting:
         commands that may run before authentication) that waited was held back on purpose (AUTH
         is throttled after failures, per address and user, ``auth.AuthThrottle``, so even the right
         password may wait its turn): it counts as a call that took no time."""
-        args = self.args
+        args, coro = self.args, self.coro
+        assert coro is not None
         spec = lookup(args[0])
         try:
             try:
-                value = await self.coro
+                value = await coro
             except NotServing:
                 value = await rerun(client, args)
             reply = encode(value, client.proto) if value is not NO_REPLY else b""
@@ -104,5 +141,5 @@ class Waiting:
         """The connection is gone: stop waiting (the handler's store write, if any, goes on without it)."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
-            if inspect.getcoroutinestate(self.coro) == inspect.CORO_CREATED:
+            if self.coro is not None and inspect.getcoroutinestate(self.coro) == inspect.CORO_CREATED:
                 self.coro.close()  # the task never started it: not "a coroutine that was never awaited"

@@ -15,8 +15,11 @@ The entry side (this node):
   could not be opened sent nothing: ``TRYAGAIN``. A ``MOVED`` from the primary (it stopped leading
   meanwhile) means the request did not run there: it is sent once more, to the node that MOVED
   names, else the client gets ``TRYAGAIN``.
-- A connection's requests keep their order: a forwarded request is a waiting request
-  (``march.waiting``), so the next one runs after its reply.
+- A connection's requests keep their order. With a link open, a forwarded request is written at
+  once (``Relayed``) and the connection goes on with the requests after it; a connection keeps
+  its link (``client.relay_link``), so the primary runs them in the order sent, and the replies
+  are written in order once the relayed ones are in (``march.waiting.Relays``). A request that
+  must first open a link waits (``march.waiting``) before the next one runs.
 - MULTI/EXEC: inside MULTI a key command of a group served elsewhere is queued (not MOVED); EXEC
   whose commands all belong to one group served elsewhere writes ``MULTI``, the commands and
   ``EXEC`` at once on one link and relays EXEC's reply. A transaction that mixes groups, or
@@ -44,14 +47,14 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..auth import User
 from ..client import LinkPeer
 from ..errors import CommandError
-from ..links import LINK_COMMAND, LinkDown, LinkLost, proof_ok
+from ..links import LINK_COMMAND, LinkDown, LinkLost, LinkTimeout, Sent, proof_ok
 from ..resp import Encoded
 from .table import CommandSpec, lookup
 
@@ -80,19 +83,56 @@ def deadline(app: App) -> float:
     return app.config.max_wait + app.config.store_timeout + 1.0
 
 
-async def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Encoded:
-    """Run ``args`` on its group's primary; its reply as the primary encoded it."""
+def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | Coroutine[Any, Any, Encoded]:
+    """Send ``args`` to its group's primary. With a link open, it is written now and a ``Relayed``
+    comes back (the connection answers the requests after it meanwhile, and this one in its
+    place); else a coroutine that opens a link first. Either may be awaited for the reply."""
     key = args[spec.keys[0]] if spec.keys[0] else b""
-    return await _relay(client, client.app.groups.of_key(key), key, [args])
-
-
-async def _relay(client: Client, group: Group, key: bytes, requests: list[list[bytes]]) -> Encoded:
-    """``requests`` on one link to ``group``'s primary; the last reply. A MOVED among the replies means
-    nothing ran there: sent once more to the node it names (if another), else TRYAGAIN."""
+    group = client.app.groups.of_key(key)
     addr = group.primary_address(False)
     if addr is None:
         raise group.redirect(key, client.tls)  # CLUSTERDOWN or TRYAGAIN, as without forwarding
-    replies = await _send(client, addr, requests)
+    links = client.app.links
+    link = links.open_link(addr, client.proto, client.relay_link)
+    if link is None:
+        return _relay(client, group, key, [args])
+    client.relay_link = link  # its next requests go on the same link, so they run in its order
+    return Relayed(client, group, addr, [args], links.write(link, client.user.name.encode(), [args]))
+
+
+class Relayed:
+    """A forwarded request written to its link; awaiting it gives the reply (or raises its error)."""
+
+    __slots__ = ("addr", "client", "group", "requests", "sent")
+
+    def __init__(self, client: Client, group: Group, addr: str, requests: list[list[bytes]], sent: Sent) -> None:
+        self.client, self.group, self.addr, self.requests, self.sent = client, group, addr, requests, sent
+
+    def __await__(self) -> Generator[Any, None, Encoded]:
+        return self.reply().__await__()
+
+    async def reply(self) -> Encoded:
+        client = self.client
+        try:
+            replies = await client.app.links.replies(self.sent, deadline(client.app))
+        except LinkLost as exc:
+            raise _lost(exc) from None
+        return await _settle(client, self.group, self.addr, self.requests, replies)
+
+
+async def _relay(client: Client, group: Group, key: bytes, requests: list[list[bytes]]) -> Encoded:
+    """``requests`` on one link to ``group``'s primary (opened if need be); the last reply."""
+    addr = group.primary_address(False)
+    if addr is None:
+        raise group.redirect(key, client.tls)
+    return await _settle(client, group, addr, requests, await _send(client, addr, requests))
+
+
+async def _settle(
+    client: Client, group: Group, addr: str, requests: list[list[bytes]], replies: list[bytes]
+) -> Encoded:
+    """The last of ``replies``, unless one is a MOVED: then nothing ran there, and ``requests`` are
+    sent once more to the node it names (if another), else TRYAGAIN."""
     moved = next((r for r in replies if r.startswith(b"-MOVED ")), None)
     if moved is not None:
         target = moved.split()[2].decode("utf-8", "replace")
@@ -111,8 +151,12 @@ async def _send(client: Client, addr: str, requests: list[list[bytes]]) -> list[
         return await app.links.request(addr, client.proto, client.user.name.encode(), requests, deadline(app))
     except LinkDown:
         raise CommandError(errors.FORWARD_UNREACHABLE) from None
-    except LinkLost:
-        raise CommandError(errors.FORWARD_LOST) from None
+    except LinkLost as exc:
+        raise _lost(exc) from None
+
+
+def _lost(exc: LinkLost) -> CommandError:
+    return CommandError(errors.FORWARD_TIMEOUT if isinstance(exc, LinkTimeout) else errors.FORWARD_LOST)
 
 
 # --- MULTI / EXEC -------------------------------------------------------------------------------

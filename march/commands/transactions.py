@@ -29,7 +29,7 @@ from .. import errors
 from ..counters import error_kind
 from ..errors import CommandError
 from .dispatch import as_error, call, monitored, show
-from .forward import elsewhere, forwards, transaction
+from .forward import Relayed, elsewhere, forwards, transaction
 from .ops import MONITOR_STARTED
 from .server import NO_REPLY
 from .table import command, lookup, redacted
@@ -95,7 +95,7 @@ async def _run(client: Client, queued: list[list[bytes]], exec_args: list[bytes]
         began = time.perf_counter_ns()
         try:
             value = call(client, args)
-            if asyncio.iscoroutine(value):
+            if asyncio.iscoroutine(value) or isinstance(value, Relayed):  # (Relayed: forwarded, its group moved)
                 value = await value
             if value is MONITOR_STARTED or value is NO_REPLY:
                 # MONITOR (and MONITOR again on a monitor) inside a transaction: one reply per command

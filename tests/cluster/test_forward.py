@@ -4,7 +4,8 @@ One cluster for the module (three nodes cost seconds to start), each test leavin
 it, the destructive one last:
 
 - a plain ``redis.Redis`` on a standby (RESP3 and RESP2) draws IDs that increase with those drawn
-  on the primary; a pipeline's replies come in its order; MULTI/EXEC is forwarded whole, and a
+  on the primary; a pipeline's replies come in its order (also one that mixes forwarded requests,
+  the standby's own and a forwarded MULTI/EXEC in one read); MULTI/EXEC is forwarded whole, and a
   transaction that mixes this node's commands with another primary's keys is refused at EXEC;
 - ``MARCH.LINK`` (the links' internal command) is refused to a normal client, and a wrong proof is
   refused (WRONGPASS, counted); the links show as ``march-link:<node>`` in the primary's CLIENT LIST;
@@ -30,7 +31,7 @@ import redis
 from support.cluster import ClusterNode, MarchCluster, parse_info
 from support.etcd import EtcdCluster
 from support.ports import free_port
-from support.resp import RespConn, RespError, wait_until
+from support.resp import RespConn, RespError, encode, wait_until
 
 from march import errors
 
@@ -109,6 +110,14 @@ def test_plain_clients_on_a_standby(cluster: MarchCluster) -> None:
                 mixed.execute()
             assert int(p.incr("fw")) > last
             last = int(p.incr("fw"))
+    # one read mixing forwarded requests, this node's own (PING, ECHO) and a forwarded transaction
+    with RespConn(standby.port) as c:
+        mixed = [("INCR", "fw"), ("PING",), ("MULTI",), ("INCR", "fw"), ("EXEC",), ("ECHO", "e"), ("INCR", "fw")]
+        c.send(b"".join(encode(*request) for request in mixed))
+        replies = [c.read_reply() for _ in mixed]
+        assert replies[1:4] == ["PONG", "OK", "QUEUED"] and replies[5] == b"e"
+        ids = [replies[0], *replies[4], replies[6]]
+        assert last < ids[0] < ids[1] < ids[2], replies
     stats = parse_info(standby.call("INFO", "stats"))  # type: ignore[arg-type]
     assert int(stats["forwarded_requests"]) >= 200 and stats["forward_lost_replies"] == "0"
     links = [line for line in str(primary.call("CLIENT", "LIST")).splitlines() if "lib-name=march-link" in line]
