@@ -12,8 +12,8 @@ since it would not answer.
 With leadership groups (``MarchCluster(groups=N)``, N > 1: every node gets ``--groups N``),
 "the primary" becomes one per group: `leaders()` is the map group -> node on which every live
 node's `CLUSTER SLOTS` agrees (each group's whole range under one live primary), and
-`wait_primary` / `wait_settled` / `start` wait for such a map (`settled`: primaries spread, no
-node above ceil(N/M)) and return the node that leads the most groups, so code written for one
+`wait_primary` / `wait_settled` / `start` wait for such a map (`settled`: primaries spread, each
+node between floor(N/M) and ceil(N/M)) and return the node that leads the most groups, so code written for one
 primary targets "the node holding the most primaries" unchanged. With one group they poll
 `INFO replication` as before.
 """
@@ -319,8 +319,9 @@ class MarchCluster:
     # -- leadership groups ------------------------------------------------------------------
     def leaders(self, exclude: Iterable[ClusterNode] = (), spread: bool = False) -> dict[int, ClusterNode] | None:
         """group -> primary on which every live node not in ``exclude`` agrees (`CLUSTER SLOTS`),
-        each primary a live node not in ``exclude``; with ``spread``, no node leads more than
-        ceil(groups / live nodes). None while that does not hold."""
+        each primary a live node not in ``exclude``; with ``spread``, each of those nodes leads its
+        fair share: at most ceil(groups / nodes) and at least floor(groups / nodes) (a node that
+        came back has taken its share). None while that does not hold."""
         excluded = set(map(id, exclude))
         asked = [n for n in self.nodes if n.alive and id(n) not in excluded]
         views = [n.slots() for n in asked]
@@ -335,8 +336,11 @@ class MarchCluster:
             if node is None or id(node) not in map(id, asked):
                 return None
             out[g] = node
-        if spread and max(Counter(map(id, out.values())).values()) > math.ceil(self.groups / len(asked)):
-            return None
+        if spread:
+            counts = Counter(map(id, out.values()))
+            led = [counts.get(id(n), 0) for n in asked]
+            if max(led) > math.ceil(self.groups / len(asked)) or min(led) < self.groups // len(asked):
+                return None
         return out
 
     def wait_leaders(
