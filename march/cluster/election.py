@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -91,6 +92,7 @@ class Election:
         self.compares = compares  # the layout's campaign compares (``march.cluster.layout.campaign_compares``)
         self.spread = spread  # several groups: how many this node may lead, and how long it waits
         self._leaderless_since: float | None = None  # when this group was first seen without a leader
+        self._wake_due = -math.inf  # a wake-up this election has asked for (``_wake_at``)
         self.held_revision = 0  # create revision of the leader key this node created (0: none)
         self.closing = False
         self._resign = False  # a guarded write was refused: give the leader key back
@@ -222,13 +224,22 @@ class Election:
             self._leaderless_since = now
         since = self._leaderless_since
         if not balance.may_campaign(held, spread.groups, len(topology.nodes), now - since, self.ttl):
-            self.clock.call_later(since + self.ttl - now, self.wake)  # anyone may, after a TTL
+            self._wake_at(since + self.ttl)  # anyone may, after a TTL
             return False
         ready = since + balance.campaign_delay(held, self.ttl)
         if now < ready:
-            self.clock.call_later(ready - now, self.wake)
+            self._wake_at(ready)
             return False
         return True
+
+    def _wake_at(self, when: float) -> None:
+        """Wake the loop at ``when`` (clock time), unless a wake-up at or before it is already due:
+        every pass asks again, and one timer per pass would multiply the passes."""
+        now = self.clock.now()
+        if now < self._wake_due <= when:
+            return
+        self._wake_due = when
+        self.clock.call_later(when - now, self.wake)
 
     async def _campaign(self) -> None:
         leader, record, cluster = self.leader, self.keys.node(self.node_id), self.keys.cluster

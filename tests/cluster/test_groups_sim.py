@@ -1,0 +1,119 @@
+"""Leadership groups in process (``support.sim``: real nodes on the fake etcd and a manual clock).
+
+Per group exactly as for one: each group has at most one node whose term is valid (the sim records
+any overlap), and a ceiling write compares the leader key of its own group, so a group whose leader
+key is gone stops at its next write while the node's other groups serve on. Losing the node's one
+lease steps every group of the node down, and the others take them over. The node's etcd load does
+not grow with the number of groups: one lease, one watch of the topology, one range read per pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from support.sim import TTL, Sim, SimFactory, SimNode, sims
+
+from march.cluster.layout import Layout
+from march.cluster.slots import SLOTS, key_slot
+from march.etcd.api import Delete
+from march.group import Group
+from march.store.base import GuardFailed
+
+GROUPS = 4
+
+
+@pytest.fixture
+async def make_sim() -> AsyncIterator[SimFactory]:
+    async with sims() as make:
+        yield make
+
+
+def key_of_group(g: int, n: int = GROUPS) -> bytes:
+    first, last = g * SLOTS // n, (g + 1) * SLOTS // n - 1
+    return next(k for i in range(10_000) if first <= key_slot(k := b"k%d" % i) <= last)
+
+
+def leaders(sim: Sim, g: int) -> list[SimNode]:
+    return [n for n in sim.nodes if n.running and n.node.groups[g].state.serving]
+
+
+def spread(sim: Sim, groups: int = GROUPS) -> bool:
+    """Every group served by exactly one running node, none serving more than ceil(N/M)."""
+    running = [n for n in sim.nodes if n.running]
+    if any(len(leaders(sim, g)) != 1 for g in range(groups)):
+        return False
+    share = -(-groups // len(running))
+    return all(sum(g.state.serving for g in n.node.groups) <= share for n in running)
+
+
+async def incr(group: Group, key: bytes) -> int:
+    gen = await group.keyspace.ensure(key)
+    value: int = await gen.take_wait(1)
+    return value
+
+
+async def test_groups_spread_and_each_write_is_fenced_by_its_own_groups_leader_key(make_sim: SimFactory) -> None:
+    sim = await make_sim(3, groups=GROUPS)
+    await sim.until(lambda: spread(sim), "4 groups spread over 3 nodes", 10 * TTL)
+    layout = Layout(GROUPS)
+    for g in range(GROUPS):
+        [owner] = leaders(sim, g)
+        group = owner.node.groups[g]
+        assert group.state.guard.leader == layout.leader_key(sim.keys, g)
+        assert owner.node.groups.of_key(key_of_group(g)) is group
+        assert await incr(group, key_of_group(g)) == 1
+    # Group 1's leader key goes (by hand): a ceiling write under group 1's guard is refused, and
+    # group 1 steps down; the node's other groups serve on.
+    [owner] = leaders(sim, 1)
+    others = [g for g in range(GROUPS) if g != 1 and owner.node.groups[g].state.serving]
+    guard = owner.node.groups[1].state.guard
+    sim.etcd.txn([], [Delete(layout.leader_key(sim.keys, 1))])
+    with pytest.raises(GuardFailed):
+        await owner.node.store.save_ceiling(key_of_group(1), 10**6, guard)
+    await sim.until(lambda: owner.node.groups[1].state.guard != guard, "group 1's term ends", TTL)
+    for g in others:
+        assert await incr(owner.node.groups[g], key_of_group(g)) == 2
+    await sim.until(lambda: spread(sim), "group 1 led again", 10 * TTL)
+    [new] = leaders(sim, 1)
+    assert await incr(new.node.groups[1], key_of_group(1)) > 1  # above the ceiling stored before
+    assert not sim.overlaps, sim.overlaps
+
+
+async def test_losing_the_node_lease_steps_every_group_down(make_sim: SimFactory) -> None:
+    sim = await make_sim(3, groups=GROUPS)
+    await sim.until(lambda: spread(sim), "4 groups spread over 3 nodes", 10 * TTL)
+    victim = max(sim.nodes, key=lambda n: sum(g.state.serving for g in n.node.groups))
+    held = [g.index for g in victim.node.groups if g.state.serving]
+    assert held
+    last = {g: await incr(victim.node.groups[g], key_of_group(g)) for g in held}
+    victim.cut()
+    await sim.until(lambda: not any(g.state.leading for g in victim.node.groups), "the cut node steps down", TTL)
+    await sim.until(lambda: all(len(leaders(sim, g)) == 1 for g in range(GROUPS)), "taken over", 4 * TTL)
+    for g in held:
+        [new] = leaders(sim, g)
+        assert new is not victim
+        assert await incr(new.node.groups[g], key_of_group(g)) > last[g]
+    assert not sim.overlaps, sim.overlaps
+
+
+async def test_etcd_load_per_node_does_not_grow_with_the_number_of_groups(make_sim: SimFactory) -> None:
+    """With 16 groups on 3 nodes, each node holds one lease and one watch of the topology, as with
+    one group, and reads the topology a few times per group while the groups spread (a wake-up
+    timer per pass once made that a busy loop of thousands of reads). Figures printed with ``-s``."""
+    counts = {}
+    for groups in (1, 16):
+        sim = await make_sim(3, groups=groups)
+        await sim.until(lambda sim=sim, groups=groups: spread(sim, groups), f"{groups} groups spread", 20 * TTL)
+        for n in sim.nodes:  # one read per pass of the node's loop, a few passes per group won
+            assert n.calls().get("control.range", 0) <= 10 * groups, (n.name, n.calls())
+        await sim.advance(3 * TTL)  # steady state
+        for n in sim.nodes:
+            calls = n.calls()
+            counts[(groups, n.name)] = (calls.get("lease.grant", 0), calls.get("control.watch", 0))
+        print(
+            f"groups={groups}: per node (leases granted, control watches opened):",
+            {name: counts[(groups, name)] for name in (n.name for n in sim.nodes)},
+        )
+    for name in ("n0", "n1", "n2"):
+        assert counts[(16, name)] == counts[(1, name)] == (1, 1)
