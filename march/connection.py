@@ -13,6 +13,10 @@ protected mode (with no password, only loopback clients are served), the parser'
 protocol error closes that connection only, after answering what came before it). Client limits
 hit are logged, rate-limited.
 
+A request forwarded to another node (``commands.forward.Relayed``) is written to its link at once
+and the read goes on; its reply takes its place in the read's replies, written once it is in
+(``waiting.Relays``).
+
 A run of identical pipelined requests to a command registered with ``consecutive=`` (INCR) is
 answered from as few calls as the generator allows (one while its durable range holds the run),
 and found once however often it waits: a pipeline costs time linear in its length.
@@ -71,6 +75,8 @@ class Connections(InputBudget):
         self.parser = parser
 
 
+# Longer than 250 lines: one client's transport whole (reading, running in order, writing, closing);
+# forwarding's relayed replies added their places to the request loop (``run``).
 class Connection(asyncio.Protocol):
     """One client's connection (see the module docstring)."""
 
@@ -179,6 +185,8 @@ class Connection(asyncio.Protocol):
         and its user has every command on every key (read each time: ACL SETUSER), else none."""
         return self.app.hot if self.plain and self.client.user.unrestricted else _NO_HOT
 
+    # Longer than 60 lines on purpose: the request loop, one branch per kind of result (a relayed
+    # one's place since forwarding); split, it would cost a call per request on the hot path.
     def run(self, requests: list[list[bytes]], start: int, same_until: int = 0) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
 

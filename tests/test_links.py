@@ -12,10 +12,14 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import hiredis
 import pytest
 
+from march import errors
+from march.commands.forward import _settle
+from march.errors import CommandError
 from march.links import LINK_COMMAND, LinkDown, LinkLost, Links, proof_ok, reply_end
 
 SECRET = "s3cret"
@@ -31,7 +35,7 @@ class TinyPrimary:
     @property
     def addr(self) -> str:
         assert self.server is not None
-        return "127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     def requests(self, name: bytes) -> list[list[bytes]]:
         return [r for conn in self.seen for r in conn if r[0] == name]
@@ -159,3 +163,22 @@ def test_reply_end_finds_one_whole_reply() -> None:
             assert reply_end(stream[:cut], pos) == -1
         pos = end
     assert pos == len(stream)
+
+
+async def test_a_moved_from_the_primary_is_followed_once(primary: TinyPrimary) -> None:
+    """A MOVED means the request did not run there: sent once more to the node it names (the entry
+    side's rule, ``commands.forward._settle``), never to the one that refused it, nor to itself."""
+    links = Links(SECRET)
+    config = SimpleNamespace(max_wait=1.0, store_timeout=1.0)
+    client = SimpleNamespace(app=SimpleNamespace(links=links, config=config), proto=2, user=SimpleNamespace(name="app"))
+    group = SimpleNamespace(member=SimpleNamespace(me=SimpleNamespace(addr="127.0.0.1:1")))
+    echo = [[b"ECHO", b"x"]]
+    moved_here = [b"-MOVED 1 %s\r\n" % primary.addr.encode()]
+    assert await _settle(client, group, "127.0.0.1:2", echo, moved_here) == b"$1\r\nx\r\n"  # type: ignore[arg-type]
+    assert len(primary.requests(b"ECHO")) == 1
+    for refused_by, names in (("127.0.0.1:2", "127.0.0.1:2"), ("127.0.0.1:2", "127.0.0.1:1")):
+        with pytest.raises(CommandError) as refused:
+            await _settle(client, group, refused_by, echo, [b"-MOVED 1 %s\r\n" % names.encode()])  # type: ignore[arg-type]
+        assert refused.value.message == errors.FORWARD_MOVED
+    assert len(primary.requests(b"ECHO")) == 1  # nothing more was sent
+    await links.close()

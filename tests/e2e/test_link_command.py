@@ -7,17 +7,21 @@ single-node march process (the receiving side needs no cluster).
   it announces (``AS``) and as nobody before that, or after naming an unknown user; a wrong proof is
   WRONGPASS, counted and recorded as a failed AUTH, and leaves the connection what it was; a nonce
   answers once; a normal client can never announce a user.
+- Wrong proofs count in the AUTH throttle: many at once from one address get some refused unchecked.
+- A link is not closed for idling (``timeout``), where a plain client idle as long is.
 
 Every server is stopped by its fixture.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import pytest
 from support import MarchServer, RespConn, RespError
 from support.cluster import parse_info
+from support.resp import encode
 
 from march import errors
 from march.links import proof
@@ -73,3 +77,33 @@ def test_a_link_proves_the_secret_and_runs_as_its_user(march_factory: Factory) -
             assert link.call("INCR", "known") == RespError(errors.NOPERM_COMMAND.format("incr"))
             listed = [line for line in str(admin.call("CLIENT", "LIST")).splitlines() if "name=march-link:n9 " in line]
             assert len(listed) == 1 and "lib-name=march-link " in listed[0] and "user=march-link " in listed[0]
+    _guesses_are_throttled(server)  # (last: the address's failures slow its later attempts)
+
+
+def test_a_link_is_never_closed_for_idling(march_factory: Factory) -> None:
+    server = march_factory(extra_args=["--cluster-secret", SECRET, "--timeout", "1"])
+    with RespConn(server.port) as link, RespConn(server.port) as plain:
+        nonce = link.call("MARCH.LINK", "HELLO")
+        assert link.call("MARCH.LINK", "AUTH", "n9", proof(SECRET.encode(), nonce)) == "OK"  # type: ignore[arg-type]
+        assert plain.call("PING") == "PONG"  # active after the link: closed no later than the link would be
+        assert plain.is_closed_by_peer(timeout=10)
+        assert link.call("MARCH.LINK", "AS", "default") == "OK"
+        assert link.call("PING") == "PONG"
+
+
+def _guesses_are_throttled(server: MarchServer) -> None:
+    """Guesses at once from one address: after a few, an attempt is refused unchecked (AuthThrottle)."""
+    conns = [RespConn(server.port, timeout=0.5) for _ in range(12)]
+    try:
+        for c in conns:
+            c.send(encode("MARCH.LINK", "HELLO") + encode("MARCH.LINK", "AUTH", "x", "0" * 64))
+        answered = []
+        for c in conns:
+            assert isinstance(c.read_reply(), bytes)  # the nonce
+            with contextlib.suppress(TimeoutError):  # (queued for its turn: not answered yet)
+                answered.append(c.read_reply())
+        assert RespError(errors.WRONGPASS) in answered and RespError(errors.LINK_THROTTLED) in answered
+        assert all(reply in (RespError(errors.WRONGPASS), RespError(errors.LINK_THROTTLED)) for reply in answered)
+    finally:
+        for c in conns:
+            c.close()
