@@ -307,7 +307,8 @@ class DrillEnv:
 
 
 class Timeline(threading.Thread):
-    """One line per ``interval``: ops/s, errors in that interval, which node says it is primary."""
+    """One line per ``interval``: ops/s, errors in that interval, which node says it is primary (with
+    groups: each group's primary, from one live node's CLUSTER SLOTS)."""
 
     def __init__(
         self, load: Load, cluster: MarchCluster, out: Callable[[str], None], label: str, interval: float = 0.5
