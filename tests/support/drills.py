@@ -132,11 +132,16 @@ class DrillResult:
             self.detail = str(e)
 
     def finish(
-        self, fault_at: int | None, old_primary: str | None, groups: int = 1, affected: list[int] | None = None
+        self,
+        fault_at: int | None,
+        old_primary: str | None,
+        groups: int = 1,
+        affected: list[int] | None = None,
+        old_until: int | None = None,
     ) -> None:
         """Compute the figures (per group too; ``affected``: the groups ``old_primary`` led at the
-        fault); duplicates and order violations become violations."""
-        self.figures = f = figures(self.histories, fault_at, old_primary, groups, affected)
+        fault; ``old_until``: see `figures`); duplicates and order violations become violations."""
+        self.figures = f = figures(self.histories, fault_at, old_primary, groups, affected, old_until)
         if fault_at is not None and f.failover is not None:
             self.mark("first ID from another node", fault_at + int(f.failover * 1e9))
         if f.duplicates or f.order_violations:
@@ -444,6 +449,7 @@ def drill_cut_primary_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
     proxy = env.proxies[old.node_id]
     key = env.key_sets[affected[0]][0]
     fault_at = History.now()
+    healed_at: int | None = None
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
         fault_at = r.mark(f"etcd link of {old.node_id} cut")
@@ -461,15 +467,31 @@ def drill_cut_primary_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
                 r.violations.append(f"the partitioned old primary answered INCR with an ID: {reply}")
         finally:
             proxy.restore()
-            r.mark("link restored")
+            healed_at = r.mark("link restored")
         _expect_redirect(r, old, new, key, recovery_timeout(ttl), env)
         load.wait_ops(env.hold_ops)
-    r.finish(fault_at, old.address, env.groups, affected)
+    # With groups the healed node soon leads its share again: only requests sent while cut off count.
+    r.finish(fault_at, old.address, env.groups, affected, healed_at if env.groups > 1 else None)
     r.bars.append(Bar("old primary's last ID after the cut", r.figures.old_primary_last or 0.0, ttl))
+    _note_last_of(r, old, fault_at, healed_at, env.groups)
     r.bars.append(Bar("first INCR on the new primary after the cut", r.figures.failover, ttl + 1.0))
     _other_groups(env, r, fault_at, affected)
     r.settle(c)
     return r
+
+
+def _note_last_of(r: DrillResult, old: ClusterNode, fault_at: int, healed_at: int | None, groups: int) -> None:
+    """Which request got the cut-off node's last ID (its key's group, sent and replied, from the cut)."""
+    until = healed_at if healed_at is not None else History.now()
+    late = [(o, k) for k, h in r.histories.items() for o in h.ops if o.node == old.address and fault_at <= o.replied]
+    late = [(o, k) for o, k in late if o.sent < until]
+    if late:
+        o, k = max(late, key=lambda x: x[0].replied)
+        r.notes.append(
+            f"{old.node_id}'s last ID after the cut: {k} (group {group_of_key(k, groups)}), sent "
+            f"{(o.sent - fault_at) / 1e6:+.0f} ms, replied {(o.replied - fault_at) / 1e6:+.0f} ms; link restored "
+            f"{(until - fault_at) / 1e6:+.0f} ms"
+        )
 
 
 def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
@@ -713,8 +735,7 @@ def _expect_redirect(
         reply = old.call("INCR", key, timeout=2)
         _record(r, "old-primary", key, sent, reply, old.address)
         if isinstance(reply, int):
-            leaders = env.cluster.leaders() if env.groups > 1 else None
-            if leaders is None or leaders.get(group) is not old:
+            if not (env.groups > 1 and _leads_again(env, old, group)):
                 r.violations.append(f"the old primary answered INCR with ID {reply} after the fault")
             return True
         target = moved_target(reply)
@@ -724,6 +745,16 @@ def _expect_redirect(
         wait_until(redirected, timeout=timeout, interval=0.05, message=f"MOVED to {new.address} from {old.node_id}")
     except AssertionError as e:
         r.violations.append(str(e).splitlines()[0])
+
+
+def _leads_again(env: DrillEnv, old: ClusterNode, group: int, within: float = 2.0) -> bool:
+    """Whether every live node agrees, within ``within`` seconds (their views follow etcd's watch),
+    that ``old`` leads ``group`` again (taken back by a planned hand-over after it rejoined)."""
+    try:
+        wait_until(lambda: (env.cluster.leaders() or {}).get(group) is old, timeout=within, interval=0.05)
+    except AssertionError:
+        return False
+    return True
 
 
 def _moved_away(env: DrillEnv, old: ClusterNode, group: int, timeout: float) -> ClusterNode:

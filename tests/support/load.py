@@ -496,11 +496,13 @@ def figures(
     old_primary: str | None = None,
     groups: int = 1,
     affected: Iterable[int] | None = None,
+    old_until: int | None = None,
 ) -> Figures:
     """The figures of one drill: ``fault_at`` is when the fault was made (monotonic ns),
     ``old_primary`` the host:port that was primary then. With ``groups`` > 1 and ``affected`` (the
     groups the old primary led), the failover time is the last of those groups to resume: the
-    other groups were served by other nodes all along."""
+    other groups were served by other nodes all along. ``old_until``: only requests sent before it
+    count for the old primary's last ID (with groups a healed node soon leads again, rightly)."""
     f = Figures()
     analyses: list[Analysis] = []
     for key, h in histories.items():
@@ -529,7 +531,8 @@ def figures(
         after = [o.replied for o in ops if o.replied >= fault_at and o.node and o.node != old_primary]
         if after:
             f.failover = _seconds(min(after) - fault_at)
-        old_late = [o.replied for o in ops if o.replied >= fault_at and o.node == old_primary]
+        cutoff = old_until if old_until is not None else max([o.sent for o in ops] + [0]) + 1
+        old_late = [o.replied for o in ops if o.replied >= fault_at and o.node == old_primary and o.sent < cutoff]
         if old_late:
             f.old_primary_last = _seconds(max(old_late) - fault_at)
     if groups > 1 and affected is None:  # no node's groups were faulted: other nodes served all along
