@@ -214,9 +214,8 @@ class App:
         self.monitors = Monitors()
         self.pubsub = PubSub()
         self.links = Links(config.cluster_secret)  # forwarding links to other nodes (redirect forward)
-        if len(node.groups) > 1:
-            assert slow is not None, "several groups need the dispatcher for the requests of groups not served here"
-            hot = {name: _GroupedHot(entry, node.groups, slow) for name, entry in hot.items()}
+        if len(node.groups) > 1:  # (without the dispatcher to fall back on, no fast path at all)
+            hot = {name: _GroupedHot(entry, node.groups, slow) for name, entry in hot.items()} if slow else {}
         self._hot = hot
         self.hot: Mapping[bytes, FastCommand] = hot if self.groups.serving_any() else {}
         for group in node.groups:

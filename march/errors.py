@@ -226,6 +226,9 @@ FAILOVER_OTHER_PRIMARY = "ERR FAILOVER target {} did not take over: {} holds the
 
 # Leadership groups (scale-out, issue 17)
 FAILOVER_GROUP_RANGE = "ERR FAILOVER GROUP must be a group number from 0 to {}"
+CLUSTER_FAILOVER_ON_PRIMARY = "ERR You should send CLUSTER FAILOVER to a replica"
+CLUSTER_FAILOVER_NO_PRIMARY = "ERR I'm a replica but my master is unknown to me"
+CLUSTER_FAILOVER_TIMEOUT = "ERR CLUSTER FAILOVER: group {} was not handed over in time (the request is withdrawn)"
 
 # --- configuration: CONFIG SET / REWRITE / RESETSTAT -------------------------------------------
 # Redis' own texts where Redis has one, so tools that parse them keep working.
@@ -349,3 +352,6 @@ def unknown_command(args: list[bytes]) -> CommandError:
 
 # --- the argument parser (commands.args) and container tables: Redis 7.0's texts --------------------
 NOT_FLOAT = "ERR value is not a valid float"
+# Scale-out keyspace commands (helper "layout"): a multi-key request across leadership groups, as Redis
+# Cluster answers keys of different slots (cluster.c, clusterRedirectClient)
+CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"

@@ -1,4 +1,5 @@
-"""Listing sequence names (KEYS, SEQ.LIST, takeover tests) a page at a time, in slices.
+"""Listing sequence names (KEYS, SEQ.LIST, takeover tests) a page at a time, in slices; counting
+them that way too (DBSIZE of a node that serves some of several groups: ``count``).
 
 Listing never queues in front of writes: the store reads names beside its writes
 (``march.store.base``). ``names`` reads a page at a time in byte order, and decides on the names
@@ -72,4 +73,16 @@ async def names(
                 raise CommandError(errors.REPLY_TOO_LARGE.format(max_output_buffer))
         if len(page) < PAGE:
             return out
+        after = page[-1]
+
+
+async def count(store: Store, selection: Selection) -> int:
+    """How many names ``selection`` keeps: a page at a time, decided on in slices (``sift``); holds one page."""
+    total = 0
+    after: bytes | None = None
+    while True:
+        page = await store.list_keys(b"", after, PAGE)
+        total += len(await sift(page, selection))
+        if len(page) < PAGE:
+            return total
         after = page[-1]

@@ -1,4 +1,4 @@
-"""One March node's durable parts, built from the ``Config``: its store and its leadership group,
+"""One March node's durable parts, built from the ``Config``: its store and its leadership groups,
 and in cluster mode its etcd clients and cluster membership. The server's assembly starts and
 stops it; nothing here knows a socket, and it imports no command: the command table (which the
 users' ACL rules read) is handed to it.
@@ -8,7 +8,14 @@ users' ACL rules read) is handed to it.
   as soon as the store is open: nothing is loaded up front.
 - **Cluster** (``etcd``): three etcd clients, one per purpose, so that no call of one kind can
   delay or cut another: the lease's keep-alives, the control plane (election, directory,
-  FAILOVER) and the data (the store's reads and guarded writes). The group starts as a standby;
+  FAILOVER) and the data (the store's reads and guarded writes). **Groups**: one ``Group`` per
+  slot range of the cluster's layout (``march.cluster.layout``), each with its own serving state
+  and keyspace over the one store. ``open`` reads the layout from etcd if etcd answers then (else
+  the ``groups`` option's is assumed); before the first campaign the layout is confirmed
+  (``create_layout``: a fresh prefix takes this node's ``groups``), and a node built for another
+  layout, or one that sees the layout change later (``march groups N``), stops with an
+  ``IdentityConflict`` (status 1): started again, it reads the cluster's layout. Every group starts
+  as a standby;
   ``join(port)`` registers this node and starts the election once the listener's port is known
   (the advertised address needs it). Before registering, the node confirms which cluster it
   belongs to (``march.cluster.identity``: the data dir's ``cluster.json`` against
@@ -24,8 +31,8 @@ authenticated, every AUTH answers CLUSTERDOWN) until it has read them, retrying,
 follows every change made on any node through an etcd watch, so a user created on the primary
 can authenticate on a standby within moments.
 
-``stop`` is the orderly end: step down (a primary gives the leader key back at once), wait for
-store writes in flight (bounded), close the store and the clients.
+``stop`` is the orderly end: step every group down (each leader key this node holds is given back
+at once, all together), wait for store writes in flight (bounded), close the store and the clients.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from .cluster.identity import ClusterIdentity
 from .cluster.layout import Layout, campaign_compares, create_layout, layout_of
 from .cluster.member import ClusterMember, GroupSpec
 from .config import Config
-from .etcd.api import Etcd, Get
+from .etcd.api import KV, Etcd, Get
 from .etcd.grpc_etcd import TLS, GrpcEtcd
 from .etcd.keys import KeyPaths
 from .group import Group, Groups
@@ -158,6 +165,19 @@ class Node:
             )
         self.layout = layout
 
+    def _check_layout(self, record: KV | None) -> None:
+        """After every topology read: the layout record is still the one this node's groups were
+        built for. Once it changed (``march groups N``), this node steps down from every group, gives
+        their leader keys back and stops (``IdentityConflict``: status 1); started again (a supervisor
+        restarts it), it reads the new layout (docs/groups.md, rule 3)."""
+        layout = layout_of(record)
+        if layout.revision != self.layout.revision:
+            raise IdentityConflict(
+                f"the cluster's layout changed ({self.layout.describe()} -> {layout.describe()}): this node "
+                "stepped down from every group and gives their leader keys back; it stops now, and takes "
+                "part in the new layout when it starts again"
+            )
+
     def _grpc(self, purpose: str) -> Etcd:
         return etcd_client(self.config, purpose)
 
@@ -205,6 +225,7 @@ class Node:
             on_fatal=self._fail,
             confirm_layout=self._confirm_layout,
             campaign_compares=lambda: campaign_compares(self.layout, self.keys),
+            check_layout=self._check_layout,
         )
         self.member = member
         for group, part in zip(self.groups, member.groups, strict=True):

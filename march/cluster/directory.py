@@ -13,8 +13,10 @@
 - **A lost record is restored.** ``read()`` sees each record's lease (``Topology.leases``); the
   election re-creates this node's record when it is gone (deleted by hand, or by an old version's
   duplicate whose lease ended) instead of trusting what it wrote last.
-- ``read()`` is one linearizable range read of ``[leader, nodes_end)``: the leader key (its value,
-  create revision and lease), the FAILOVER hand-off key and every node record. A newer read
+- ``read_all()`` is one linearizable range read of ``[groups, nodes_end)``: the layout record, every
+  group's leader key (its value, create revision and lease) and FAILOVER hand-off key, and every node
+  record, whatever the number of groups; one ``Topology`` per group (``read()``: the first group's).
+  One watch of the same range wakes the node's control loop. ``GroupDirectory`` is one group's view. A newer read
   replaces ``topology``; listeners hear of every watched change (the election wakes on them).
 - What clients are told comes from here: ``members()`` (the primary, the node the leader key
   names, and the standbys) for ``CLUSTER SLOTS/SHARDS/NODES/INFO`` and ``INFO replication``, and
@@ -63,6 +65,7 @@ class NodeInfo:
     role: str = STANDBY
     tls_addr: str = ""  # host:port that TLS clients are sent to ("": no TLS port)
     leads: tuple[int, ...] = ()  # the groups this node leads, as its record says (spreading, CLUSTER NODES)
+    takeover: int = -1  # CLUSTER FAILOVER run here: the group it asks its primary for (-1: none)
 
     def seen_by(self, tls: bool) -> NodeInfo:
         """This node as a client connected with or without TLS should be told of it."""
@@ -123,7 +126,8 @@ class Directory:
         self._leader_index = {leader: g for g, (leader, _) in enumerate(self.leader_keys)}
         self._handoff_index = {handoff: g for g, (_, handoff) in enumerate(self.leader_keys)}
         self.views = [Topology() for _ in self.leader_keys]  # each group's view, from the last read
-        self._registered: tuple[int, str, tuple[int, ...]] | None = None  # (lease, role, leads) last written
+        self.layout_record: KV | None = None  # ``<prefix>/groups`` as the last read found it (None: absent)
+        self._registered: tuple[int, str, tuple[int, ...], int] | None = None  # (lease, role, leads, takeover) written
         self._listeners: list[Callable[[], None]] = []
         self.leader_changes = 0  # times a leader key named another node (metrics)
         self._last_leaders: list[str | None] = [None] * len(self.leader_keys)
@@ -160,14 +164,14 @@ class Directory:
         """The first group's view (the only one with one group)."""
         return self.views[0]
 
-    async def register(self, lease: int, role: str, leads: tuple[int, ...] = ()) -> bool:
+    async def register(self, lease: int, role: str, leads: tuple[int, ...] = (), takeover: int = -1) -> bool:
         """(Re)write this node's record under ``lease`` if the lease, the role or the groups it leads
         changed: created if absent, rewritten only while under ``lease``. False while another lease holds this node id
         (its holder may be this node's crashed predecessor: wait for its lease to end);
         IdentityConflict once that lease outlived its TTL (another live process holds the id)."""
         if not lease:
             return False
-        if self._registered == (lease, role, leads):
+        if self._registered == (lease, role, leads, takeover):
             return True
         key = self.keys.node(self.me.id)
         record = {
@@ -176,6 +180,7 @@ class Directory:
             "tls_addr": self.me.tls_addr,
             "role": role,
             "leads": list(leads),
+            "takeover": takeover,
             "pid": os.getpid(),
             "lease_ttl": self.ttl,
         }
@@ -188,7 +193,7 @@ class Directory:
                 if self._rival is not None:
                     log.info("node id %s is this node's now (the other lease ended)", self.me.id)
                     self._rival = None
-                self._registered = (lease, role, leads)
+                self._registered = (lease, role, leads, takeover)
                 return True
             found = reply.ranges[0]
             held = found.kvs[0] if found is not None and found.kvs else None
@@ -249,14 +254,17 @@ class Directory:
     async def read_all(self) -> list[Topology]:
         """One linearizable read of every group's leader and hand-off keys and every node record:
         one ``Topology`` per group (sharing the node records)."""
-        found = await self.etcd.range(Get(self.keys.leader, self.keys.topology_end), self.timeout)
+        found = await self.etcd.range(Get(self.keys.topology_start, self.keys.topology_end), self.timeout)
         count = len(self.leader_keys)
+        layout: KV | None = None
         leaders: list[tuple[str | None, int, int]] = [(None, 0, 0)] * count
         handoffs: list[tuple[str | None, int, int]] = [(None, 0, 0)] * count
         nodes: dict[str, NodeInfo] = {}
         leases: dict[str, int] = {}
         for kv in found.kvs:
-            if kv.key in self._leader_index:
+            if kv.key == self.keys.groups:
+                layout = kv
+            elif kv.key in self._leader_index:
                 leaders[self._leader_index[kv.key]] = (kv.value.decode(), kv.create_revision, kv.lease)
             elif kv.key in self._handoff_index:
                 handoffs[self._handoff_index[kv.key]] = (kv.value.decode(), kv.lease, kv.mod_revision)
@@ -269,6 +277,7 @@ class Directory:
                         data.get("role", STANDBY),
                         data.get("tls_addr", ""),
                         tuple(int(g) for g in data.get("leads", ())),
+                        int(data.get("takeover", -1)),
                     )
                     leases[data["id"]] = kv.lease
                 except (ValueError, KeyError, TypeError):
@@ -287,6 +296,7 @@ class Directory:
         ]
         if found.revision >= self.views[0].revision:
             self.views = views
+            self.layout_record = layout
             for g, topology in enumerate(views):
                 self._follow(g, topology)
         return views
@@ -312,7 +322,7 @@ class Directory:
         """Tell listeners of every change to the topology keys, for the life of the node."""
         while True:
             try:
-                async for _ in self.etcd.watch(self.keys.leader, self.keys.topology_end):
+                async for _ in self.etcd.watch(self.keys.topology_start, self.keys.topology_end):
                     self._changed()
             except StoreError as exc:
                 log.debug("watch broke: %s", exc)

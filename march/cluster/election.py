@@ -1,7 +1,11 @@
-"""The election: who holds ``<prefix>/leader``, and the serving state that follows from it.
+"""The election: who holds a group's leader key (``<prefix>/leader`` with one group, one key per
+group with several: ``march.cluster.layout``), and the serving state that follows from it.
 
-A control loop, woken by the directory's watch, by the lease and by the serving state (and at least
-every TTL/2), makes one ``step``:
+One control loop per node (``ElectionLoop``), woken by the directory's watch, by the lease and by
+every group's serving state (and at least every TTL/2), makes one pass: steps 0-2 once for the
+node, then steps 2-6 for each group's ``Election`` (``step_group``), then the node's record again
+(the groups it leads) and the member's rebalancing. ``Election.step`` is one group alone (the
+same steps):
 
 0. Once: confirm which cluster this node belongs to (``march.cluster.identity``).
 1. Make sure there is a lease and this node is registered under it. While another process holds
@@ -23,6 +27,11 @@ every TTL/2), makes one ``step``:
    etcd kept the lease and the key: the same leader key serves again, in a new term (requests
    got no ID meanwhile; each key's ceiling is read and raised again before its next ID).
 
+With several groups a campaign also follows the spreading rules (``march.cluster.balance``:
+fair share, a delay per group held; ``Election._spread``), and every campaign carries the layout's
+compares (``campaign_compares``: the layout this node acts on, no leader of the previous one). A
+term's ``Guard`` names its group's leader key, so the store fences each group by its own key.
+
 Promotion is O(1): no sequence is read or written; each key's ceiling is read and raised by its
 first request in the new term (``march.keyspace``). While a planned FAILOVER holds this node's
 term (``STEPPING_DOWN``), the election leaves the state alone. After an unexpected error the
@@ -40,7 +49,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..clock import Clock, wait_event
-from ..etcd.api import Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
+from ..etcd.api import KV, Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
 from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
 from ..store.base import Guard, IdentityConflict, StoreError
@@ -317,7 +326,9 @@ class ElectionLoop:
         wake: asyncio.Event,
         confirm_layout: Callable[[], Awaitable[None]] | None = None,
         after_pass: Callable[[list[Topology]], None] | None = None,
+        check_layout: Callable[[KV | None], None] | None = None,
     ) -> None:
+        self._check_layout = check_layout  # raises IdentityConflict once the layout record changed
         self.elections = list(elections)
         self._after_pass = after_pass  # the member's rebalancing, from each pass's views
         self.lease = lease
@@ -328,15 +339,17 @@ class ElectionLoop:
         self._wake = wake
         self._confirm_layout = confirm_layout  # until the layout in etcd is confirmed (then None)
         self.closing = False
+        self.takeover = -1  # CLUSTER FAILOVER: the group this node asks for in its record (-1: none)
 
     def wake(self) -> None:
         self._wake.set()
 
-    def describe(self) -> tuple[str, tuple[int, ...]]:
-        """This node's role (primary if it leads any group) and the groups it leads, for its record."""
+    def describe(self) -> tuple[str, tuple[int, ...], int]:
+        """This node's role (primary if it leads any group), the groups it leads and the group it asks
+        for (CLUSTER FAILOVER), for its record."""
         roles = {e.role for e in self.elections}
         role = PRIMARY if PRIMARY in roles else PROMOTING if PROMOTING in roles else STANDBY
-        return role, tuple(g for g, e in enumerate(self.elections) if e.state.leading)
+        return role, tuple(g for g, e in enumerate(self.elections) if e.state.leading), self.takeover
 
     async def run(self) -> None:
         while not self.closing:
@@ -367,6 +380,8 @@ class ElectionLoop:
             self.clock.call_later(self.ttl / 4, self.wake)  # another lease holds this id: look again soon
             return
         views = await self.directory.read_all()
+        if self._check_layout is not None:
+            self._check_layout(self.directory.layout_record)
         if views[0].leases.get(self.directory.me.id) != self.lease.id:
             self.directory.record_lost()  # re-created by the register call at the end of this pass
         for election, topology in zip(self.elections, views, strict=True):

@@ -1,4 +1,6 @@
-"""Planned switchover: ``FAILOVER [TO host port] [TIMEOUT ms]`` and ``FAILOVER ABORT``.
+"""Planned switchover of one leadership group: ``FAILOVER [GROUP g] [TO host port] [TIMEOUT ms]``
+and ``FAILOVER ABORT``. Each group has its own ``Failover`` on its own leader and hand-off keys
+(``Election.leader``, ``Election.handoff``); several run at once when a node hands every group over.
 
 On the primary, a hand-over:
 

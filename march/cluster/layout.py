@@ -43,6 +43,7 @@ This module reads and writes ``<prefix>/groups`` only; it never campaigns and ne
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass
 
 from ..etcd.api import KV, Compare, Etcd, Get, Put, created_at, modified_at
@@ -270,11 +271,12 @@ def change_lines(current: Layout, groups: int) -> list[str]:
     new = Layout(groups)  # BadLayout if out of bounds
     out = [f"change from {current.describe()} to {new.describe()}:"]
     out += [f"  group {g}: slots {new.slots(g).first}-{new.slots(g).last}" for g in range(groups)]
-    out.append(
+    out += textwrap.wrap(
         "Every node steps down from the groups it leads and gives their leader keys back; the new groups "
         "elect their primaries once every old leader key is gone. Each key pauses for about one election "
         "(up to a lease TTL while a node that led cannot be reached), then cluster clients get MOVED to "
         "the new primaries. Each key's first ID in its new group is above its stored ceiling: no ID repeats "
-        "or goes backwards."
+        "or goes backwards.",
+        100,
     )
     return out

@@ -1,8 +1,10 @@
 """This node's etcd lease and the local deadline it gives (guarantee 4, docs/architecture.md).
 
-One lease per node, granted with TTL ``lease_ttl`` and kept alive every TTL/3 (every 0.1 s after a
-failed one, so a node notices at once that etcd answers again) on an etcd client of its own (no
-data call shares its channel, so none can cancel or delay a keep-alive). After every
+One lease per node, whatever the number of leadership groups: it backs the node's registration and
+every leader key the node holds, so losing it steps every group down. Granted with TTL
+``lease_ttl`` and kept alive every TTL/3 (every 0.1 s after a failed one, so a node notices at once
+that etcd answers again) on an etcd client of its own (no data call shares its channel, so none
+can cancel or delay a keep-alive). After every
 acknowledged keep-alive (or grant) the local deadline is::
 
     deadline = time the request was *sent* + granted TTL - margin        (margin = max(0.2 s, TTL/6))

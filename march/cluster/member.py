@@ -34,9 +34,10 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from .. import errors
 from ..clock import Clock
 from ..errors import CommandError
-from ..etcd.api import Compare, Etcd
+from ..etcd.api import KV, Compare, Etcd
 from ..etcd.keys import KeyPaths
 from ..keyspace import Keyspace
 from ..serving import Cause, ServingState
@@ -49,6 +50,10 @@ from .identity import ClusterIdentity
 from .lease import LeaseKeeper
 
 log = logging.getLogger("march.cluster")
+
+# Seconds between looks while CLUSTER FAILOVER waits to serve the group it asked for (a group changes
+# hands in milliseconds; the wait is bounded by the command's timeout).
+_TAKEOVER_POLL = 0.02
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class ClusterMember:
         on_fatal: Callable[[IdentityConflict], None] = lambda _: None,
         confirm_layout: Callable[[], Awaitable[None]] | None = None,
         campaign_compares: Callable[[], list[Compare]] = list,
+        check_layout: Callable[[KV | None], None] | None = None,
     ) -> None:
         self.clock = clock
         self.ttl = ttl
@@ -119,30 +125,14 @@ class ClusterMember:
             lease_ttl=ttl,
             leader_keys=[(g.leader, g.handoff) for g in groups],
         )
+        self.control = control_etcd
+        self.keys = keys
         wake = asyncio.Event()
         spread = Spread(len(groups), self.leading) if len(groups) > 1 else None
-        self.groups: list[GroupMember] = []
-        for index, spec in enumerate(groups):
-            view = self.directory if len(groups) == 1 else GroupDirectory(self.directory, index)
-            election = Election(
-                control_etcd,
-                keys,
-                spec.state,
-                self.lease,
-                view,
-                identity,
-                clock,
-                leader=spec.leader,
-                handoff=spec.handoff,
-                spread=spread,
-                wake=wake,
-                compares=campaign_compares,
-            )
-            failover = Failover(
-                control_etcd, keys, spec.state, spec.keyspace, self.lease, view, election, clock, store_timeout
-            )
-            self.groups.append(GroupMember(self, index, spec, election, failover))
-            self.lease.on_renewed(spec.state.renewed)
+        self.groups = [
+            self._group(index, spec, len(groups), wake, spread, campaign_compares, store_timeout)
+            for index, spec in enumerate(groups)
+        ]
         self.loop = ElectionLoop(
             [g.election for g in self.groups],
             self.lease,
@@ -151,13 +141,46 @@ class ClusterMember:
             clock,
             wake,
             confirm_layout,
-            self._rebalance if len(groups) > 1 else None,
+            self._rebalance,
+            check_layout,
         )
         self._rebalancing: asyncio.Task[None] | None = None
         self._rebalanced_at = -math.inf
         self.lease.on_gone(self._lease_gone)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+
+    def _group(
+        self,
+        index: int,
+        spec: GroupSpec,
+        count: int,
+        wake: asyncio.Event,
+        spread: Spread | None,
+        compares: Callable[[], list[Compare]],
+        store_timeout: float,
+    ) -> GroupMember:
+        """Group ``index``'s election and FAILOVER, on the node's lease, directory and control loop."""
+        view = self.directory if count == 1 else GroupDirectory(self.directory, index)
+        election = Election(
+            self.control,
+            self.keys,
+            spec.state,
+            self.lease,
+            view,
+            self.identity,
+            self.clock,
+            leader=spec.leader,
+            handoff=spec.handoff,
+            spread=spread,
+            wake=wake,
+            compares=compares,
+        )
+        failover = Failover(
+            self.control, self.keys, spec.state, spec.keyspace, self.lease, view, election, self.clock, store_timeout
+        )
+        self.lease.on_renewed(spec.state.renewed)
+        return GroupMember(self, index, spec, election, failover)
 
     @property
     def me(self) -> NodeInfo:
@@ -172,12 +195,19 @@ class ClusterMember:
         loaded (``balance.next_handover``), hand one group (its highest) to that node through FAILOVER
         (held requests, no client error); one at a time, at most one per TTL, never while one runs."""
         now = self.clock.now()
-        if self._closing or self._rebalancing is not None or now < self._rebalanced_at + self.ttl:
-            return
-        if any(g.failover.active for g in self.groups):
+        if self._closing or self._rebalancing is not None or any(g.failover.active for g in self.groups):
             return
         nodes = views[0].nodes
-        move = balance.next_handover({g: v.leader for g, v in enumerate(views)}, list(nodes), self.me.id)
+        me = self.me.id
+        asked = next(
+            (n for n in nodes.values() if 0 <= n.takeover < len(views) and views[n.takeover].leader == me), None
+        )
+        if asked is not None and asked.id != me:  # CLUSTER FAILOVER run on that node asks for this group
+            move: tuple[int, str] | None = (asked.takeover, asked.id)
+        elif now < self._rebalanced_at + self.ttl:
+            return
+        else:
+            move = balance.next_handover({g: v.leader for g, v in enumerate(views)}, list(nodes), self.me.id)
         if move is None:
             return
         g, target = move
@@ -187,6 +217,34 @@ class ClusterMember:
         self._rebalanced_at = now
         log.info("rebalancing: handing group %d over to %s", g, target)
         self._rebalancing = asyncio.get_running_loop().create_task(self._hand(group, nodes[target].addr))
+
+    async def take_over(self, timeout: float) -> None:
+        """CLUSTER FAILOVER on a node that leads no group: ask the most loaded primary (its node
+        record names the group) for its highest group and wait (at most ``timeout``) until this node
+        serves it; the primary hands it over through FAILOVER (held requests, no client error)."""
+        if any(g.state.leading for g in self.groups):
+            raise CommandError(errors.CLUSTER_FAILOVER_ON_PRIMARY)
+        views = self.directory.views
+        load: dict[str, list[int]] = {}
+        for g, view in enumerate(views):
+            if view.leader is not None and view.leader != self.me.id:
+                load.setdefault(view.leader, []).append(g)
+        if not load:
+            raise CommandError(errors.CLUSTER_FAILOVER_NO_PRIMARY)
+        giver = min(load, key=lambda n: (-len(load[n]), n))
+        g = max(load[giver])
+        log.info("CLUSTER FAILOVER: asking %s for group %d", giver, g)
+        self.loop.takeover = g
+        self.loop.wake()
+        end = self.clock.now() + timeout
+        try:
+            while not self.groups[g].state.serving:
+                if self.clock.now() >= end:
+                    raise CommandError(errors.CLUSTER_FAILOVER_TIMEOUT.format(g))
+                await self.clock.sleep(_TAKEOVER_POLL)
+        finally:
+            self.loop.takeover = -1
+            self.loop.wake()
 
     async def _hand(self, group: GroupMember, target: str) -> None:
         try:

@@ -1,8 +1,13 @@
 """Cluster commands: CLUSTER SLOTS/SHARDS/NODES/INFO/MYID/KEYSLOT, READONLY, READWRITE, ASKING, FAILOVER.
 
-Every node answers the topology commands from the node directory in etcd: the primary (the node
-that holds the leader key) owns slots 0-16383 and the standbys are its replicas, which is the
-shape redis-py ``RedisCluster``, ``redis-cli -c`` and ioredis ``Cluster`` follow. Node ids are
+Every node answers the topology commands from the node directory in etcd: each leadership group's
+primary (the node that holds the group's leader key) owns the group's slot range (0-16383 with one
+group) and the other nodes are its replicas, which is the shape redis-py ``RedisCluster``,
+``redis-cli -c`` and ioredis ``Cluster`` follow: ``CLUSTER SLOTS`` and ``SHARDS`` list one range per
+group with a known primary; ``CLUSTER NODES`` shows each node once, a master with the ranges of
+the groups it leads (contiguous ones joined), or a replica of the first group's primary if it
+leads none (Redis gives a replica one master); ``CLUSTER INFO`` is ``ok`` while every group has a
+primary, and with several groups adds ``march_groups`` and ``march_groups_led`` (this node's). Node ids are
 the sha1 of the configured ``node_id`` (clients expect 40 hex digits). On a single node (no etcd)
 these commands answer as a Redis server without cluster support does.
 
@@ -10,9 +15,17 @@ these commands answer as a Redis server without cluster support does.
 served by standbys (a standby knows no watermark), so key commands on a standby are redirected
 whatever the connection's mode.
 
-``FAILOVER [TO host port] [TIMEOUT ms] [ABORT]`` (on the primary) is a planned switchover: this
-node holds new key requests, hands leadership to the chosen standby (or the first one) and
+``FAILOVER [GROUP g] [TO host port] [TIMEOUT ms] [ABORT]`` (on the primary) is a planned switchover:
+this node holds new key requests, hands leadership to the chosen standby (or the first one) and
 replies ``OK`` once the new primary holds the leader key; the held requests then get ``MOVED``.
+With several groups, ``GROUP g`` hands over that group only (``FAILOVER_NOT_PRIMARY`` if this node
+does not lead it), and without it every group this node leads goes, at once, each to the node
+leading fewest (or all to ``TO``); the first error is the reply. ``ABORT`` cancels every hand-over
+in progress. ``CLUSTER FAILOVER [FORCE|TAKEOVER]`` is Redis' replica-side command: on a node that
+leads no group it asks the most loaded primary for one group (``ClusterMember.take_over``) and
+answers once it serves it (Redis answers at once and fails over in the background; an answer
+after the fact says whether it happened). FORCE and TAKEOVER take the same planned path: a dead
+primary's groups are elected anew anyway. On a node that leads a group it is Redis' error.
 TIMEOUT (default 5000 ms, at most ``MAX_TIMEOUT_MS``: 60000) bounds the wait for the new primary,
 which also ends as soon as another node holds the leader key or the chosen one stopped answering
 (``march.cluster.failover``). ``FAILOVER ABORT`` cancels a switchover that has not handed over yet.
@@ -72,6 +85,21 @@ def _shards_of(client: Client) -> list[_Shard]:
         primary, replicas = directory.members(client.tls, group.index)
         out.append(_Shard(group.index, group.slots, primary, replicas, directory.views[group.index].leader_revision))
     return out
+
+
+def _cluster_failover(client: Client, args: list[bytes]) -> Any:
+    """Redis' replica-side manual failover: the node asks the most loaded primary for one group
+    (``ClusterMember.take_over``) and answers once it serves it. FORCE and TAKEOVER are accepted and
+    take the same planned path: a primary that is down loses its groups to the election anyway."""
+    member = _member(client)
+    if len(args) > 3 or (len(args) == 3 and args[2].lower() not in (b"force", b"takeover")):
+        raise CommandError(errors.SYNTAX)
+    return _take_over(member, _DEFAULT_FAILOVER_TIMEOUT_MS / 1000)
+
+
+async def _take_over(member: GroupMember, timeout: float) -> Any:
+    await member.node.take_over(timeout)
+    return "OK"
 
 
 def _cluster_keyslot(client: Client, args: list[bytes]) -> Any:
@@ -244,8 +272,17 @@ container(
         Subcommand("info", 2, "Cluster state: ok while a primary is known.", _cluster_info),
         Subcommand("myid", 2, "This node's id.", _cluster_myid),
         Subcommand("keyslot", 3, "The hash slot of a key (CRC16 with hash tags).", _cluster_keyslot, "KEYSLOT <key>"),
+        Subcommand(
+            "failover",
+            -2,
+            "On a node leading no group: take one group over from the most loaded primary (planned, no client error).",
+            _cluster_failover,
+            "FAILOVER [FORCE|TAKEOVER]",
+            categories=("@admin", "@slow", "@dangerous"),
+            flags=("admin", "stale"),
+        ),
     ),
-    summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT.",
+    summary="Topology for cluster clients: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT; CLUSTER FAILOVER.",
     group="cluster",
 )
 

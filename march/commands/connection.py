@@ -188,7 +188,7 @@ def _hello_rest(client: Client, proto: int, name: bytes | None) -> Any:
         b"proto": proto,
         b"id": client.id,
         b"mode": b"cluster" if client.app.cluster else b"standalone",
-        b"role": b"master" if client.app.group.state.leading else b"replica",
+        b"role": b"master" if any(g.state.leading for g in client.app.groups) else b"replica",
         b"modules": [],
     }
 

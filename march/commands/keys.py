@@ -21,6 +21,19 @@
   not, costs a page or two of reading. ``MATCH *`` matches every name (the empty one too), as in
   Redis. A user limited to some keys sees only the names it may read.
 - ``DBSIZE`` answers from memory (``Keyspace.count``: counted once per term, kept up to date).
+- **Several leadership groups** (``march.cluster.layout``): as on a Redis Cluster node, ``KEYS``,
+  ``SCAN``, ``SEQ.LIST`` and ``DBSIZE`` see only the names in the slots of the groups this node
+  serves when the request starts (``served_slots``: one CRC16 per name, in C, as one more check of
+  the listing's slices). With one group, or on a node serving every group, every name is listed.
+  With one group ``DBSIZE`` answers from memory, as before; with several it asks the store (each
+  group's in-memory count sees only its own creations): its count of every name when this node
+  serves every group, else the names of its slots counted a page at a time in slices (the store
+  cannot count by slot). The DBSIZEs that come while a count runs share it.
+- **CROSSSLOT**: ``MGET`` and ``EXISTS`` whose keys belong to different groups get Redis'
+  ``CROSSSLOT`` error (``check_one_group``). Keys of different slots of one group are served, as
+  before groups existed: Redis refuses them, but nothing here needs one slot (one group is one
+  primary, one store), and a plain client behind a forwarding node keeps working. A cluster client
+  sends multi-key commands per slot anyway (redis-py ``mget_nonatomic``).
 - ``MGET`` and ``EXISTS`` of keys not active yet read them ``LOOKUP_CHUNK`` at a time (each
   read shares the store's batched requests): an unknown key costs a few tasks, all woken at once
   when the store answers, so thousands at once would queue every other client behind them.
@@ -30,14 +43,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
+from .. import errors, listing
+from ..census import retrieved
+from ..cluster.slots import SLOTS, key_slot
 from ..errors import CommandError
 from ..glob import Glob, compile_glob, literal_prefix
+from ..group import Groups
 from ..keyspace import PAGE, Selection, sift
 from .args import Args, parse_int
 from .permissions import may_create
@@ -52,6 +69,9 @@ _READ = ("@read", "@string", "@fast")
 # of the event loop; MGET of 5,000 unknown keys queued ~150 ms of them in front of every client.
 LOOKUP_CHUNK = 128
 _KEYSPACE = ("@keyspace", "@read")
+# Listing work units (~0.1 us, march.listing) one name's slot check costs: about 1 us measured for
+# short names (the hash-tag search, CRC16 in C, the table lookup, the calls), almost flat in length.
+SLOT_CHECK_COST = 10
 # TYPE, TTL, PTTL: one key in, a constant-time answer out
 _key_query = partial(
     command,
@@ -96,6 +116,7 @@ def get(client: Client, args: list[bytes]) -> Any:
 
 @command("mget", -2, ("readonly", "fast"), _READ, keys=(1, -1, 1), summary="GET for several keys.", group="string")
 def mget(client: Client, args: list[bytes]) -> Any:
+    check_one_group(client.app.groups, args[1:])
     gens = client.generators
     if all(key in gens for key in args[1:]):
         return [_watermark(gens[key]) for key in args[1:]]
@@ -163,6 +184,7 @@ async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
     group="generic",
 )
 def exists(client: Client, args: list[bytes]) -> Any:
+    check_one_group(client.app.groups, args[1:])
     gens = client.generators
     if all(key in gens for key in args[1:]):
         return len(args) - 1
@@ -229,6 +251,11 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
     checks: list[Callable[[bytes], bool]] = []
     globs: list[Glob] = []
     prefix = b""
+    slots = served_slots(client.app.groups)
+    if slots is not None:
+        if not any(slots):
+            return None
+        checks.append(partial(_in_slots, slots))
     if not user.all_keys:
         readable = [rule.pattern for rule in user.keys if rule.read]
         if not readable:
@@ -250,7 +277,12 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
     if prefix:
         checks.insert(0, lambda k: k.startswith(prefix))
     keep = checks[0] if len(checks) == 1 else partial(_every, checks)  # in order: the cheap ones first
-    return _Plan(Selection(keep, lambda n: sum(g.cost(n) for g in globs) + 1), prefix)
+    by_slot = 0 if slots is None else SLOT_CHECK_COST
+    return _Plan(Selection(keep, lambda n: sum(g.cost(n) for g in globs) + 1 + by_slot), prefix)
+
+
+def _in_slots(slots: bytes, name: bytes) -> bool:
+    return slots[key_slot(name)] == 1
 
 
 def _every(checks: list[Callable[[bytes], bool]], name: bytes) -> bool:
@@ -333,5 +365,70 @@ async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> 
     group="server",
 )
 def dbsize(client: Client, args: list[bytes]) -> Any:
+    groups = client.app.groups
+    if len(groups) > 1:
+        return _count_served(client, served_slots(groups))
     known = client.app.keyspace.known_count()
     return known if known is not None else client.app.keyspace.count()
+
+
+# --- several leadership groups -----------------------------------------------------------------------
+
+
+def served_slots(groups: Groups) -> bytes | None:
+    """Which slots this node serves now, a byte per slot (1: served), when it serves some but not all
+    of several groups; None when every name is this node's (one group, or every group served)."""
+    if len(groups) == 1:
+        return None
+    table = bytearray(SLOTS)
+    for group in groups:
+        if group.serving:
+            r = group.slots
+            table[r.first : r.last + 1] = b"\x01" * (r.last - r.first + 1)
+    return None if all(table) else bytes(table)
+
+
+def check_one_group(groups: Groups, keys: Iterable[bytes]) -> None:
+    """CROSSSLOT unless every key belongs to one leadership group (always so with one group)."""
+    if len(groups) == 1:
+        return
+    found = None
+    for key in keys:
+        group = groups.of_key(key)
+        if found is None:
+            found = group
+        elif group is not found:
+            raise CommandError(errors.CROSSSLOT)
+
+
+@dataclass(frozen=True)
+class _SlotCount:
+    """A count of the names in a set of slots (None: all), shared by the DBSIZEs that come while it runs."""
+
+    slots: bytes | None
+    task: asyncio.Task[int]
+
+
+_counts: weakref.WeakKeyDictionary[Groups, _SlotCount] = weakref.WeakKeyDictionary()
+
+
+async def _count_served(client: Client, slots: bytes | None) -> int:
+    """DBSIZE with several groups: the names in this node's slots (``slots``; None: it serves every
+    group), counted by the store (all) or a page at a time in slices (``listing.count``), at most
+    ``max_wait`` (then TRYAGAIN; the count goes on, and a DBSIZE that comes meanwhile waits for it
+    instead of starting another). Not the groups' in-memory counts: each counts its own creations."""
+    groups = client.app.groups
+    shared = _counts.get(groups)
+    if shared is None or shared.slots != slots or shared.task.done():
+        store = client.app.store
+        if slots is None:
+            counting = store.count()
+        else:
+            counting = listing.count(store, Selection(partial(_in_slots, slots), lambda n: SLOT_CHECK_COST))
+        task = asyncio.get_running_loop().create_task(counting)
+        task.add_done_callback(retrieved)
+        shared = _counts[groups] = _SlotCount(slots, task)
+    try:
+        return await asyncio.wait_for(asyncio.shield(shared.task), client.app.config.max_wait)
+    except TimeoutError:
+        raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None

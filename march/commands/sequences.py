@@ -20,7 +20,8 @@
 - Every setting is checked against the bounds declared beside its server option in
   ``march.config`` (one validator for the config file, flags, environment, CONFIG SET and here).
 - ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits;
-  for a timestamp sequence its layout, logical time and its lead on the clock, saved bound, carries).
+  for a timestamp sequence its layout, logical time and its lead on the clock, saved bound, carries;
+  with several leadership groups, the key's ``slot`` and ``group``).
 - ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
 - ``SEQ.LIST``: every sequence name the user may read, in byte order: ``KEYS *`` (``keys.list_names``).
 
@@ -36,6 +37,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..cluster.slots import key_slot
 from ..config import MAX_ID, setting_bounds
 from ..errors import CommandError
 from ..generators import layout as layouts
@@ -274,7 +276,12 @@ def seq_info(client: Client, args: list[bytes]) -> Any:
 
 
 async def _info(client: Client, key: bytes) -> Any:
-    return _fields((await _existing(client, key)).info())
+    fields = (await _existing(client, key)).info()
+    groups = client.app.groups
+    if len(groups) > 1:  # several leadership groups: which one serves this key (and its slot)
+        group = groups.of_key(key)
+        fields |= {"slot": key_slot(key), "group": group.index}
+    return _fields(fields)
 
 
 async def _existing(client: Client, key: bytes) -> Generator:

@@ -59,14 +59,14 @@ def owners(node: ClusterNode) -> dict[tuple[int, int], int] | None:
 
 
 def stable(nodes: list[ClusterNode]) -> dict[tuple[int, int], int] | None:
-    """The owners every node reports, once all agree, every group has a primary and none leads more
-    than its share; else None."""
+    """The owners every node reports, once all agree, every group has a primary and the groups are
+    spread evenly (so none leads more than ceil(N/M)); else None."""
     seen = [owners(n) for n in nodes]
     first = seen[0]
     if first is None or any(s != first for s in seen) or sorted(first) != ranges(GROUPS):
         return None
     counts = [list(first.values()).count(n.port) for n in nodes]
-    return first if max(counts) <= -(-GROUPS // len(nodes)) else None
+    return first if max(counts) - min(counts) <= 1 else None  # (else a rebalancing hand-over is due)
 
 
 @pytest.fixture
@@ -85,6 +85,7 @@ def test_groups_spread_route_and_fail_over_one_at_a_time(grouped: MarchCluster) 
     layout = stable(nodes)
     assert layout is not None
     assert len(set(layout.values())) >= 2  # several masters
+    assert max(list(layout.values()).count(n.port) for n in nodes) <= SHARE
     by_port = {n.port: n for n in nodes}
     keys = [key_of_group(g) for g in range(GROUPS)]
     # CLUSTER NODES and CLUSTER INFO agree with SLOTS; a node lists the groups it leads
@@ -97,12 +98,21 @@ def test_groups_spread_route_and_fail_over_one_at_a_time(grouped: MarchCluster) 
         assert isinstance(info, bytes) and b"cluster_state:ok\r\n" in info and b"march_groups:4\r\n" in info
         led = [g for g, r in enumerate(ranges(GROUPS)) if layout[r] == n.port]
         assert f"march_groups_led:{','.join(map(str, led))}\r\n".encode() in info
+        led_info = n.info("cluster")
+        assert led_info is not None and led_info["march_groups_led"] == ",".join(map(str, led))
+        if led:  # Redis' replica-side CLUSTER FAILOVER is refused on a primary, as in Redis
+            assert n.call("CLUSTER", "FAILOVER") == RespError("ERR You should send CLUSTER FAILOVER to a replica")
     # MOVED names the key's group's primary; the primary serves it
     for g, key in enumerate(keys):
         primary = by_port[layout[ranges(GROUPS)[g]]]
         other = next(n for n in nodes if n is not primary)
         assert other.call("INCR", key) == RespError(f"MOVED {key_slot(key.encode())} 127.0.0.1:{primary.port}")
         assert isinstance(primary.call("INCR", key), int)
+        with RespConn(primary.port) as c:
+            info = c.call("SEQ.INFO", key)
+            assert isinstance(info, list)
+            fields = dict(zip(info[::2], info[1::2], strict=True))
+            assert fields[b"group"] == g and fields[b"slot"] == key_slot(key.encode())
     # redis-py RedisCluster draws IDs for keys of every group, increasing per key
     last = {k: 0 for k in keys}
     rc = RedisCluster(host="127.0.0.1", port=nodes[0].port)
@@ -114,9 +124,10 @@ def test_groups_spread_route_and_fail_over_one_at_a_time(grouped: MarchCluster) 
                 last[k] = value
     finally:
         rc.close()
-    # FAILOVER GROUP g moves group g only
-    g = 0
-    holder = by_port[layout[ranges(GROUPS)[g]]]
+    # FAILOVER GROUP g moves group g only (from a node leading two: the spread stays even, so no
+    # rebalancing hand-over follows)
+    holder = max(nodes, key=lambda n: list(layout.values()).count(n.port))
+    g = next(i for i, r in enumerate(ranges(GROUPS)) if layout[r] == holder.port)
     assert holder.call("FAILOVER", "GROUP", 9) == RespError("ERR FAILOVER GROUP must be a group number from 0 to 3")
     assert holder.call("FAILOVER", "GROUP", g, timeout=10) == "OK"
     after = owners(holder)

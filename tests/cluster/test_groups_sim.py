@@ -9,13 +9,15 @@ not grow with the number of groups: one lease, one watch of the topology, one ra
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 from support.sim import TTL, Sim, SimFactory, SimNode, sims
 
-from march.cluster.layout import Layout
+from march.cluster.layout import Layout, change_layout
 from march.cluster.slots import SLOTS, key_slot
+from march.errors import CommandError
 from march.etcd.api import Delete
 from march.group import Group
 from march.store.base import GuardFailed
@@ -117,3 +119,39 @@ async def test_etcd_load_per_node_does_not_grow_with_the_number_of_groups(make_s
         )
     for name in ("n0", "n1", "n2"):
         assert counts[(16, name)] == counts[(1, name)] == (1, 1)
+
+
+async def test_cluster_failover_on_a_node_leading_nothing_takes_one_group_over(make_sim: SimFactory) -> None:
+    sim = await make_sim(5, groups=GROUPS)
+    await sim.until(lambda: spread(sim), "4 groups spread over 5 nodes", 10 * TTL)
+    [idle] = [n for n in sim.nodes if not any(g.state.leading for g in n.node.groups)]
+    before = {g: leaders(sim, g)[0] for g in range(GROUPS)}
+    last = {g: await incr(before[g].node.groups[g], key_of_group(g)) for g in range(GROUPS)}
+    assert idle.node.member is not None
+    asking = asyncio.ensure_future(idle.node.member.take_over(5.0))
+    await sim.until(asking.done, "CLUSTER FAILOVER answered", 10.0)
+    asking.result()  # OK
+    [taken] = [g.index for g in idle.node.groups if g.state.serving]
+    for g in range(GROUPS):
+        [owner] = leaders(sim, g)
+        assert owner is (idle if g == taken else before[g])  # one group moved, the others stayed
+    assert await incr(idle.node.groups[taken], key_of_group(taken)) > last[taken]
+    with pytest.raises(CommandError, match="You should send CLUSTER FAILOVER to a replica"):
+        await idle.node.member.take_over(5.0)
+    assert not sim.overlaps, sim.overlaps
+
+
+async def test_a_change_of_the_layout_steps_every_node_down_and_stops_it(make_sim: SimFactory) -> None:
+    """Rule 3 of docs/groups.md: a node that sees the layout change steps down from every group of
+    the old layout, gives their leader keys back (on its way out) and stops; started again it
+    reads the new layout."""
+    sim = await make_sim(3)
+    p = sim.primary
+    await p.incr(b"orders")
+    changed = await change_layout(sim.nodes[0].clients["control"], sim.keys, GROUPS, TTL / 3)
+    assert changed.groups == GROUPS
+    await sim.until(lambda: all(n.node.failed.is_set() for n in sim.nodes), "every node stops", TTL)
+    assert not sim.serving()
+    assert all("layout changed" in str(n.node.failure) for n in sim.nodes)
+    await p.stop()  # what the server does once ``failed`` is set: the leader key goes back at once
+    assert sim.leader_key() is None

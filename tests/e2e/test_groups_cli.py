@@ -7,11 +7,15 @@ a change while the last one has not completed is shown without starting nodes.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from support.etcd import EtcdCluster
+from support.servers import REPO_ROOT
 
 from march.cluster.layout import Layout, read_layout
 from march.etcd.grpc_etcd import GrpcEtcd
@@ -81,3 +85,26 @@ def test_show_and_change_the_number_of_groups(etcd: EtcdCluster) -> None:
 def test_groups_needs_etcd() -> None:
     done = march("groups")
     assert done.returncode == 2 and "give --etcd host:port" in done.stderr
+
+
+def test_a_terminal_is_asked_before_the_change(etcd: EtcdCluster) -> None:
+    prefix = f"/groups-{uuid.uuid4().hex[:8]}"
+    keys = KeyPaths.of(prefix)
+    args = [sys.executable, "-m", "march", "groups", "4", "--etcd", etcd.endpoints, "--etcd-prefix", prefix]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MARCH_")}, "PYTHONPATH": str(REPO_ROOT)}
+
+    def answer(reply: bytes) -> subprocess.CompletedProcess[str]:
+        master, slave = os.openpty()
+        try:
+            os.write(master, reply)  # typed ahead: waits in the terminal for the question
+            return subprocess.run(args, stdin=slave, capture_output=True, text=True, env=env, timeout=60)
+        finally:
+            os.close(slave)
+            os.close(master)
+
+    declined = answer(b"n\n")
+    assert declined.returncode == 1 and "go ahead? [y/N] nothing changed\n" in declined.stdout
+    assert asyncio.run(_with_etcd(etcd.endpoints, lambda e: read_layout(e, keys, 5.0))) == Layout()
+    accepted = answer(b"y\n")
+    assert accepted.returncode == 0 and "go ahead? [y/N] changed: 4 groups since revision" in accepted.stdout
+    assert asyncio.run(_with_etcd(etcd.endpoints, lambda e: read_layout(e, keys, 5.0))).groups == 4
