@@ -243,7 +243,12 @@ class Links:
         if prefer is not None and prefer.open and prefer.addr == addr and prefer.proto == proto:
             return prefer
         pool = self._pools.get((addr, proto))
-        return min(pool, key=lambda k: len(k.waiting)) if pool else None
+        if not pool:
+            return None
+        best = min(pool, key=lambda k: len(k.waiting))
+        if best.waiting and len(pool) < self.size:  # all busy: another link for the connections to come
+            self._start(addr, proto)
+        return best
 
     def write(self, link: Link, user: bytes, requests: list[list[bytes]]) -> Sent:
         """Write ``requests`` on ``link`` now, to run there as ``user`` (announced if it changed)."""
@@ -279,13 +284,19 @@ class Links:
         best = min(pool, key=lambda k: len(k.waiting)) if pool else None
         if best is not None and (not best.waiting or len(pool or ()) >= self.size):
             return best
+        task = self._start(addr, proto)
+        if best is not None:
+            return best  # busy, but a pipelined link still carries it; the new one serves later requests
+        return await asyncio.shield(task)
+
+    def _start(self, addr: str, proto: int) -> asyncio.Task[Link]:
+        """Open a link to ``addr`` in the background (one at a time per address and protocol)."""
+        key = (addr, proto)
         task = self._opening.get(key)
         if task is None:
             task = self._opening[key] = asyncio.get_running_loop().create_task(self._open(addr, proto))
             task.add_done_callback(lambda t: self._opened(key, t))
-        if best is not None:
-            return best  # busy, but a pipelined link still carries it; the new one serves later requests
-        return await asyncio.shield(task)
+        return task
 
     def _opened(self, key: tuple[str, int], task: asyncio.Task[Link]) -> None:
         self._opening.pop(key, None)
@@ -338,13 +349,9 @@ class Links:
     def warm(self, addr: str) -> None:
         """Open a link to ``addr`` in the background if none is open (readiness asks for it), at most
         once per ``RETRY_AFTER`` after a failure."""
-        key = (addr, 2)
-        if self.reachable(addr) or key in self._opening:
+        if self.reachable(addr) or time.monotonic() - self._failed_at.get(addr, -RETRY_AFTER) < RETRY_AFTER:
             return
-        if time.monotonic() - self._failed_at.get(addr, -RETRY_AFTER) < RETRY_AFTER:
-            return
-        task = self._opening[key] = asyncio.get_running_loop().create_task(self._open(addr, 2))
-        task.add_done_callback(lambda t: self._opened(key, t))
+        self._start(addr, 2)
 
     async def close(self) -> None:
         """Close every link (at shutdown); links being opened are cancelled."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -182,3 +182,23 @@ async def test_a_moved_from_the_primary_is_followed_once(primary: TinyPrimary) -
         assert refused.value.message == errors.FORWARD_MOVED
     assert len(primary.requests(b"ECHO")) == 1  # nothing more was sent
     await links.close()
+
+
+async def test_the_pool_grows_while_its_links_are_busy_and_a_connection_keeps_its_link(primary: TinyPrimary) -> None:
+    links = Links(SECRET, size=2)
+    await links.request(primary.addr, 2, b"app", [[b"ECHO", b"x"]], 5.0)
+    first = links.open_link(primary.addr, 2, None)
+    assert first is not None
+    links.write(first, b"app", [[b"HANG"]])  # busy from now on
+    assert links.open_link(primary.addr, 2, None) is first  # used now; a second one is being opened
+    await _until(lambda: links.open_link(primary.addr, 2, None) not in (None, first))
+    assert links.open_link(primary.addr, 2, first) is first  # a connection's requests stay on its link
+    assert len(primary.seen) == 2 and links.stats.opened == 2
+    await links.close()
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)

@@ -21,7 +21,7 @@ from march.errors import CommandError
 from march.node import Node
 from march.resp import encode_error
 from march.timing import RequestTimer
-from march.waiting import Waiting
+from march.waiting import Relays, Waiting
 
 
 @pytest.fixture
@@ -76,3 +76,15 @@ async def test_a_connection_gone_before_its_wait_began_closes_the_handler(app: A
     assert inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED  # no "never awaited" warning
     with pytest.raises(asyncio.CancelledError):
         await waiting.task
+
+
+async def test_relayed_replies_take_their_places_in_order() -> None:
+    """A read's replies wait for its relayed ones (``Relays``), each in its place, an error too."""
+    out = [b"+first\r\n"]
+    relays = Relays(out)
+    relays.add(answer(b":7\r\n", 0.02), [b"INCR", b"k"])  # type: ignore[arg-type]  # (any awaitable)
+    out.append(b"+between\r\n")
+    relays.add(answer(CommandError("ERR lost")), [b"INCR", b"k"])  # type: ignore[arg-type]
+    out.append(b"+last\r\n")
+    written = await relays.written(error_reply)
+    assert written == b"+first\r\n:7\r\n+between\r\n-ERR lost\r\n+last\r\n"

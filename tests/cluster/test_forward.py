@@ -184,6 +184,11 @@ def test_ready_and_a_lost_reply(cluster: MarchCluster) -> None:
         wait_until(lambda: ready(standby) == 200 and ready(new) == 200, 20, 0.05, "ready again")
         after = int(wait_until(lambda: _try_incr(r), 10, 0.05, "an ID through the standby"))
         assert after > before
+    for node in (n for n in cluster.nodes if n.alive):  # a plain client on each node in turn: still increasing
+        with redis.Redis(port=node.port) as each:
+            drawn = int(each.incr("lost"))
+            assert drawn > after
+            after = drawn
 
 
 def _info(node: ClusterNode) -> dict[str, str]:
