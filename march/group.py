@@ -33,7 +33,6 @@ from .errors import CommandError
 from .keyspace import Generator, Keyspace
 from .listing import Selection
 from .serving import ServingState
-from .workers import Workers
 
 __all__ = ["ALL_SLOTS", "ActiveView", "Group", "Groups", "Keyspaces", "SlotRange"]  # SlotRange: march.cluster.layout
 
@@ -172,17 +171,6 @@ class Keyspaces:
 
     def alter(self, key: bytes, changes: Mapping[str, int]) -> Any:
         return self._of(key).alter(key, changes)
-
-    def workers_of(self, namespace: bytes) -> Workers:
-        return self._of(namespace).workers
-
-    @property
-    def workers(self) -> Workers:
-        return self._any().workers
-
-    @property
-    def idle(self) -> Any:
-        return self._any().idle
 
     @property
     def wall_offset(self) -> float:

@@ -553,7 +553,7 @@ def _sequences(client: Client, count: int | None) -> dict[str, Any]:
         "ids_issued": sum(g.issued for g in gens),
         "waits": sum(g.waits for g in gens),
         "wait_timeouts": sum(g.wait_timeouts for g in gens),
-        "idle_dropped": app.keyspace.idle.dropped,  # idle sequences that left memory (march.idle)
+        "idle_dropped": sum(g.keyspace.idle.dropped for g in app.groups),  # idle sequences gone from memory
         "auto_create": "yes" if app.config.auto_create else "no",
         "min_batch": app.config.min_batch,
         "max_batch": app.config.max_batch,

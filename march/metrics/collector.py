@@ -271,11 +271,10 @@ def _headroom(app: App, current: list[Any]) -> Iterator[Metric]:
         "The highest lead of an active timestamp sequence with a cap, as a fraction of its cap (max_lead).",
         value=max((ms / cap for ms, cap in lead if cap), default=0.0),
     )
-    workers = app.keyspace.workers
     yield GaugeMetricFamily(
         "march_worker_ids_busy_max",
         "Worker ids held in the fullest namespace, as its last WORKER acquire found them (this term).",
-        value=max(workers.busy.values(), default=0),
+        value=max((n for g in app.groups for n in g.keyspace.workers.busy.values()), default=0),
     )
     yield GaugeMetricFamily(
         "march_worker_ids_limit",
