@@ -109,6 +109,9 @@ class Config:
     tls_key_file: str = ""
     tls_ca_cert_file: str = ""
     tls_auth_clients: str = "yes"
+    tls_cluster: bool = False
+    tls_client_cert_file: str = ""
+    tls_client_key_file: str = ""
     config_file: str = ""
 
     def __post_init__(self) -> None:
@@ -549,6 +552,20 @@ OPTIONS: tuple[Option, ...] = (
         "tls",
         restart=errors.RESTART_TLS,
     ),
+    # TLS between nodes (forwarding links; Redis' tls-cluster and tls-client-cert-file)
+    Option(
+        "tls_cluster",
+        "forwarding links go to the primaries' TLS ports, their certificates checked against tls_ca_cert_file",
+        "tls",
+        restart=errors.RESTART_TLS,
+    ),
+    Option(
+        "tls_client_cert_file",
+        "the certificate (PEM) this node shows on its TLS forwarding links (default: tls_cert_file)",
+        "tls",
+        restart=errors.RESTART_TLS,
+    ),
+    Option("tls_client_key_file", "its private key (default: tls_key_file)", "tls", restart=errors.RESTART_TLS),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}
@@ -626,6 +643,13 @@ def _validate(c: Config) -> None:
     need(c.sequence_idle_seconds == 0 or c.sequence_idle_seconds >= 1, "sequence_idle_seconds must be 0 or at least 1")
     need(c.redirect in ("moved", "forward"), "redirect must be moved or forward")
     need(c.redirect == "moved" or bool(c.cluster_secret), "redirect forward needs cluster_secret")
+    need(
+        not c.tls_cluster or bool(c.tls_port and c.tls_ca_cert_file), "tls_cluster needs tls_port and tls_ca_cert_file"
+    )
+    need(
+        bool(c.tls_client_cert_file) == bool(c.tls_client_key_file),
+        "tls_client_cert_file and tls_client_key_file go together",
+    )
     need(bool(c.etcd_user) == bool(c.etcd_password), "etcd_user and etcd_password go together")
     need(bool(c.etcd_cert_file) == bool(c.etcd_key_file), "etcd_cert_file and etcd_key_file go together")
     need(

@@ -6,7 +6,9 @@ RESP version), up to ``POOL_SIZE`` ``Link`` connections. A link is pipelined: re
 in the order they come and replies matched to them first in, first out (``reply_end`` finds where
 one raw reply ends; replies are relayed as the primary encoded them, never decoded).
 
-Opening a link is a challenge-response on ``cluster_secret`` (the secret never travels):
+A link is plain TCP to the primary's advertised address, or with ``tls_cluster`` TLS to its TLS
+address (``link_tls``). Opening a link is a challenge-response on ``cluster_secret`` (the secret
+never travels):
 ``MARCH.LINK HELLO`` gets a fresh nonce from the primary, ``MARCH.LINK AUTH <node> <proof>`` answers
 ``proof(secret, nonce)`` (HMAC-SHA256, hex); then ``HELLO 3`` for a RESP3 pool. Each request runs
 there as the user it came from: a link announces a user (``MARCH.LINK AS <user>``) before the
@@ -26,12 +28,14 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import log as march_log
+from .config import Config
 from .resp import encode_request
 
 log = logging.getLogger("march")
@@ -47,6 +51,19 @@ _LINE = frozenset(b"+-:,#_(")  # replies of one line
 _BULK = frozenset(b"$=!")  # a length, then that many bytes
 _AGGREGATE = frozenset(b"*~>")  # a count of replies
 _PAIRS = frozenset(b"%|")  # a count of pairs of replies (an attribute ``|`` is followed by its reply)
+
+
+def link_tls(config: Config) -> ssl.SSLContext | None:
+    """The client side of TLS links (``tls_cluster``): primaries' certificates checked against
+    ``tls_ca_cert_file`` (and their advertised host), this node's client certificate shown
+    (``tls_client_cert_file``, else ``tls_cert_file``). None without ``tls_cluster``."""
+    if not config.tls_cluster:
+        return None
+    context = ssl.create_default_context(cafile=config.tls_ca_cert_file)
+    context.load_cert_chain(
+        config.tls_client_cert_file or config.tls_cert_file, config.tls_client_key_file or config.tls_key_file
+    )
+    return context
 
 
 class LinkDown(Exception):
@@ -220,6 +237,7 @@ class Links:
         self.size = size
         self.timeout = timeout
         self.name = "?"  # this node's id, which the far end names the link after (set once it is known)
+        self.tls: ssl.SSLContext | None = None  # links to the primaries' TLS ports (``link_tls``), set at start
         self.stats = LinkStats()
         self._pools: dict[tuple[str, int], list[Link]] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[Link]] = {}
@@ -308,9 +326,13 @@ class Links:
         loop = asyncio.get_running_loop()
         link = Link(addr, self._gone, proto)
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: link, host.strip("[]"), int(port)), self.timeout)
+            host = host.strip("[]")
+            connecting = loop.create_connection(
+                lambda: link, host, int(port), ssl=self.tls, server_hostname=host if self.tls else None
+            )
+            await asyncio.wait_for(connecting, self.timeout)
             await asyncio.wait_for(self._handshake(link, proto), self.timeout)
-        except (OSError, ValueError, TimeoutError, LinkLost, LinkDown) as exc:
+        except (OSError, ValueError, TimeoutError, LinkLost, LinkDown) as exc:  # (ssl.SSLError is an OSError)
             self.stats.failed += 1
             self._failed_at[addr] = time.monotonic()
             link.abort()

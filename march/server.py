@@ -21,6 +21,7 @@ import asyncio
 import ctypes
 import gc
 import logging
+import ssl
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +36,7 @@ from .config import Config
 from .connection import Connections
 from .diagnostics import StoreWatch
 from .limits import clients_the_fd_limit_allows
+from .links import link_tls
 from .listeners import (
     HANDSHAKE_TIMEOUT,
     ListenError,
@@ -150,6 +152,10 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
     if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.pubsub)
         app.group.member.directory.on_primary_change(app.switch_master)
         app.links.name = app.group.member.me.id  # what the primaries name this node's forwarding links
+        try:
+            app.links.tls = link_tls(config)
+        except (OSError, ssl.SSLError) as exc:
+            raise ListenError(f"TLS links (tls_cluster): {exc}") from exc
     march_log.set_node(node_id(app))
     if config.metrics_port:
         ports.metrics = MetricsServer(

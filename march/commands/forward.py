@@ -88,11 +88,10 @@ def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | C
     comes back (the connection answers the requests after it meanwhile, and this one in its
     place); else a coroutine that opens a link first. Either may be awaited for the reply."""
     key = args[spec.keys[0]] if spec.keys[0] else b""
-    group = client.app.groups.of_key(key)
-    addr = group.primary_address(False)
+    group, links = client.app.groups.of_key(key), client.app.links
+    addr = group.primary_address(links.tls is not None)
     if addr is None:
         raise group.redirect(key, client.tls)  # CLUSTERDOWN or TRYAGAIN, as without forwarding
-    links = client.app.links
     link = links.open_link(addr, client.proto, client.relay_link)
     if link is None:
         return _relay(client, group, key, [args])
@@ -122,7 +121,7 @@ class Relayed:
 
 async def _relay(client: Client, group: Group, key: bytes, requests: list[list[bytes]]) -> Encoded:
     """``requests`` on one link to ``group``'s primary (opened if need be); the last reply."""
-    addr = group.primary_address(False)
+    addr = group.primary_address(client.app.links.tls is not None)
     if addr is None:
         raise group.redirect(key, client.tls)
     return await _settle(client, group, addr, requests, await _send(client, addr, requests))
@@ -136,8 +135,8 @@ async def _settle(
     moved = next((r for r in replies if r.startswith(b"-MOVED ")), None)
     if moved is not None:
         target = moved.split()[2].decode("utf-8", "replace")
-        mine = group.member.me.addr if group.member is not None else ""
-        if target in (addr, mine):
+        me = group.member.me if group.member is not None else None
+        if target == addr or (me is not None and target in (me.addr, me.tls_addr)):
             raise CommandError(errors.FORWARD_MOVED)
         replies = await _send(client, target, requests)
         if any(r.startswith(b"-MOVED ") for r in replies):
@@ -295,7 +294,7 @@ def readiness(app: App, warm: bool = True) -> str | None:
             continue
         if app.config.redirect != FORWARD:
             return f"group {group.index} is served by another node (redirect moved)"
-        addr = group.primary_address(False)
+        addr = group.primary_address(app.links.tls is not None)
         if addr is None:
             return f"group {group.index} has no primary"
         if not app.links.reachable(addr):

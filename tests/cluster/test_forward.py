@@ -14,9 +14,10 @@ it, the destructive one last:
 - ``GET /ready`` answers 200 on every node while a primary is reachable; when the primary is
   ``kill -9``ed while a forwarded INCR waits on it (SIGSTOPped first), the client gets the
   lost-reply error, the standbys say 503 until a new primary is reachable, and the IDs drawn after
-  that are above every earlier one (no duplicate).
+  that are above every earlier one (no duplicate);
+- with ``tls_cluster`` (a cluster of its own) the links go to the primary's TLS port.
 
-Every process is stopped by the module's fixture; waits are conditions with deadlines.
+Every process is stopped by the module's fixture (or the TLS test's own); waits are conditions with deadlines.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -32,6 +34,7 @@ from support.cluster import ClusterNode, MarchCluster, parse_info
 from support.etcd import EtcdCluster
 from support.ports import free_port
 from support.resp import RespConn, RespError, encode, wait_until
+from support.tls import make_certs, openssl_binary
 
 from march import errors
 
@@ -208,3 +211,30 @@ def _try_incr(r: redis.Redis) -> int | None:
         return int(r.incr("lost"))
     except redis.exceptions.ResponseError:
         return None
+
+
+def test_tls_links(tmp_path: Path, etcd: EtcdCluster) -> None:
+    """With ``tls_cluster`` the links go to the primary's TLS port (its certificate checked, the
+    node's client certificate shown); a plain client and a TLS client of a standby get IDs."""
+    if openssl_binary() is None:
+        pytest.skip("openssl not found on PATH")
+    certs = make_certs(tmp_path / "certs")
+    links = ["--tls-cluster", "yes", "--tls-client-cert-file", certs.client_cert]
+    links += ["--tls-client-key-file", certs.client_key]
+    cluster = MarchCluster(tmp_path / "march", etcd.endpoints, extra_args=FORWARD + links)
+    tls_ports: dict[str, int] = {}
+    for node in cluster.nodes:
+        tls_ports[node.node_id] = free_port()
+        node.extra_args += certs.server_args("yes", tls_ports[node.node_id])
+    try:
+        cluster.start()
+        primary, standby = standby_of(cluster)
+        tls_client = redis.Redis(port=tls_ports[standby.node_id], **certs.redis_py_kwargs())  # type: ignore[arg-type]
+        with redis.Redis(port=standby.port) as plain, redis.Redis(port=primary.port) as p, tls_client as tls:
+            ids = [int(plain.incr("t")), int(tls.incr("t")), int(p.incr("t")), int(plain.incr("t"))]
+        assert ids == sorted(ids) and len(set(ids)) == 4
+        listed = str(primary.call("CLIENT", "LIST")).splitlines()
+        links_in = [line for line in listed if "lib-name=march-link" in line]
+        assert links_in and all(f"laddr=127.0.0.1:{tls_ports[primary.node_id]} " in line for line in links_in)
+    finally:
+        cluster.stop()
