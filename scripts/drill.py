@@ -13,6 +13,13 @@ a revoked password or a deleted user must never come back; tests/cluster/test_ac
 with ``--rounds`` rounds through pytest); here the timing bars are checked strictly: the
 exit status is 0 only if every repetition had no violation and met every bar (`--bars-advisory`:
 no violation is enough; the suite runs the report so, since it never judges speed).
+
+``--groups N`` (issue 17) runs the drills on a cluster of N leadership groups (``march serve
+--groups N`` on every node): the faulted node is the one leading the most groups, and each
+summary adds one line per group (IDs, errors, longest gap between IDs, when a faulted group
+resumed, duplicates, order violations) and the bars "faulted groups resume within TTL + 1 s",
+"every other group's longest gap within 50 ms". ``rebalance`` (a fourth node joins under load and
+leaves again) runs with any N; ``takeover`` and the race drills only with one group.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from support.drills import (  # noqa: E402
     DRILLS,
+    GROUP_DRILLS,
     LAYOUTS,
     TAKEOVER_NAME_LEN,
     TAKEOVER_SEQUENCES,
@@ -107,6 +115,12 @@ def main() -> int:
     ap.add_argument(
         "--rounds", type=int, default=RACE_ROUNDS, help=f"rounds of each race drill (default {RACE_ROUNDS})"
     )
+    ap.add_argument(
+        "--groups",
+        type=int,
+        default=1,
+        help=f"leadership groups of the drill cluster (default 1; with more: the drills {', '.join(GROUP_DRILLS)})",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the logs and data (kept anyway after a failure)")
     ap.add_argument("--quiet", action="store_true", help="no live timeline, summaries only")
     ap.add_argument(
@@ -123,7 +137,11 @@ def main() -> int:
     unknown = [d for d in args.drills if d not in DRILLS and d not in SUITE_RACES]
     if unknown:
         ap.error(f"unknown drill(s) {unknown}; choose from {[*DRILLS, *SUITE_RACES]}")
-    wanted = args.drills or [*DRILLS, *SUITE_RACES]
+    if args.groups > 1:
+        single = [d for d in args.drills if d not in GROUP_DRILLS]
+        if single:
+            ap.error(f"{single} run with one group only; with --groups choose from {list(GROUP_DRILLS)}")
+    wanted = args.drills or ([*DRILLS, *SUITE_RACES] if args.groups == 1 else list(GROUP_DRILLS))
     chosen = [d for d in wanted if d in DRILLS]
     suite_races = [d for d in wanted if d in SUITE_RACES]
 
@@ -146,7 +164,7 @@ def main() -> int:
             env = DrillEnv(
                 base, etcd_members=members, proxies=proxies, lease_ttl=args.ttl, rate=args.rate,
                 warmup_ops=args.ops, hold_ops=args.ops, out=None if args.quiet else say,
-                sequences=args.sequences, name_len=args.name_len, rounds=args.rounds,
+                sequences=args.sequences, name_len=args.name_len, rounds=args.rounds, groups=args.groups,
             )  # fmt: skip
             try:
                 try:
@@ -159,7 +177,7 @@ def main() -> int:
                     f"== etcd: {members} member(s) at {env.etcd.endpoints}"
                     f"{' (each node through its own TCP proxy)' if proxies else ''}; march nodes "
                     + ", ".join(f"{n.node_id} {n.address}" for n in env.cluster.nodes)
-                    + f"; lease TTL {args.ttl}s; logs under {base}"
+                    + f"; {args.groups} leadership group(s); lease TTL {args.ttl}s; logs under {base}"
                 )
                 for name in names:
                     for rep in range(args.reps):
@@ -189,11 +207,14 @@ def main() -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    say(f"\n== summary ({time.monotonic() - started:.0f}s, lease TTL {args.ttl}s)")
+    say(f"\n== summary ({time.monotonic() - started:.0f}s, lease TTL {args.ttl}s, {args.groups} group(s))")
     for r in results:
         misses = [b.name for b in r.bars if not b.met]
         verdict = "FAILED" if r.violations else ("bar missed: " + ", ".join(misses) if misses else "ok")
         say(f"{r.drill + ' #' + str(r.rep):<40} {r.figures.line()}  [{verdict}]")
+        if args.groups > 1:
+            for g in r.figures.groups:
+                say(f"    {g.line()}")
     for f in failed:
         say(f"{f}  [FAILED]")
     return 1 if bad else 0

@@ -3,10 +3,17 @@ hand-made histories, then random ones against a brute-force O(n^2) definition.""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import History, Op, check_history
+from support.drills import DrillResult, _other_groups
+from support.history import analyze_groups, group_of_key, group_of_slot, group_slots
+from support.load import KEYS, TIMESTAMP_KEY, figures, group_keys
+
+from march.cluster.slots import key_slot
 
 
 def op(client: str, sent: int, replied: int, id_: int) -> Op:
@@ -90,3 +97,65 @@ def test_checker_agrees_with_the_definition(ops: list[Op]) -> None:
     except AssertionError:
         ok = False
     assert ok == expected_ok
+
+
+# -- per group (issue 17) --------------------------------------------------------------------------
+
+
+def test_group_ranges_match_the_shared_layout() -> None:
+    for n in (1, 3, 4, 7, 256):
+        starts = [group_slots(g, n)[0] for g in range(n)]
+        assert starts == [g * 16384 // n for g in range(n)]
+        assert group_slots(n - 1, n)[1] == 16383
+        for g in range(n):
+            first, last = group_slots(g, n)
+            assert group_of_slot(first, n) == g and group_of_slot(last, n) == g
+
+
+def test_load_keys_fall_in_their_groups() -> None:
+    assert group_keys(1) == [list(KEYS)]
+    sets = group_keys(4)
+    assert [group_of_key(k, 4) for k in sets[0]] == [0] * len(sets[0])
+    for g, ks in enumerate(sets):
+        assert ks and {group_of_key(k, 4) for k in ks} == {g}
+        assert key_slot(ks[0].encode()) in range(g * 4096, (g + 1) * 4096)
+    assert sum(TIMESTAMP_KEY in ks for ks in sets) == 1
+
+
+def test_violations_are_reported_in_the_group_of_their_key() -> None:
+    a, b = group_keys(4)[1][0], group_keys(4)[3][0]
+    h = {a: History(), b: History()}
+    h[a].record("c", 0, 10, 5)
+    h[a].record("d", 20, 30, 5)  # a duplicate in group 1
+    h[b].record("c", 0, 10, 9)
+    h[b].record("c", 20, 30, 4)  # a client going back in group 3
+    by_group = analyze_groups(h, 4)
+    assert [by_group[g].duplicates for g in range(4)] == [0, 1, 0, 0]
+    assert [by_group[g].decreases for g in range(4)] == [0, 0, 0, 1]
+    assert by_group[1].problems[0].startswith(f"{a}: duplicate ID 5")
+    per_group = [(g.duplicates, g.order_violations) for g in figures(h, groups=4).groups]
+    assert per_group == [(0, 0), (1, 1), (0, 0), (0, 2)]  # a repeat after its reply breaks order too
+
+
+def test_other_groups_must_serve_while_the_faulted_ones_are_down() -> None:
+    env = SimpleNamespace(groups=2, key_sets=group_keys(2))
+    down, up = env.key_sets[0][0], env.key_sets[1][0]
+    ms = 1_000_000
+    r = DrillResult("t")
+    r.histories = {down: History(), up: History()}
+    r.histories[down].record("c", 0, 1 * ms, 1, "old")
+    r.histories[down].record("c", 10 * ms, 2000 * ms, 2, "new")  # group 0 back 2 s after the fault at 5 ms
+    r.histories[up].record("p", 0, 2 * ms, 1, "x")
+    r.histories[up].record("p", 2100 * ms, 2101 * ms, 2, "x")  # group 1 silent for as long: a violation
+    r.finish(5 * ms, "old", 2, [0])
+    _other_groups(env, r, 5 * ms, [0])  # type: ignore[arg-type]
+    assert any("group 1 (not led by the faulty node) got no ID" in v for v in r.violations), r.violations
+    gap = next(b for b in r.bars if b.name.startswith("group 1"))
+    assert not gap.met and not gap.asserted
+    r.histories[up] = History()  # now it serves all along
+    for i, t in enumerate(range(0, 2200, 20)):
+        r.histories[up].record("p", t * ms, t * ms + 1, i + 1, "x")
+    r.violations, r.bars = [], []
+    r.finish(5 * ms, "old", 2, [0])
+    _other_groups(env, r, 5 * ms, [0])  # type: ignore[arg-type]
+    assert r.violations == [] and [b.met for b in r.bars] == [True]

@@ -8,17 +8,29 @@ different tests never meet in one etcd. Roles come from `INFO replication` (`rol
 since it would not answer.
 
 `stop()` reaps every node whatever its state (running, paused, killed).
+
+With leadership groups (``MarchCluster(groups=N)``, N > 1: every node gets ``--groups N``),
+"the primary" becomes one per group: `leaders()` is the map group -> node on which every live
+node's `CLUSTER SLOTS` agrees (each group's whole range under one live primary), and
+`wait_primary` / `wait_settled` / `start` wait for such a map (`settled`: primaries spread, each
+node between floor(N/M) and ceil(N/M)) and return the node that leads the most groups, so code written for one
+primary targets "the node holding the most primaries" unchanged. With one group they poll
+`INFO replication` as before.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from support.history import group_slots
 from support.resp import RespConn, RespError, wait_until
 from support.servers import START_TIMEOUT, MarchServer, ServerExited
 
@@ -34,6 +46,44 @@ def parse_info(text: bytes | str) -> dict[str, str]:
         if line and not line.startswith("#") and ":" in line:
             k, v = line.split(":", 1)
             out[k.strip()] = v.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class SlotOwner:
+    """One entry of `CLUSTER SLOTS`: a slot range, its primary and replicas (host:port each)."""
+
+    first: int
+    last: int
+    primary: str
+    replicas: tuple[str, ...] = ()
+
+
+def parse_slots(reply: object) -> list[SlotOwner] | None:
+    """A `CLUSTER SLOTS` reply as `SlotOwner`s; None for anything else (an error, no answer)."""
+    if not isinstance(reply, list):
+        return None
+
+    def address(node: list[object]) -> str:
+        host = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
+        return f"{host}:{node[1]}"
+
+    try:
+        return [SlotOwner(int(e[0]), int(e[1]), address(e[2]), tuple(address(n) for n in e[3:])) for e in reply]
+    except (TypeError, IndexError, ValueError):
+        return None
+
+
+def owners_by_group(entries: list[SlotOwner], groups: int) -> dict[int, str] | None:
+    """group -> primary address when every group's whole range lies in one entry (adjacent groups
+    of one primary may be listed as one range); None if a group has no primary."""
+    out: dict[int, str] = {}
+    for g in range(groups):
+        first, last = group_slots(g, groups)
+        owner = next((e for e in entries if e.first <= first and last <= e.last), None)
+        if owner is None:
+            return None
+        out[g] = owner.primary
     return out
 
 
@@ -138,6 +188,15 @@ class ClusterNode(MarchServer):
                 c.call("AUTH", self.password)
             return c.call(*args)
 
+    def slots(self, timeout: float = 0.5) -> list[SlotOwner] | None:
+        """This node's `CLUSTER SLOTS`; None if it is down, paused or silent."""
+        if not self.alive:
+            return None
+        try:
+            return parse_slots(self.call("CLUSTER", "SLOTS", timeout=timeout))
+        except OSError:
+            return None
+
 
 class MarchCluster:
     """``size`` march nodes in one cluster (one etcd prefix). ``etcd`` is one endpoint string for
@@ -153,25 +212,31 @@ class MarchCluster:
         prefix: str | None = None,
         extra_args: Sequence[str] = (),
         password: str | None = None,
+        groups: int = 1,
     ) -> None:
         per_node = [etcd] * size if isinstance(etcd, str) else list(etcd)
         assert len(per_node) == size, f"{size} nodes, {len(per_node)} etcd endpoint strings"
         self.prefix = prefix or f"/march-test-{uuid.uuid4().hex[:8]}"
         self.lease_ttl = lease_ttl
         self.base = base
-        self.nodes = [
-            ClusterNode(
-                base / f"n{i + 1}",
-                node_id=f"n{i + 1}",
-                etcd=per_node[i],
-                prefix=self.prefix,
-                lease_ttl=lease_ttl,
-                extra_args=extra_args,
-                log_path=base / f"n{i + 1}.log",
-                password=password,
-            )
-            for i in range(size)
-        ]
+        self.groups = groups
+        # One group passes no flag: the cluster runs exactly as before groups existed.
+        self.extra_args = [*extra_args, *(["--groups", str(groups)] if groups > 1 else [])]
+        self.password = password
+        self.nodes = [self.new_node(i + 1, per_node[i]) for i in range(size)]
+
+    def new_node(self, number: int, etcd: str) -> ClusterNode:
+        """Node ``n<number>`` of this cluster (not started, not yet in ``nodes``)."""
+        return ClusterNode(
+            self.base / f"n{number}",
+            node_id=f"n{number}",
+            etcd=etcd,
+            prefix=self.prefix,
+            lease_ttl=self.lease_ttl,
+            extra_args=self.extra_args,
+            log_path=self.base / f"n{number}.log",
+            password=self.password,
+        )
 
     def __enter__(self) -> Self:
         self.start()
@@ -183,9 +248,24 @@ class MarchCluster:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, timeout: float = START_TIMEOUT) -> ClusterNode:
         """Start every node that is not running (all at once: Python starts are slow), wait until
-        each answers PING and one is primary; return the primary."""
+        each answers PING and one is primary (every group has one); return the primary (the node
+        leading the most groups)."""
         self.start_nodes([n for n in self.nodes if not n.running], timeout)
         return self.wait_primary(timeout)
+
+    def join(self, etcd: str, timeout: float = START_TIMEOUT) -> ClusterNode:
+        """A new node (the next number) started into the cluster and added to ``nodes``."""
+        node = self.new_node(len(self.nodes) + 1, etcd)
+        self.nodes.append(node)
+        node.start(timeout)
+        return node
+
+    def leave(self, node: ClusterNode) -> int | None:
+        """Stop ``node`` (SIGTERM) and forget it; its exit code."""
+        try:
+            return node.stop()
+        finally:
+            self.nodes.remove(node)
 
     def start_nodes(self, nodes: Iterable[ClusterNode], timeout: float = START_TIMEOUT) -> None:
         nodes = list(nodes)
@@ -236,11 +316,70 @@ class MarchCluster:
     def standbys(self, timeout: float = 0.5) -> list[ClusterNode]:
         return [n for n in self.nodes if n.role(timeout) == "slave"]
 
+    # -- leadership groups ------------------------------------------------------------------
+    def leaders(self, exclude: Iterable[ClusterNode] = (), spread: bool = False) -> dict[int, ClusterNode] | None:
+        """group -> primary on which every live node not in ``exclude`` agrees (`CLUSTER SLOTS`),
+        each primary a live node not in ``exclude``; with ``spread``, each of those nodes leads its
+        fair share: at most ceil(groups / nodes) and at least floor(groups / nodes) (a node that
+        came back has taken its share). None while that does not hold."""
+        excluded = set(map(id, exclude))
+        asked = [n for n in self.nodes if n.alive and id(n) not in excluded]
+        views = [n.slots() for n in asked]
+        maps = [None if v is None else owners_by_group(v, self.groups) for v in views]
+        if not maps or any(m is None for m in maps) or any(m != maps[0] for m in maps):
+            return None
+        first = maps[0]
+        assert first is not None
+        out: dict[int, ClusterNode] = {}
+        for g, address in first.items():
+            node = self.node_at(address)
+            if node is None or id(node) not in map(id, asked):
+                return None
+            out[g] = node
+        if spread:
+            counts = Counter(map(id, out.values()))
+            led = [counts.get(id(n), 0) for n in asked]
+            if max(led) > math.ceil(self.groups / len(asked)) or min(led) < self.groups // len(asked):
+                return None
+        return out
+
+    def wait_leaders(
+        self, timeout: float = 10.0, exclude: Iterable[ClusterNode] = (), spread: bool = False
+    ) -> dict[int, ClusterNode]:
+        """Until `leaders` (with these arguments) holds; the map."""
+        exclude = list(exclude)
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.leaders(exclude, spread)
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                views = {n.node_id: n.slots() for n in self.nodes}
+                raise AssertionError(
+                    f"no agreed {'spread ' if spread else ''}primary for each of {self.groups} groups after "
+                    f"{timeout}s{' other than ' + str([n.node_id for n in exclude]) if exclude else ''}; "
+                    f"each node's CLUSTER SLOTS: {views}\n" + self.describe()
+                )
+            time.sleep(0.02)
+
+    @staticmethod
+    def most_leading(leaders: dict[int, ClusterNode]) -> ClusterNode:
+        """The node that leads the most groups (the lowest node id among equals)."""
+        counts = Counter(n.node_id for n in leaders.values())
+        best = min(counts, key=lambda nid: (-counts[nid], nid))
+        return next(n for n in leaders.values() if n.node_id == best)
+
+    def led_by(self, node: ClusterNode, leaders: dict[int, ClusterNode]) -> list[int]:
+        return [g for g, n in leaders.items() if n is node]
+
     def wait_primary(
         self, timeout: float = 10.0, exclude: Iterable[ClusterNode] = (), settled: bool = False
     ) -> ClusterNode:
         """Until one live node other than ``exclude`` says master (and, with ``settled``, every
-        other live node is a standby that names it); return it."""
+        other live node is a standby that names it); return it. With groups: until every group
+        has an agreed primary outside ``exclude`` (``settled``: spread); the node leading most."""
+        if self.groups > 1:
+            return self.most_leading(self.wait_leaders(timeout, exclude, spread=settled))
         excluded = set(map(id, exclude))
         deadline = time.monotonic() + timeout
         last: dict[str, str | None] = {}

@@ -16,6 +16,18 @@ A `DrillEnv` owns the processes of one drill layout: an etcd (1 or 3 members), o
 proxies (one per march node, all to etcd member 0), and a three-node March cluster. Every
 drill leaves the cluster as it found it (all nodes running, one primary, standbys agreeing)
 so repetitions run on the same processes.
+
+With leadership groups (``DrillEnv(groups=N)``, issue 17) the same drills run on N groups: "the
+primary" a drill faults is the node leading the most groups (with 4 groups on 3 nodes, the one
+holding two primaries); the load gives each group its own keys and clients; the figures,
+duplicates and order violations are reported per group. After a fault of a node, the groups it
+did not lead must keep serving: a violation if one of them got no ID while the faulty node's
+groups were still down (an ordering check), and their longest gap between replies is reported
+next to the 50 ms bar (never asserted in the suite). The faulty node's groups must resume within
+TTL + 1 s. ``rebalance`` (a fourth node joins under load, takes its share of the groups through
+planned hand-overs, then leaves with SIGTERM) needs no client error while it joins. The drills
+that seed or race one primary (``takeover``, ``race-*``) run with one group only
+(`GROUP_DRILLS` lists the others).
 """
 
 from __future__ import annotations
@@ -33,8 +45,8 @@ from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keys import KeyPaths
 from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
-from support.history import History
-from support.load import KEYS, TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, time_series
+from support.history import History, group_of_key, group_slots
+from support.load import TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, group_keys, time_series
 from support.proxy import TcpProxy
 from support.races import RACE_ROUNDS, Member, failover_round, race_node_id
 from support.resp import RespConn, RespError, encode, wait_until
@@ -47,6 +59,8 @@ TAKEOVER_SEQUENCES = 15_000  # the takeover drill's sequences: the size that use
 TAKEOVER_NAME_LEN = 200  # bytes per name (15,000 of them made one etcd read pass gRPC's 4 MB)
 TAKEOVER_PROBES = 2_000  # distinct old sequences asked at once on the new primary
 ETCD_DOWN = 2.0  # seconds etcd stays down in the etcd-restart drill
+GROUP_WARMUP_OPS = 25  # with groups: IDs each group's keys get before a drill's own warm-up counts
+OTHER_GROUPS_GAP = 0.05  # the issue's bar: the groups a fault did not touch never pause longer than this
 
 
 def recovery_timeout(ttl: float) -> float:
@@ -117,9 +131,17 @@ class DrillResult:
             self.violations.append("did not recover: " + (str(e).splitlines() or ["?"])[0])
             self.detail = str(e)
 
-    def finish(self, fault_at: int | None, old_primary: str | None) -> None:
-        """Compute the figures; duplicates and order violations become violations."""
-        self.figures = f = figures(self.histories, fault_at, old_primary)
+    def finish(
+        self,
+        fault_at: int | None,
+        old_primary: str | None,
+        groups: int = 1,
+        affected: list[int] | None = None,
+        old_until: int | None = None,
+    ) -> None:
+        """Compute the figures (per group too; ``affected``: the groups ``old_primary`` led at the
+        fault; ``old_until``: see `figures`); duplicates and order violations become violations."""
+        self.figures = f = figures(self.histories, fault_at, old_primary, groups, affected, old_until)
         if fault_at is not None and f.failover is not None:
             self.mark("first ID from another node", fault_at + int(f.failover * 1e9))
         if f.duplicates or f.order_violations:
@@ -130,6 +152,8 @@ class DrillResult:
 
     def summary(self) -> str:
         lines = [f"{self.drill} #{self.rep}: {'OK' if not self.violations else 'FAILED'}", "  " + self.figures.line()]
+        if len(self.figures.groups) > 1:
+            lines += [f"  {g.line()}" for g in self.figures.groups]
         if self.figures.error_kinds:
             lines.append(f"  errors by kind: {self.figures.error_kinds}; first: {self.figures.error_samples}")
         lines += [f"  {b.line()}" for b in self.bars]
@@ -169,8 +193,11 @@ class DrillEnv:
         sequences: int = TAKEOVER_SEQUENCES,
         name_len: int = TAKEOVER_NAME_LEN,
         rounds: int = RACE_ROUNDS,
+        groups: int = 1,
     ) -> None:
         self.base = base
+        self.groups = groups
+        self.key_sets = group_keys(groups)  # the load's keys, one list per group
         self.etcd = EtcdCluster(base / "etcd", size=etcd_members, binary=etcd_binary)
         self.use_proxies = proxies
         self.nodes = nodes
@@ -203,10 +230,14 @@ class DrillEnv:
                 # take every node's first endpoint away.
                 k = i % len(endpoints)
                 per_node.append(",".join(endpoints[k:] + endpoints[:k]))
-        self._cluster = MarchCluster(self.base / "march", per_node, size=self.nodes, lease_ttl=self.lease_ttl)
+        self._cluster = MarchCluster(
+            self.base / "march", per_node, size=self.nodes, lease_ttl=self.lease_ttl, groups=self.groups
+        )
         self._cluster.start()
         # One key of every load is a timestamp sequence: the drills check it as they check the rest.
         primary = self._cluster.wait_settled(SETTLE)
+        if self.groups > 1:
+            primary = self._cluster.wait_leaders(SETTLE)[group_of_key(TIMESTAMP_KEY, self.groups)]
         reply = primary.call("SEQ.CREATE", TIMESTAMP_KEY, "TIMESTAMP", "PRESET", "snowflake", "NODE", 1)
         assert reply == "OK", f"SEQ.CREATE {TIMESTAMP_KEY} TIMESTAMP: {reply!r}"
 
@@ -231,16 +262,48 @@ class DrillEnv:
     def seeds(self) -> list[str]:
         return [n.address for n in self.cluster.nodes]
 
+    # -- leadership groups (with one group: the one primary, group 0, every key) ---------------
+    def settled(self) -> tuple[ClusterNode, list[int]]:
+        """Wait for a settled cluster: the node a drill faults (the primary; with groups, the one
+        leading the most) and the groups it leads."""
+        if self.groups == 1:
+            return self.cluster.wait_settled(SETTLE), [0]
+        leaders = self.cluster.wait_leaders(SETTLE, spread=True)
+        node = self.cluster.most_leading(leaders)
+        return node, self.cluster.led_by(node, leaders)
+
+    def new_leader(self, old: ClusterNode, group: int, timeout: float) -> ClusterNode:
+        """Until ``group`` (and every other) has a primary other than ``old``; that primary."""
+        if self.groups == 1:
+            return self.cluster.wait_primary(timeout, exclude=[old])
+        return self.cluster.wait_leaders(timeout, exclude=[old])[group]
+
+    def keys_of(self, groups: list[int]) -> list[str]:
+        return [k for g in groups for k in self.key_sets[g]]
+
+    def wait_resumed(self, load: Load, since: int, old: ClusterNode, groups: list[int], timeout: float) -> None:
+        """Until each of ``groups`` served a request sent after ``since`` on a node other than ``old``."""
+        for g in groups:
+            load.wait_success(since, not_from=[old.address], timeout=timeout, keys=self.key_sets[g])
+
     @contextlib.contextmanager
     def load(self, result: DrillResult) -> Iterator[Load]:
         """Concurrent clients recording into ``result.histories`` (continued if not empty), with the
-        live timeline if ``out`` is set; stopped (and checked) at the end of the block."""
-        load = Load(self.seeds, result.histories, rate=self.rate)
+        live timeline if ``out`` is set; stopped (and checked) at the end of the block. With
+        groups: one RedisCluster and one plain client per group, each on its group's keys."""
+        if self.groups == 1:
+            load = Load(self.seeds, result.histories, rate=self.rate)
+        else:
+            load = Load(
+                self.seeds, result.histories, rate=self.rate, key_sets=self.key_sets, cluster_clients=1, plain_clients=1
+            )
         timeline = Timeline(load, self.cluster, self.out, result.drill) if self.out else None
         load.start()
         if timeline:
             timeline.start()
         try:
+            if self.groups > 1:  # every group really under load before the drill goes on
+                load.wait_each(self.key_sets, GROUP_WARMUP_OPS)
             yield load
         finally:
             if timeline:
@@ -249,7 +312,8 @@ class DrillEnv:
 
 
 class Timeline(threading.Thread):
-    """One line per ``interval``: ops/s, errors in that interval, which node says it is primary."""
+    """One line per ``interval``: ops/s, errors in that interval, which node says it is primary (with
+    groups: each group's primary, from one live node's CLUSTER SLOTS)."""
 
     def __init__(
         self, load: Load, cluster: MarchCluster, out: Callable[[str], None], label: str, interval: float = 0.5
@@ -264,13 +328,28 @@ class Timeline(threading.Thread):
         while not self._done.wait(self.interval):  # a reporting period, not synchronisation
             now = time.monotonic()
             ok, err = self.load.ok, self.load.errors
-            masters = [n.node_id for n in self.cluster.masters(timeout=0.2)]
-            who = ",".join(masters) if masters else "none"
+            who = self._leaders() if self.cluster.groups > 1 else self._primary()
             self.out(
                 f"  {self.label:<22} {now - start:5.1f}s {(ok - last_ok) / (now - last_t):7.0f} ops/s "
-                f"{err - last_err:5d} errors  primary {who}"
+                f"{err - last_err:5d} errors  {who}"
             )
             last_t, last_ok, last_err = now, ok, err
+
+    def _primary(self) -> str:
+        masters = [n.node_id for n in self.cluster.masters(timeout=0.2)]
+        return "primary " + (",".join(masters) if masters else "none")
+
+    def _leaders(self) -> str:
+        """Each group's primary as the first live node's CLUSTER SLOTS names it ("-": none)."""
+        node = next((n for n in self.cluster.nodes if n.alive), None)
+        entries = node.slots(timeout=0.2) if node is not None else None
+        names = {n.address: n.node_id for n in self.cluster.nodes}
+        leaders = []
+        for g in range(self.cluster.groups):
+            first, _ = group_slots(g, self.cluster.groups)
+            owner = next((e.primary for e in entries or [] if e.first <= first <= e.last), None)
+            leaders.append(names.get(owner, "?") if owner else "-")
+        return "groups " + " ".join(leaders)
 
     def stop(self) -> None:
         self._done.set()
@@ -283,20 +362,22 @@ class Timeline(threading.Thread):
 def drill_kill_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
     """`kill -9` of the primary under load: a standby serves within TTL + 1 s."""
     c, ttl = env.cluster, env.lease_ttl
-    r = DrillResult("kill -9 primary", rep)
-    old = c.wait_settled(SETTLE)
+    r = DrillResult("kill -9 primary" if env.groups == 1 else f"kill -9 node leading groups (of {env.groups})", rep)
+    old, affected = env.settled()
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
         fault_at = r.mark(f"kill -9 {old.node_id}")
+        r.notes.append(f"{old.node_id} led group(s) {affected}")
         c.kill(old)
-        new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        new = env.new_leader(old, affected[0], recovery_timeout(ttl))
         r.mark(f"{new.node_id} says primary")
         r.notes.append(f"primary {old.node_id} -> {new.node_id}")
-        load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+        env.wait_resumed(load, fault_at, old, affected, recovery_timeout(ttl))
         load.wait_ops(env.hold_ops)
-    r.finish(fault_at, old.address)
+    r.finish(fault_at, old.address, env.groups, affected)
     r.bars.append(Bar("first INCR on the new primary after the kill", r.figures.failover, ttl + 1.0))
+    _other_groups(env, r, fault_at, affected)
     c.restart(old)
     r.settle(c)
     return r
@@ -307,9 +388,9 @@ def drill_pause_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
     out a single ID afterwards (not even for requests queued while it was stopped), and clients
     that still talk to it get redirected to the new primary."""
     c, ttl = env.cluster, env.lease_ttl
-    r = DrillResult("SIGSTOP primary", rep)
-    old = c.wait_settled(SETTLE)
-    key = KEYS[0]
+    r = DrillResult("SIGSTOP primary" if env.groups == 1 else f"SIGSTOP node leading groups (of {env.groups})", rep)
+    old, affected = env.settled()
+    key = env.key_sets[affected[0]][0]
     fault_at = stopped_at = demoted_at = resumed_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
@@ -322,10 +403,10 @@ def drill_pause_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
             with RespConn(old.port, timeout=recovery_timeout(ttl)) as late:
                 late_sent = History.now()
                 late.send(encode("INCR", key) * LATE_REQUESTS)
-                new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+                new = env.new_leader(old, affected[0], recovery_timeout(ttl))
                 r.mark(f"{new.node_id} says primary")
                 r.notes.append(f"primary {old.node_id} -> {new.node_id}; {old.node_id} stopped for {ttl * 1.5:.1f}s")
-                load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+                env.wait_resumed(load, fault_at, old, affected, recovery_timeout(ttl))
                 stopped_for = ttl * 1.5  # the fault itself: paused for longer than the TTL
                 wait_until(lambda: History.now() - fault_at >= stopped_for * 1e9, timeout=stopped_for + 1)
                 old.resume()
@@ -334,13 +415,14 @@ def drill_pause_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
         finally:
             if old.paused:
                 old.resume()
-        _expect_redirect(r, old, new, key, recovery_timeout(ttl))
+        _expect_redirect(r, old, new, key, recovery_timeout(ttl), env)
         demoted_at = History.now()
         load.wait_ops(env.hold_ops)
-    r.finish(fault_at, old.address)
-    served = [
-        o for h in r.histories.values() for o in h.ops if o.node == old.address and stopped_at <= o.sent <= demoted_at
-    ]
+    r.finish(fault_at, old.address, env.groups, affected)
+    # With groups the resumed node may lead again soon (it rejoins and takes its share back): only
+    # requests sent while it was stopped must get no ID from it.
+    until = demoted_at if env.groups == 1 else resumed_at
+    served = [o for h in r.histories.values() for o in h.ops if o.node == old.address and stopped_at <= o.sent <= until]
     if served:
         ms = [
             f"{o.id} (sent +{(o.sent - fault_at) / 1e6:.0f} ms, replied +{(o.replied - fault_at) / 1e6:.0f} ms)"
@@ -352,6 +434,7 @@ def drill_pause_primary(env: DrillEnv, rep: int = 0) -> DrillResult:
         )
     # The issue sets this bar for kill -9; here clients also sit out their timeouts on the paused node.
     r.bars.append(Bar("first INCR on the new primary after SIGSTOP", r.figures.failover, ttl + 1.0, asserted=False))
+    _other_groups(env, r, fault_at, affected)
     r.settle(c)
     return r
 
@@ -362,19 +445,20 @@ def drill_cut_primary_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
     c, ttl = env.cluster, env.lease_ttl
     assert env.proxies, "this drill needs DrillEnv(proxies=True)"
     r = DrillResult("etcd link of primary cut", rep)
-    old = c.wait_settled(SETTLE)
+    old, affected = env.settled()
     proxy = env.proxies[old.node_id]
-    key = KEYS[0]
+    key = env.key_sets[affected[0]][0]
     fault_at = History.now()
+    healed_at: int | None = None
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
         fault_at = r.mark(f"etcd link of {old.node_id} cut")
         proxy.cut()
         try:
-            new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+            new = env.new_leader(old, affected[0], recovery_timeout(ttl))
             r.mark(f"{new.node_id} says primary")
             r.notes.append(f"primary {old.node_id} -> {new.node_id}")
-            load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+            env.wait_resumed(load, fault_at, old, affected, recovery_timeout(ttl))
             # Still cut off: the old primary must refuse, whatever it answers.
             sent = History.now()
             reply = old.call("INCR", key, timeout=5)
@@ -383,14 +467,31 @@ def drill_cut_primary_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
                 r.violations.append(f"the partitioned old primary answered INCR with an ID: {reply}")
         finally:
             proxy.restore()
-            r.mark("link restored")
-        _expect_redirect(r, old, new, key, recovery_timeout(ttl))
+            healed_at = r.mark("link restored")
+        _expect_redirect(r, old, new, key, recovery_timeout(ttl), env)
         load.wait_ops(env.hold_ops)
-    r.finish(fault_at, old.address)
+    # With groups the healed node soon leads its share again: only requests sent while cut off count.
+    r.finish(fault_at, old.address, env.groups, affected, healed_at if env.groups > 1 else None)
     r.bars.append(Bar("old primary's last ID after the cut", r.figures.old_primary_last or 0.0, ttl))
+    _note_last_of(r, old, fault_at, healed_at, env.groups)
     r.bars.append(Bar("first INCR on the new primary after the cut", r.figures.failover, ttl + 1.0))
+    _other_groups(env, r, fault_at, affected)
     r.settle(c)
     return r
+
+
+def _note_last_of(r: DrillResult, old: ClusterNode, fault_at: int, healed_at: int | None, groups: int) -> None:
+    """Which request got the cut-off node's last ID (its key's group, sent and replied, from the cut)."""
+    until = healed_at if healed_at is not None else History.now()
+    late = [(o, k) for k, h in r.histories.items() for o in h.ops if o.node == old.address and fault_at <= o.replied]
+    late = [(o, k) for o, k in late if o.sent < until]
+    if late:
+        o, k = max(late, key=lambda x: x[0].replied)
+        r.notes.append(
+            f"{old.node_id}'s last ID after the cut: {k} (group {group_of_key(k, groups)}), sent "
+            f"{(o.sent - fault_at) / 1e6:+.0f} ms, replied {(o.replied - fault_at) / 1e6:+.0f} ms; link restored "
+            f"{(until - fault_at) / 1e6:+.0f} ms"
+        )
 
 
 def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
@@ -398,7 +499,7 @@ def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
     c, ttl, etcd = env.cluster, env.lease_ttl, env.etcd
     assert len(etcd.members) >= 3, "this drill needs a three-member etcd"
     r = DrillResult("kill -9 etcd leader", rep)
-    old = c.wait_settled(SETTLE)
+    old, _ = env.settled()
     leader = etcd.wait_leader()
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
@@ -414,7 +515,7 @@ def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
         primary = c.wait_primary(recovery_timeout(ttl))
         r.notes.append(f"march primary {old.node_id} -> {primary.node_id}")
         load.wait_ops(env.hold_ops)
-    r.finish(fault_at, old.address)
+    r.finish(fault_at, old.address, env.groups)
     etcd.restart(leader)
     etcd.wait_leader()
     r.settle(c)
@@ -426,22 +527,24 @@ def drill_planned_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
     next to the 100 ms bar, never asserted."""
     c, ttl = env.cluster, env.lease_ttl
     r = DrillResult("planned FAILOVER", rep)
-    old = c.wait_settled(SETTLE)
+    old, affected = env.settled()
+    command = ["FAILOVER"] if env.groups == 1 else ["FAILOVER", "GROUP", str(affected[0])]
+    moved = affected[:1]  # FAILOVER GROUP moves that one group; the node's others stay
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = r.mark(f"FAILOVER on {old.node_id}")
-        reply = old.call("FAILOVER", timeout=recovery_timeout(ttl))
+        fault_at = r.mark(f"{' '.join(command)} on {old.node_id}")
+        reply = old.call(*command, timeout=recovery_timeout(ttl))
         r.mark(f"FAILOVER replied {reply!r}")
-        r.notes.append(f"FAILOVER answered {reply!r} in {(History.now() - fault_at) / 1e6:.0f} ms")
+        r.notes.append(f"{' '.join(command)} answered {reply!r} in {(History.now() - fault_at) / 1e6:.0f} ms")
         if reply != "OK":
             r.violations.append(f"FAILOVER answered {reply!r}")
-        new = c.wait_primary(recovery_timeout(ttl), exclude=[old])
+        new = _moved_away(env, old, moved[0], recovery_timeout(ttl))
         r.mark(f"{new.node_id} says primary")
         r.notes.append(f"primary {old.node_id} -> {new.node_id}")
-        load.wait_success(fault_at, not_from=[old.address], timeout=recovery_timeout(ttl))
+        env.wait_resumed(load, fault_at, old, moved, recovery_timeout(ttl))
         load.wait_ops(env.hold_ops)
-    r.finish(fault_at, old.address)
+    r.finish(fault_at, old.address, env.groups, moved)
     if r.figures.errors:
         r.violations.append(f"{r.figures.errors} client errors during a planned FAILOVER: {r.figures.error_kinds}")
     r.bars.append(Bar("longest request delay", r.figures.longest_delay, 0.1, asserted=False))
@@ -455,7 +558,7 @@ def drill_full_restart(env: DrillEnv, rep: int = 0) -> DrillResult:
     c, ttl = env.cluster, env.lease_ttl
     hard = rep % 2 == 1
     r = DrillResult("full restart" + (" (kill -9, etcd too)" if hard else " (SIGTERM)"), rep)
-    c.wait_settled(SETTLE)
+    env.settled()
     fault_at = restarted_at = History.now()
     before: dict[str, int] = {}
     with r.stage():
@@ -480,7 +583,7 @@ def drill_full_restart(env: DrillEnv, rep: int = 0) -> DrillResult:
         r.mark("nodes up")
         with env.load(r) as load:
             load.wait_ops(env.hold_ops)
-    r.finish(fault_at, None)
+    r.finish(fault_at, None, env.groups)
     for k, h in r.histories.items():
         after = [o.id for o in h.ops if o.sent >= restarted_at]
         if after and before and min(after) <= before[k]:
@@ -592,7 +695,7 @@ def drill_restart_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
     restart, so it resumes; nobody waits out a reconnect back-off)."""
     c, ttl, etcd = env.cluster, env.lease_ttl, env.etcd
     r = DrillResult("etcd killed and restarted", rep)
-    old = c.wait_settled(SETTLE)
+    old, _ = env.settled()
     fault_at = History.now()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
@@ -612,28 +715,135 @@ def drill_restart_etcd(env: DrillEnv, rep: int = 0) -> DrillResult:
         primary = c.wait_primary(recovery_timeout(ttl))
         r.notes.append(f"march primary {old.node_id} -> {primary.node_id}")
         load.wait_ops(env.hold_ops)
-    r.finish(fault_at, old.address)
+    r.finish(fault_at, old.address, env.groups)
     r.settle(c)
     return r
 
 
-def _expect_redirect(r: DrillResult, old: ClusterNode, new: ClusterNode, key: str, timeout: float) -> None:
+def _expect_redirect(
+    r: DrillResult, old: ClusterNode, new: ClusterNode, key: str, timeout: float, env: DrillEnv
+) -> None:
     """The old primary, back in touch, sends INCR to the new primary with MOVED (a TRYAGAIN or
-    CLUSTERDOWN meanwhile is fine, an ID never is)."""
+    CLUSTERDOWN meanwhile is fine, an ID never is). With groups the rejoined node may soon take
+    its share back by a planned hand-over: MOVED to any other node will do, and an ID is not a
+    violation once every live node agrees that it leads the key's group again (the ID joins the
+    history, which the checker judges with the rest)."""
+    group = group_of_key(key, env.groups)
 
     def redirected() -> bool:
         sent = History.now()
         reply = old.call("INCR", key, timeout=2)
         _record(r, "old-primary", key, sent, reply, old.address)
         if isinstance(reply, int):
-            r.violations.append(f"the old primary answered INCR with ID {reply} after the fault")
+            if not (env.groups > 1 and _leads_again(env, old, group)):
+                r.violations.append(f"the old primary answered INCR with ID {reply} after the fault")
             return True
-        return moved_target(reply) == new.address
+        target = moved_target(reply)
+        return target == new.address or (env.groups > 1 and target not in (None, old.address))
 
     try:
         wait_until(redirected, timeout=timeout, interval=0.05, message=f"MOVED to {new.address} from {old.node_id}")
     except AssertionError as e:
         r.violations.append(str(e).splitlines()[0])
+
+
+def _leads_again(env: DrillEnv, old: ClusterNode, group: int, within: float = 2.0) -> bool:
+    """Whether every live node agrees, within ``within`` seconds (their views follow etcd's watch),
+    that ``old`` leads ``group`` again (taken back by a planned hand-over after it rejoined)."""
+    try:
+        wait_until(lambda: (env.cluster.leaders() or {}).get(group) is old, timeout=within, interval=0.05)
+    except AssertionError:
+        return False
+    return True
+
+
+def _moved_away(env: DrillEnv, old: ClusterNode, group: int, timeout: float) -> ClusterNode:
+    """Until every live node agrees that ``group`` is led by a node other than ``old`` (with one
+    group: another node says primary); that node."""
+    if env.groups == 1:
+        return env.cluster.wait_primary(timeout, exclude=[old])
+    found: list[ClusterNode] = []
+
+    def moved() -> bool:
+        leaders = env.cluster.leaders()
+        if leaders is not None and leaders[group] is not old:
+            found.append(leaders[group])
+        return bool(found)
+
+    wait_until(moved, timeout=timeout, message=f"group {group} led by another node than {old.node_id}")
+    return found[0]
+
+
+def _other_groups(env: DrillEnv, r: DrillResult, fault_at: int, affected: list[int]) -> None:
+    """With groups: the groups the faulty node did not lead kept serving. Each one must have
+    served a request sent after the fault and answered before the faulty node's groups resumed
+    (an ordering, asserted); its longest gap between IDs is reported next to the 50 ms bar."""
+    if env.groups == 1:
+        return
+    others = [g for g in range(env.groups) if g not in affected]
+    for gf in r.figures.groups:
+        if gf.group in others:
+            r.bars.append(
+                Bar(f"group {gf.group} (not faulted): longest gap", gf.longest_gap, OTHER_GROUPS_GAP, asserted=False)
+            )
+    if r.figures.failover is None:
+        return  # the faulty groups never resumed: already a violation or a missed bar
+    down_until = fault_at + int(r.figures.failover * 1e9)
+    for g in others:
+        ops = [o for k in env.key_sets[g] for o in r.histories.get(k, History()).ops]
+        if not any(o.sent >= fault_at and o.replied <= down_until for o in ops):
+            r.violations.append(
+                f"group {g} (not led by the faulty node) got no ID in the {r.figures.failover * 1000:.0f} ms "
+                f"its neighbours' groups {affected} were down"
+            )
+
+
+def drill_rebalance(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """A fourth node joins under load and takes its share of the groups through planned
+    hand-overs (no client error while it joins); then it leaves with SIGTERM, handing its groups
+    back at once (errors then are reported: a plain client whose connection the leaving node
+    closes sees one). With one group nothing moves: the join must simply disturb nothing."""
+    c, ttl = env.cluster, env.lease_ttl
+    r = DrillResult(f"rebalance: a 4th node joins and leaves ({env.groups} groups)", rep)
+    env.settled()
+    fault_at = History.now()
+    joined: ClusterNode | None = None
+    with r.stage(), env.load(r) as load:
+        try:
+            load.wait_ops(env.warmup_ops)
+            errors_before = load.errors
+            fault_at = r.mark("4th node starting")
+            joined = c.join(c.nodes[0].etcd, timeout=recovery_timeout(ttl))
+            r.mark(f"{joined.node_id} up")
+            leaders = c.wait_leaders(recovery_timeout(ttl), spread=True) if env.groups > 1 else {}
+            taken = c.led_by(joined, leaders)
+            share = env.groups // len(c.nodes)
+            r.mark(f"{joined.node_id} leads {taken}")
+            r.notes.append(f"{joined.node_id} joined and leads group(s) {taken} (its share: at least {share})")
+            if len(taken) < share:
+                r.violations.append(f"{joined.node_id} leads {taken}, fewer than its share of {share}")
+            others = [n.address for n in c.nodes if n is not joined]
+            for g in taken:  # the new node really serves what it took
+                load.wait_success(fault_at, not_from=others, timeout=recovery_timeout(ttl), keys=env.key_sets[g])
+            load.wait_ops(env.hold_ops)
+            joined_errors = load.errors - errors_before
+            if joined_errors:
+                r.violations.append(f"{joined_errors} client errors while a node joined (planned hand-overs)")
+            left_at = r.mark(f"SIGTERM {joined.node_id}")
+            code, joined = c.leave(joined), None
+            if code != 0:
+                r.violations.append(f"the leaving node exited with {code} on SIGTERM")
+            c.wait_settled(recovery_timeout(ttl))
+            r.mark("settled on 3 nodes")
+            r.notes.append(f"left and settled in {(History.now() - left_at) / 1e6:.0f} ms")
+            load.wait_ops(env.hold_ops)
+        finally:
+            if joined is not None:
+                c.leave(joined)
+    r.finish(fault_at, None, env.groups)
+    r.bars.append(Bar("longest request delay", r.figures.longest_delay, 0.1, asserted=False))
+    r.settle(c)
+    return r
 
 
 def drill_race_node_id(env: DrillEnv, rep: int = 0) -> DrillResult:
@@ -709,6 +919,7 @@ DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
     "etcd-restart": drill_restart_etcd,
     "race-node-id": drill_race_node_id,
     "race-failover": drill_race_failover,
+    "rebalance": drill_rebalance,
 }
 
 # Which layout each drill needs: (etcd members, proxies).
@@ -723,4 +934,8 @@ LAYOUTS: dict[str, tuple[int, bool]] = {
     "etcd-restart": (1, False),
     "race-node-id": (1, False),
     "race-failover": (1, False),
+    "rebalance": (1, False),
 }
+
+# The drills that run with leadership groups (the others seed or race one primary).
+GROUP_DRILLS = ("kill", "pause", "cut", "etcd-leader", "failover", "restart", "etcd-restart", "rebalance")

@@ -13,6 +13,12 @@ failures for their figures (error count and window).
      own too for a clearer message);
 in O(n log n): sort by send time and by reply time, sweep with the largest ID already
 replied. `check_history` raises AssertionError describing the first violations.
+
+With leadership groups (issue 17), a key's group is the one whose slot range holds the key's
+slot (`group_of_key`: group g of N owns slots ``g*16384//N .. (g+1)*16384//N - 1``, the shared
+layout); `analyze_groups` adds the per-key analyses up per group, so a drill reports its
+duplicates and order violations group by group. The guarantees stay per key: a group's figures
+are sums over its keys, never one history across keys (different keys' IDs may interleave).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+
+from march.cluster.slots import SLOTS, key_slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,3 +182,48 @@ def check_history(history: History | list[Op], max_report: int = 10) -> dict[str
     if not a.ok:
         raise AssertionError(a.summary() + "\n  " + "\n  ".join(a.problems))
     return {"ops": a.ops, "clients": a.clients, "min_id": a.min_id, "max_id": a.max_id}
+
+
+# -- leadership groups ---------------------------------------------------------------------------
+
+
+def group_slots(group: int, groups: int) -> tuple[int, int]:
+    """The first and last slot of ``group`` of ``groups`` (the shared layout's contiguous ranges)."""
+    return group * SLOTS // groups, (group + 1) * SLOTS // groups - 1
+
+
+def group_of_slot(slot: int, groups: int) -> int:
+    """The group whose range holds ``slot``: the largest g with ``g*SLOTS//groups <= slot``."""
+    g = slot * groups // SLOTS
+    while group_slots(g, groups)[0] > slot:  # floor rounding may overshoot by one
+        g -= 1
+    while group_slots(g, groups)[1] < slot:
+        g += 1
+    return g
+
+
+def group_of_key(key: str | bytes, groups: int) -> int:
+    """The group that serves ``key`` (0 with one group: no slot is computed)."""
+    if groups == 1:
+        return 0
+    return group_of_slot(key_slot(key.encode() if isinstance(key, str) else key), groups)
+
+
+def analyze_groups(histories: dict[str, History], groups: int, max_report: int = 10) -> dict[int, Analysis]:
+    """Each key analysed on its own (the guarantees are per key), the counts added up per group;
+    the problems are prefixed with their key. Every group gets an entry, keys or not."""
+    out = {g: Analysis() for g in range(groups)}
+    for key, h in histories.items():
+        a = analyze(h, max_report)
+        total = out[group_of_key(key, groups)]
+        total.ops += a.ops
+        total.clients += a.clients
+        total.duplicates += a.duplicates
+        total.decreases += a.decreases
+        total.order_violations += a.order_violations
+        total.clock_misuse += a.clock_misuse
+        total.problems += [f"{key}: {p}" for p in a.problems][: max(0, max_report - len(total.problems))]
+        if a.ops:
+            total.min_id = min(total.min_id, a.min_id) if total.ops != a.ops else a.min_id
+            total.max_id = max(total.max_id, a.max_id)
+    return out

@@ -6,7 +6,9 @@ count and time, until `stop()`:
 - `ClusterClient`: redis-py `RedisCluster` (follows MOVED, refreshes the topology after a
   connection error, retries a few times with a short backoff);
 - `PlainClient`: one plain redis-py connection that follows `MOVED` by hand and, after a
-  connection error or timeout, tries the next seed address.
+  connection error or timeout, tries the next seed address;
+- `ForwardClient`: plain redis-py connections to every seed, each request to the next one, for
+  nodes that forward key requests to the key's primary (``--redirect forward``).
 
 Every request is recorded in the key's `History`: an `Op` (send time, reply time, ID, node
 that answered) or a `Failure` (error text). A request's send time is taken before its first
@@ -19,6 +21,12 @@ count and window, longest request delay, longest gap between successful replies,
 order violations. `time_series()` cuts the same histories into 100 ms buckets (IDs, errors,
 latency) for scripts/drill's charts: computed afterwards, it adds nothing to the clients' loop
 and keeps nothing the histories do not already hold.
+
+With leadership groups (``group_keys``): ``Load(key_sets=...)`` gives every key set (one per
+group) its own clients, so a paused or dead group never holds up another group's requests in a
+shared client loop, and `figures(..., groups=N)` adds a `GroupFigures` per group: its IDs,
+errors, longest gap between successful replies (the "other groups keep serving" measure), when it
+resumed on another node after the fault, duplicates and order violations.
 
 Nothing sleeps to synchronise: `wait_ops` / `wait_success` poll counters with a deadline.
 A client paces itself only if given a rate.
@@ -42,7 +50,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from support.history import Analysis, History, analyze
+from support.history import Analysis, History, analyze, analyze_groups, group_of_key, group_slots
 
 KEYS = ("drill:a", "drill:b", "{drill}:c", "drill:ts")
 TIMESTAMP_KEY = "drill:ts"  # made a snowflake timestamp sequence before any load (DrillEnv.start)
@@ -51,6 +59,7 @@ MAX_HOPS = 5  # MOVED redirects a plain client follows for one request
 ERROR_PAUSE = 0.01  # after a failed request, before the next (no hot loop against a dead node)
 MAX_SECONDS = 120.0  # hard bound on any load, whatever the caller forgets
 MAX_OPS_PER_CLIENT = 2_000_000
+KEYS_PER_GROUP = 2  # besides the timestamp key: two plain counters per group, one per client kind
 
 NS = 1_000_000_000
 
@@ -235,14 +244,72 @@ class PlainClient(Client):
             self.r.close()
 
 
+class ForwardClient(Client):
+    """Plain redis-py connections, one per seed, used in turn: each request goes to the next node,
+    whatever it leads. For nodes in forward mode (``--redirect forward``), which relay a key
+    request to its group's primary: a MOVED here is an error (a plain client cannot follow it)."""
+
+    kind = "forward"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._turn = itertools.cycle(self.seeds)
+        self.address = self.seeds[0]
+        self._conns: dict[str, Redis] = {}
+
+    def _conn(self, address: str) -> Redis:
+        if address not in self._conns:
+            host, port = _split(address)
+            self._conns[address] = Redis(
+                host=host,
+                port=port,
+                socket_timeout=SOCKET_TIMEOUT,
+                socket_connect_timeout=SOCKET_TIMEOUT,
+                retry=Retry(NoBackoff(), 0),
+                username=self.username,
+                password=self.password,
+            )
+        return self._conns[address]
+
+    def incr(self, key: str, sent: int) -> tuple[int, str, int]:
+        self.address = next(self._turn)
+        return int(self._conn(self.address).incr(key)), self.address, sent
+
+    def current_node(self) -> str:
+        return self.address
+
+    def close(self) -> None:
+        for r in self._conns.values():
+            r.close()
+        self._conns.clear()
+
+
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
 
 
+def group_keys(groups: int, per_group: int = KEYS_PER_GROUP) -> list[list[str]]:
+    """The load's keys, one list per group: with one group `KEYS`; with N, ``per_group`` names
+    ``drill:g<g>:<i>`` whose slots fall in each group's range, and `TIMESTAMP_KEY` in its own."""
+    if groups == 1:
+        return [list(KEYS)]
+    sets: list[list[str]] = [[] for _ in range(groups)]
+    for g in range(groups):
+        for i in itertools.count():
+            name = f"drill:g{g}:{i}"
+            if group_of_key(name, groups) == g:
+                sets[g].append(name)
+                if len(sets[g]) == per_group:
+                    break
+    sets[group_of_key(TIMESTAMP_KEY, groups)].append(TIMESTAMP_KEY)
+    return sets
+
+
 class Load:
     """``cluster_clients`` RedisCluster clients and ``plain_clients`` plain ones on ``keys``,
-    recording into ``histories`` (made if not given; pass the same dict to continue a history)."""
+    recording into ``histories`` (made if not given; pass the same dict to continue a history).
+    With ``key_sets``, that many clients of each kind for every key set instead (``keys`` unused)."""
 
     def __init__(
         self,
@@ -256,22 +323,34 @@ class Load:
         max_seconds: float = MAX_SECONDS,
         username: str | None = None,
         password: str | None = None,
+        key_sets: Sequence[Sequence[str]] | None = None,
+        forward_clients: int = 0,
     ) -> None:
-        self.keys = list(keys)
-        self.histories = histories if histories is not None else {k: History() for k in keys}
-        for k in keys:
+        sets = [list(ks) for ks in key_sets] if key_sets is not None else [list(keys)]
+        self.keys = [k for ks in sets for k in ks]
+        self.histories = histories if histories is not None else {k: History() for k in self.keys}
+        for k in self.keys:
             self.histories.setdefault(k, History())
         self._stop = threading.Event()
-        limits: dict[str, Any] = {
-            "keys": keys, "rate": rate, "max_seconds": max_seconds, "username": username, "password": password,
-        }  # fmt: skip
-        self.clients: list[Client] = [
-            ClusterClient(f"cluster{i}", seeds, self.histories, self._stop, **limits) for i in range(cluster_clients)
-        ]
-        # Plain clients start on different seeds: one of them talks to a standby from the start.
-        for i in range(plain_clients):
-            rotated = list(seeds[i % len(seeds) :]) + list(seeds[: i % len(seeds)])
-            self.clients.append(PlainClient(f"plain{i}", rotated, self.histories, self._stop, **limits))
+        self.clients: list[Client] = []
+        for s, ks in enumerate(sets):
+            tag = "" if key_sets is None else f"g{s}-"
+            limits: dict[str, Any] = {
+                "keys": ks, "rate": rate, "max_seconds": max_seconds, "username": username, "password": password,
+            }  # fmt: skip
+            self.clients += [
+                ClusterClient(f"{tag}cluster{i}", seeds, self.histories, self._stop, **limits)
+                for i in range(cluster_clients)
+            ]
+            # Plain clients start on different seeds: one of them talks to a standby from the start.
+            for i in range(plain_clients):
+                k = (i + s) % len(seeds)
+                rotated = list(seeds[k:]) + list(seeds[:k])
+                self.clients.append(PlainClient(f"{tag}plain{i}", rotated, self.histories, self._stop, **limits))
+            for i in range(forward_clients):
+                k = (i + s) % len(seeds)
+                rotated = list(seeds[k:]) + list(seeds[:k])
+                self.clients.append(ForwardClient(f"{tag}forward{i}", rotated, self.histories, self._stop, **limits))
         self.started_at = 0
 
     def __enter__(self) -> Load:
@@ -311,18 +390,34 @@ class Load:
         target = self.ok + n
         _wait(lambda: self.ok >= target, timeout, f"{n} more successful INCRs ({self.errors} errors so far)")
 
+    def wait_each(self, key_sets: Sequence[Sequence[str]], n: int, timeout: float = 30.0) -> None:
+        """Until the keys of every set (a group's) have ``n`` more successful INCRs than now."""
+        targets = [(ks, sum(len(self.histories[k]) for k in ks) + n) for ks in key_sets]
+        _wait(
+            lambda: all(sum(len(self.histories[k]) for k in ks) >= t for ks, t in targets),
+            timeout,
+            f"{n} more successful INCRs on the keys of each group",
+        )
+
     def wait_success(
-        self, since: int, not_from: Iterable[str] = (), timeout: float = 30.0, sent_after: int | None = None
+        self,
+        since: int,
+        not_from: Iterable[str] = (),
+        timeout: float = 30.0,
+        sent_after: int | None = None,
+        keys: Iterable[str] | None = None,
     ) -> tuple[int, str]:
-        """Until a request sent at or after ``sent_after`` (default: ``since``) succeeds on a node not
-        in ``not_from``; return (reply time, node) of the first such reply."""
+        """Until a request sent at or after ``sent_after`` (default: ``since``) for one of ``keys``
+        (default: any) succeeds on a node not in ``not_from``; return (reply time, node) of the
+        first such reply."""
         excluded = set(not_from)
         floor = since if sent_after is None else sent_after
-        seen = {k: 0 for k in self.histories}  # ops already looked at, per key
+        watched = {k: self.histories[k] for k in (self.histories if keys is None else keys)}
+        seen = {k: 0 for k in watched}  # ops already looked at, per key
         hits: list[tuple[int, str]] = []
 
         def found() -> bool:
-            for key, h in self.histories.items():
+            for key, h in watched.items():
                 new = h.ops_from(seen[key])
                 seen[key] += len(new)
                 hits.extend((o.replied, o.node) for o in new if o.sent >= floor and o.node and o.node not in excluded)
@@ -341,6 +436,32 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 @dataclass
+class GroupFigures:
+    """One group's share of a drill (its keys only). Times in seconds."""
+
+    group: int
+    slots: tuple[int, int]
+    affected: bool = False  # its primary was on the faulty node
+    ops: int = 0
+    errors: int = 0
+    longest_gap: float = 0.0  # longest time without a successful reply for this group's keys
+    gap_at: float | None = None  # when that gap began, from the fault (negative: before it)
+    resumed: float | None = None  # fault -> its first successful INCR on another node than the old primary
+    duplicates: int = 0
+    order_violations: int = 0
+
+    def line(self) -> str:
+        resumed = "" if self.resumed is None else f", resumed on another node after {self.resumed * 1000:.0f} ms"
+        at = "" if self.gap_at is None else f" (from {self.gap_at * 1000:+.0f} ms)"
+        faulted = ", its primary faulted" if self.affected else ""
+        return (
+            f"group {self.group} (slots {self.slots[0]}-{self.slots[1]}{faulted}): "
+            f"{self.ops} IDs, {self.errors} errors, longest gap {self.longest_gap * 1000:.0f} ms{at}{resumed}, "
+            f"{self.duplicates} duplicates, {self.order_violations} order violations"
+        )
+
+
+@dataclass
 class Figures:
     """What one drill repetition measured. Times in seconds; None where it does not apply."""
 
@@ -356,6 +477,7 @@ class Figures:
     problems: list[str] = field(default_factory=list)
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)  # the first few distinct error texts, with their node
+    groups: list[GroupFigures] = field(default_factory=list)  # one per group (also with one group)
 
     def line(self) -> str:
         def s(x: float | None) -> str:
@@ -368,9 +490,19 @@ class Figures:
         )
 
 
-def figures(histories: dict[str, History], fault_at: int | None = None, old_primary: str | None = None) -> Figures:
+def figures(
+    histories: dict[str, History],
+    fault_at: int | None = None,
+    old_primary: str | None = None,
+    groups: int = 1,
+    affected: Iterable[int] | None = None,
+    old_until: int | None = None,
+) -> Figures:
     """The figures of one drill: ``fault_at`` is when the fault was made (monotonic ns),
-    ``old_primary`` the host:port that was primary then."""
+    ``old_primary`` the host:port that was primary then. With ``groups`` > 1 and ``affected`` (the
+    groups the old primary led), the failover time is the last of those groups to resume: the
+    other groups were served by other nodes all along. ``old_until``: only requests sent before it
+    count for the old primary's last ID (with groups a healed node soon leads again, rightly)."""
     f = Figures()
     analyses: list[Analysis] = []
     for key, h in histories.items():
@@ -399,10 +531,50 @@ def figures(histories: dict[str, History], fault_at: int | None = None, old_prim
         after = [o.replied for o in ops if o.replied >= fault_at and o.node and o.node != old_primary]
         if after:
             f.failover = _seconds(min(after) - fault_at)
-        old_late = [o.replied for o in ops if o.replied >= fault_at and o.node == old_primary]
+        cutoff = old_until if old_until is not None else max([o.sent for o in ops] + [0]) + 1
+        old_late = [o.replied for o in ops if o.replied >= fault_at and o.node == old_primary and o.sent < cutoff]
         if old_late:
             f.old_primary_last = _seconds(max(old_late) - fault_at)
+    if groups > 1 and affected is None:  # no node's groups were faulted: other nodes served all along
+        f.failover = f.old_primary_last = None
+    hit = set(range(groups) if affected is None and groups == 1 else affected or ())
+    f.groups = group_figures(histories, groups, hit, fault_at, old_primary)
+    if groups > 1 and fault_at is not None and old_primary is not None and hit:
+        resumed = [g.resumed for g in f.groups if g.affected]
+        f.failover = None if None in resumed else max(r for r in resumed if r is not None)
     return f
+
+
+def _longest_gap(replies: list[int]) -> tuple[float, int | None]:
+    """The longest time between two successive replies (seconds) and when it began (ns)."""
+    gaps = [(b - a, a) for a, b in itertools.pairwise(sorted(replies))]
+    if not gaps:
+        return 0.0, None
+    gap, start = max(gaps)
+    return _seconds(gap), start
+
+
+def group_figures(
+    histories: dict[str, History], groups: int, affected: set[int], fault_at: int | None, old_primary: str | None
+) -> list[GroupFigures]:
+    """One `GroupFigures` per group, from the histories of its keys."""
+    analyses = analyze_groups(histories, groups)
+    out = [GroupFigures(g, group_slots(g, groups), g in affected) for g in range(groups)]
+    mine: dict[int, list[History]] = {g: [] for g in range(groups)}
+    for key, h in histories.items():
+        mine[group_of_key(key, groups)].append(h)
+    for gf in out:
+        a = analyses[gf.group]
+        gf.ops, gf.duplicates, gf.order_violations = a.ops, a.duplicates, a.order_violations + a.decreases
+        ops = [o for h in mine[gf.group] for o in h.ops]
+        gf.errors = sum(len(h.failures) for h in mine[gf.group])
+        gf.longest_gap, start = _longest_gap([o.replied for o in ops])
+        if start is not None and fault_at is not None:
+            gf.gap_at = _seconds(start - fault_at)
+        if gf.affected and fault_at is not None and old_primary is not None:
+            after = [o.replied for o in ops if o.replied >= fault_at and o.node and o.node != old_primary]
+            gf.resumed = _seconds(min(after) - fault_at) if after else None
+    return out
 
 
 # -- time series for the drill charts ------------------------------------------------------------
