@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+from typing import NoReturn
 
 import uvloop
 
@@ -28,7 +29,7 @@ from .commands.table import COMMANDS  # (importing the commands package register
 from .etcd.keys import KeyPaths
 from .node import etcd_client
 from .server import ListenError, serve
-from .store.base import SequenceRecord, StoreError
+from .store.base import LayoutChanged, SequenceRecord, StoreError
 from .version import VERSION
 
 
@@ -162,10 +163,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         uvloop.run(_serve(config))
+    except LayoutChanged as exc:
+        _start_again(exc)
     except (StoreError, ListenError) as exc:  # a locked data dir, a port in use: say so, no traceback
         print(f"march: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _start_again(why: LayoutChanged) -> NoReturn:
+    """The cluster's layout changed under this node, which has stepped down from every group, given
+    their leader keys back and closed everything: run the same command line again in this process
+    (same pid, so a supervisor, a pid file or a test's handle still follows it), to serve in the
+    new layout. Sockets and the data dir's files are not inherited (Python opens them
+    non-inheritable), so the new image starts as a fresh process would."""
+    logging.getLogger("march").warning("%s", why)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "march", *sys.argv[1:]])
 
 
 async def _serve(config: config_mod.Config) -> None:

@@ -13,8 +13,8 @@ users' ACL rules read) is handed to it.
   and keyspace over the one store. ``open`` reads the layout from etcd if etcd answers then (else
   the ``groups`` option's is assumed); before the first campaign the layout is confirmed
   (``create_layout``: a fresh prefix takes this node's ``groups``), and a node built for another
-  layout, or one that sees the layout change later (``march groups N``), stops with an
-  ``IdentityConflict`` (status 1): started again, it reads the cluster's layout. Every group starts
+  layout, or one that sees the layout change later (``march groups N``), stops with
+  ``LayoutChanged`` and ``march serve`` starts again (same process id), reading the cluster's layout. Every group starts
   as a standby;
   ``join(port)`` registers this node and starts the election once the listener's port is known
   (the advertised address needs it). Before registering, the node confirms which cluster it
@@ -55,7 +55,7 @@ from .etcd.keys import KeyPaths
 from .group import Group, Groups
 from .keyspace import Keyspace
 from .serving import Cause, ServingState
-from .store.base import SINGLE_NODE, IdentityConflict, Store, StoreError
+from .store.base import SINGLE_NODE, IdentityConflict, LayoutChanged, Store, StoreError
 from .store.etcd import EtcdStore
 from .store.sqlite import SqliteStore
 from .users import SharedUsers
@@ -159,23 +159,23 @@ class Node:
         fresh) is the one this node's groups were built for, else this node stops (restarted, it reads it)."""
         layout = await create_layout(self.etcd["control"], self.keys, self.layout.groups, self.config.lease_ttl / 3)
         if layout.groups != self.layout.groups:
-            raise IdentityConflict(
+            raise LayoutChanged(
                 f"etcd prefix {self.config.etcd_prefix} has {layout.groups} leadership group(s); this node "
-                f"started with {self.layout.groups} (etcd did not answer then): restart it to take the cluster's layout"
+                f"started with {self.layout.groups} (etcd did not answer then): starting again in the cluster's layout"
             )
         self.layout = layout
 
     def _check_layout(self, record: KV | None) -> None:
         """After every topology read: the layout record is still the one this node's groups were
         built for. Once it changed (``march groups N``), this node steps down from every group, gives
-        their leader keys back and stops (``IdentityConflict``: status 1); started again (a supervisor
-        restarts it), it reads the new layout (docs/groups.md, rule 3)."""
+        their leader keys back and stops (``LayoutChanged``), and ``march serve`` starts again in the
+        same process, reading the new layout (docs/groups.md, rule 3)."""
         layout = layout_of(record)
         if layout.revision != self.layout.revision:
-            raise IdentityConflict(
+            raise LayoutChanged(
                 f"the cluster's layout changed ({self.layout.describe()} -> {layout.describe()}): this node "
                 "stepped down from every group and gives their leader keys back; it stops now, and takes "
-                "part in the new layout when it starts again"
+                "part in the new layout as it starts again"
             )
 
     def _grpc(self, purpose: str) -> Etcd:

@@ -108,6 +108,12 @@ class IdentityConflict(StoreError):
     says why and exits (``march.cluster.directory``, ``march.cluster.identity``, ``march.store.membership``)."""
 
 
+class LayoutChanged(IdentityConflict):
+    """The cluster's layout (``march groups N``) is not the one this node's groups were built for:
+    the node steps down from every group, gives their leader keys back, stops, and starts again in
+    the new layout (``march.cli`` executes the same command line again, in the same process id)."""
+
+
 @dataclass(frozen=True)
 class Guard:
     """Leadership token carried by every ceiling write.
