@@ -133,24 +133,7 @@ class Election:
         if self.held_revision and self.state.phase is Phase.STANDBY:
             self.wake()
 
-    # --- the loop --------------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        while not self.closing:
-            self._wake.clear()
-            try:
-                await self.step()
-                pause = self.ttl / 2
-            except IdentityConflict:
-                raise  # this node must not take part: the member stops it
-            except StoreError as exc:
-                log.warning("etcd: %s", exc)
-                pause = self.ttl / 3
-            except Exception:
-                log.exception("election loop error; backing off for %ds", 2 * self.ttl)
-                self._quiet_until = self.clock.now() + 2 * self.ttl
-                pause = 2 * self.ttl
-            await wait_event(self.clock, self._wake, pause)
+    # --- one group alone (``ElectionLoop`` runs every group of a node in one loop) ----------------
 
     async def step(self) -> None:
         """One group alone (``ElectionLoop`` steps several): steps 0-2, then ``step_group``."""
