@@ -351,6 +351,23 @@ async def test_async_prefetch_is_unique_and_increasing(march_url: str) -> None:
     assert after > max(max(got), max(concurrent), direct[-1])  # prefetched, unused IDs are never handed out again
 
 
+def test_clusterdown_forgets_a_nodes_slots_only_if_the_table_sent_us_there() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    table = slots_reply((0, 8191, 1), (8192, 16383, 2))
+    high = key_in(8192, 16383)
+    down = rex.ClusterDownError("CLUSTERDOWN no primary")
+    moved = rex.MovedError(f"{key_slot(high.encode())} 127.0.0.1:2")
+    nodes = {a: FakeNode([moved, 2, down], slots=table), b: FakeNode([1, down, 3], slots=table)}
+    router, _ = fake_router(nodes)
+    assert router.execute("INCR", high) == 1  # the table: low half a, high half b
+    # b, which the table names, knows no primary for the high half: its entries go
+    assert router.execute("INCR", high) == 2  # b said CLUSTERDOWN; the current node (a) served it
+    assert router.slot_owner(16383) is None and router.slot_owner(0) == a
+    # a, reached as the current node for an unknown slot, knows no primary: its own entries stay
+    assert router.execute("INCR", high) == 3
+    assert router.slot_owner(0) == a and router.current == b
+
+
 class AsyncFakeNode(FakeNode):
     async def execute_command(self, *args: Any) -> Any:
         return super().execute_command(*args)

@@ -124,9 +124,13 @@ class Routing:
     def current(self) -> Address:
         return self._current
 
-    def address_for(self, args: Sequence[Any]) -> Address:
-        """Where to send ``args``: its key's slot's primary if known, else the current node."""
-        slot = request_slot(args)
+    @staticmethod
+    def slot_of(args: Sequence[Any]) -> int | None:
+        """The slot a request is routed by (None: keyless, the current node)."""
+        return request_slot(args)
+
+    def address_for(self, slot: int | None) -> Address:
+        """Where to send a request for ``slot``: its primary if known, else the current node."""
         return self._current if slot is None else (self._slots[slot] or self._current)
 
     def slot_owner(self, slot: int) -> Address | None:
@@ -136,10 +140,12 @@ class Routing:
         self._lock = threading.Lock()  # another thread of the parent may have held it at fork time
         self._refreshing = False  # a refresh of the parent's never ends in the child
 
-    def _after_failure(self, address: Address, error: Exception, action: Action) -> Address | None:
-        """Move on after ``address`` failed with ``error``: a MOVED records its slot's primary and
-        makes it the current node; a node down, paused or knowing no primary loses its table
-        entries (their slots go to the current node, which moves on to the next known node).
+    def _after_failure(self, address: Address, error: Exception, action: Action, slot: int | None) -> Address | None:
+        """Move on after ``address`` failed with ``error`` for a request routed by ``slot``: a MOVED
+        records its slot's primary and makes it the current node; a node down or paused loses its
+        table entries (their slots go to the current node, which moves on to the next known node),
+        and so does one knowing no primary (``CLUSTERDOWN``) if the table had sent us there: reached
+        as the current node, its entries are its other groups, which it still leads.
         Returns the node whose ``CLUSTER SLOTS`` the router must now read (and hand to
         `_refreshed`, whatever happens): the MOVED's node, unless a refresh is already under way."""
         with self._lock:
@@ -155,7 +161,8 @@ class Routing:
                 self._refreshing = True
                 return moved
             if action is Action.NEXT_NODE:
-                if address in self._slots:
+                reached_by_table = slot is not None and self._slots[slot] == address
+                if (reached_by_table or not isinstance(error, rex.ClusterDownError)) and address in self._slots:
                     self._slots = [None if a == address else a for a in self._slots]
                 if self._current == address:  # another thread may have moved on
                     i = self._known.index(address) if address in self._known else -1

@@ -53,15 +53,16 @@ class AsyncRouter(Routing):
         if self._closed:
             raise rex.ConnectionError(errors.CLOSED)
         attempts = Attempts(self._policy, self._clock, retry_for)
+        slot = self.slot_of(args)
         while True:
-            address = self.address_for(args)
+            address = self.address_for(slot)
             try:
                 return await self.client(address).execute_command(*args)  # type: ignore[no-untyped-call]
             except Exception as e:  # classified below; the ones we do not know are raised
                 action = classify(e)
                 if action is Action.RAISE or self._closed:
                     raise
-                source = self._after_failure(address, e, action)
+                source = self._after_failure(address, e, action, slot)
                 if source is not None and isinstance(e, rex.MovedError):  # before pause(), which may raise
                     await self._refresh(source, e)
                 pause = attempts.pause(e)

@@ -6,7 +6,8 @@ and sends each request to the node it believes serves it: a keyed request (``INC
 (`_retry.Routing`), anything else to the current node. A `MOVED` reply names the real one
 (followed at once and recorded for its slot, and the whole table is then read once from that
 node's `CLUSTER SLOTS`), a dead or paused node (connection error, timeout) or one that knows no
-primary (`CLUSTERDOWN`) loses its table entries and sends the request to the next known node, and
+primary (`CLUSTERDOWN`, where the table sent us) loses its table entries and the request goes to
+the current node (the next known one if that was the node that failed), and
 `TRYAGAIN` (the store is slow, a takeover is in progress) waits and asks the same node again.
 Retries back off and stop at a deadline (`retry_for`), after which `Unavailable` is raised.
 
@@ -106,15 +107,16 @@ class Router(Routing):
         if self._closed:
             raise rex.ConnectionError(errors.CLOSED)
         attempts = Attempts(self._policy, self._clock, retry_for)
+        slot = self.slot_of(args)
         while True:
-            address = self.address_for(args)
+            address = self.address_for(slot)
             try:
                 return self.client(address).execute_command(*args)  # type: ignore[no-untyped-call]
             except Exception as e:  # classified below; the ones we do not know are raised
                 action = classify(e)
                 if action is Action.RAISE or self._closed:
                     raise
-                source = self._after_failure(address, e, action)
+                source = self._after_failure(address, e, action, slot)
                 if source is not None and isinstance(e, rex.MovedError):  # before pause(), which may raise
                     self._refresh(source, e)
                 pause = attempts.pause(e)
