@@ -1,16 +1,18 @@
 """march_client routes by slot on a cluster of several leadership groups: three march processes with
 ``--groups 4`` on a real etcd, one cluster for the whole file (each costs seconds).
 
-A `Sequencer` and an `AsyncSequencer` draw IDs for keys of every group (and a snowflake generator
-leases a worker id through the same sequencer): after a warm-up of at most one ``MOVED`` (which
-fills the slot table from ``CLUSTER SLOTS``) no request is redirected, each going straight to its
-group's primary. Through a ``kill -9`` of the node leading the most groups both keep drawing
-IDs that increase per key, and once the survivors have settled the table routes straight again.
+A `Sequencer` (from one thread and from four at once) and an `AsyncSequencer` draw IDs for keys of
+every group (and a snowflake generator leases a worker id through the same sequencer): after a
+warm-up of at most one ``MOVED`` (which fills the slot table from ``CLUSTER SLOTS``) no request is
+redirected, each going straight to its group's primary. Through a ``kill -9`` of the node leading
+the most groups both keep drawing IDs that increase per key, and once the survivors have settled
+the table routes straight again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,19 @@ async def draw_async(seq: AsyncSequencer, keys: list[str], last: dict[str, int])
         last[k] = (await seq.next_range(k, 3))[-1]
 
 
+def draw_in_thread(seq: Sequencer, keys: list[str], errors: list[BaseException]) -> None:
+    """One thread's rounds over every key: its own IDs increase per key."""
+    mine = dict.fromkeys(keys, 0)
+    try:
+        for _ in range(ROUNDS):
+            for k in keys:
+                value = seq.next(k)
+                assert value > mine[k], (k, value, mine[k])
+                mine[k] = value
+    except BaseException as e:  # reported by the test
+        errors.append(e)
+
+
 def test_requests_go_straight_to_their_groups_primary_and_follow_a_kill(tmp_path: Path, etcd: EtcdCluster) -> None:
     cluster = MarchCluster(tmp_path / "march", etcd.endpoints, groups=GROUPS)
     loop = asyncio.new_event_loop()
@@ -58,6 +73,7 @@ def test_requests_go_straight_to_their_groups_primary_and_follow_a_kill(tmp_path
         leaders = cluster.wait_leaders(timeout=20, spread=True)
         keys = [key_of_group(g) for g in range(GROUPS)] + [key_of_group(g, "user") for g in range(GROUPS)]
         last = dict.fromkeys(keys, 0)
+        errors: list[BaseException] = []
         seeds = [n.address for n in cluster.nodes]
         options = {"retry_for": 30.0, "socket_timeout": 1.0, "connect_timeout": 1.0}
         with Sequencer(nodes=seeds, **options) as seq:  # type: ignore[arg-type]
@@ -79,6 +95,14 @@ def test_requests_go_straight_to_their_groups_primary_and_follow_a_kill(tmp_path
                 for g in range(GROUPS):
                     with SnowflakeGenerator(seq, key_of_group(g, "ns"), ttl=5) as gen:
                         assert gen.next() > 0
+                threads = [threading.Thread(target=draw_in_thread, args=(seq, keys, errors)) for _ in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+                assert not errors and not any(t.is_alive() for t in threads), errors
+                for k in keys:  # the threads' IDs were all handed out before this one
+                    last[k] = seq.next(k)
                 assert (seq.router.redirects, aseq.router.redirects) == (warm, awarm)
                 # kill -9 of the node leading the most groups: its groups move, IDs keep increasing
                 victim = cluster.most_leading(leaders)
