@@ -6,6 +6,7 @@ whose primary is killed with SIGKILL while a client draws IDs.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +18,14 @@ import redis.exceptions as rex
 from march_client import AsyncSequencer, Sequencer, Unavailable
 from march_client._address import target
 from march_client._retry import Action, RetryPolicy, classify
+from march_client.aio import AsyncRouter
+from march_client.slots import key_slot, request_slot
 from march_client.sync import Router
 from support import MarchServer, free_port
 from support.cluster import MarchCluster
 from support.tls import make_certs, openssl_binary, wait_listening
+
+from march.cluster.slots import key_slot as server_key_slot
 
 from .conftest import url_of
 
@@ -130,14 +135,25 @@ def test_threads_share_one_sequencer(sequencer: Sequencer) -> None:
 # -- routing and retries with a scripted node -------------------------------------------------------
 
 
-class FakeNode:
-    """Replies from a script: each item an exception to raise or a value to return."""
+NOT_A_CLUSTER = rex.ResponseError("This instance has cluster support disabled")  # a single node's answer
 
-    def __init__(self, script: list[Any]) -> None:
+
+class FakeNode:
+    """Replies from a script: each item an exception to raise or a value to return; ``CLUSTER
+    SLOTS`` is answered with ``slots`` (by default a single node's error) and not scripted."""
+
+    def __init__(self, script: list[Any], slots: Any = NOT_A_CLUSTER) -> None:
         self.script = list(script)
+        self.slots = slots
         self.calls: list[tuple[Any, ...]] = []
+        self.refreshes = 0
 
     def execute_command(self, *args: Any) -> Any:
+        if args == ("CLUSTER", "SLOTS"):
+            self.refreshes += 1
+            if isinstance(self.slots, BaseException):
+                raise self.slots
+            return self.slots
         self.calls.append(args)
         step = self.script.pop(0)
         if isinstance(step, BaseException):
@@ -223,6 +239,8 @@ def test_endless_redirects_end_in_an_error() -> None:
     router, _ = fake_router(nodes, retry_for=0.5)
     with pytest.raises(Unavailable, match="MOVED redirects"):
         router.execute("INCR", "k")
+    # every MOVED read CLUSTER SLOTS, the last one too (a refresh never stays "under way")
+    assert nodes[a].refreshes + nodes[b].refreshes == router.redirects > 5
 
 
 def test_non_integer_reply_is_an_error() -> None:
@@ -232,6 +250,82 @@ def test_non_integer_reply_is_an_error() -> None:
     seq.router = router
     with pytest.raises(rex.ResponseError, match="unexpected reply"):
         seq.next("k")
+
+
+# -- routing by slot -------------------------------------------------------------------------------
+
+
+def test_key_slot_is_redis_slot() -> None:
+    assert key_slot(b"foo") == 12182  # CLUSTER KEYSLOT foo on Redis
+    assert key_slot(b"somekey") == 11058
+    assert key_slot(b"") == 0
+    assert key_slot(b"{user1000}.following") == key_slot(b"{user1000}.followers") == key_slot(b"user1000")
+    assert key_slot(b"foo{}{bar}") == binascii.crc_hqx(b"foo{}{bar}", 0) % 16384  # an empty tag: the whole key
+    assert key_slot(b"foo{}{bar}") != key_slot(b"bar")
+    assert key_slot(b"foo{{bar}}zap") == key_slot(b"{bar")  # the first { to the first } after it
+    for i in range(2000):  # the server's own function agrees
+        key = f"k{i}{{t{i % 7}}}".encode() if i % 3 else f"k{i}".encode()
+        assert key_slot(key) == server_key_slot(key)
+
+
+def test_request_slot_reads_the_key_of_keyed_commands() -> None:
+    assert request_slot(("INCR", "foo")) == 12182
+    assert request_slot((b"incrby", b"foo", 5)) == 12182
+    assert request_slot(("WORKER.RENEW", "foo", 3, "token", "UPTO", 1)) == 12182
+    assert request_slot(("INCR", 7)) == key_slot(b"7")  # redis-py sends an int key in decimal
+    assert request_slot(("PING",)) is None
+    assert request_slot(("CLUSTER", "SLOTS")) is None
+    assert request_slot(("INCR", 1.5)) is None  # an encoding we would guess: the current node
+
+
+def key_in(first: int, last: int) -> str:
+    return next(k for i in range(100_000) if first <= key_slot((k := f"k{i}").encode()) <= last)
+
+
+def slots_reply(*owners: tuple[int, int, int]) -> list[Any]:
+    """A CLUSTER SLOTS reply: (first, last, port) on 127.0.0.1."""
+    return [[first, last, [b"127.0.0.1", port, b"id"]] for first, last, port in owners]
+
+
+def test_moved_fills_the_slot_table_once_and_requests_then_go_straight() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    table = slots_reply((0, 8191, 1), (8192, 16383, 2))
+    low, high = key_in(0, 8191), key_in(8192, 16383)
+    moved = rex.MovedError(f"{key_slot(high.encode())} 127.0.0.1:2")
+    nodes = {a: FakeNode([1, moved, 2, 3, 4], slots=table), b: FakeNode([10, 11, 12, 13, "PONG"], slots=table)}
+    router, slept = fake_router(nodes)
+    assert router.execute("INCR", low) == 1
+    assert router.execute("INCR", high) == 10  # MOVED, then the table from b
+    assert router.redirects == 1 and nodes[b].refreshes == 1 and slept == []
+    for _ in range(3):  # no MOVED any more, whatever the order of the keys
+        router.execute("INCR", low)
+        router.execute("INCR", high)
+    assert router.redirects == 1 and nodes[a].refreshes == 0 and nodes[b].refreshes == 1
+    assert router.slot_owner(0) == a and router.slot_owner(16383) == b
+    assert router.execute("PING") == "PONG"  # keyless: the current node, the one the MOVED named
+    assert nodes[a].script == [] and nodes[b].script == []
+
+
+def test_a_failed_node_loses_its_slots_and_a_failed_refresh_is_ignored() -> None:
+    a, b, c = ("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 3)
+    table = slots_reply((0, 8191, 1), (8192, 16383, 2))
+    low, high = key_in(0, 8191), key_in(8192, 16383)
+    slot = key_slot(high.encode())
+    nodes = {
+        a: FakeNode([rex.MovedError(f"{slot} 127.0.0.1:2"), 5, rex.MovedError(f"{slot} 127.0.0.1:3")], slots=table),
+        b: FakeNode([1, rex.ConnectionError("refused")], slots=table),
+        c: FakeNode([6], slots=rex.ConnectionError("refused")),
+    }
+    router, _ = fake_router({a: nodes[a], b: nodes[b]})
+    router.client = lambda address: nodes[address]  # type: ignore[method-assign,assignment,return-value]
+    assert router.execute("INCR", high) == 1  # a -> MOVED -> b, and the table from b
+    assert router.slot_owner(0) == a and router.slot_owner(slot) == b
+    assert router.execute("INCR", low) == 5  # straight to a
+    # b dies: its slots are forgotten and go to the current node (b failed, so the next one: a),
+    # which names c; c's CLUSTER SLOTS fails, and the MOVED entry alone routes the slot
+    assert router.execute("INCR", high) == 6
+    assert router.slot_owner(slot) == c and router.slot_owner(16383) is None and router.slot_owner(0) == a
+    assert nodes[c].refreshes == 1 and router.redirects == 2
 
 
 # -- asyncio ------------------------------------------------------------------------------------
@@ -255,6 +349,42 @@ async def test_async_prefetch_is_unique_and_increasing(march_url: str) -> None:
     async with AsyncSequencer(march_url, retry_for=5) as plain:
         after = await plain.next("p")
     assert after > max(max(got), max(concurrent), direct[-1])  # prefetched, unused IDs are never handed out again
+
+
+def test_clusterdown_forgets_a_nodes_slots_only_if_the_table_sent_us_there() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    table = slots_reply((0, 8191, 1), (8192, 16383, 2))
+    high = key_in(8192, 16383)
+    down = rex.ClusterDownError("CLUSTERDOWN no primary")
+    moved = rex.MovedError(f"{key_slot(high.encode())} 127.0.0.1:2")
+    nodes = {a: FakeNode([moved, 2, down], slots=table), b: FakeNode([1, down, 3], slots=table)}
+    router, _ = fake_router(nodes)
+    assert router.execute("INCR", high) == 1  # the table: low half a, high half b
+    # b, which the table names, knows no primary for the high half: its entries go
+    assert router.execute("INCR", high) == 2  # b said CLUSTERDOWN; the current node (a) served it
+    assert router.slot_owner(16383) is None and router.slot_owner(0) == a
+    # a, reached as the current node for an unknown slot, knows no primary: its own entries stay
+    assert router.execute("INCR", high) == 3
+    assert router.slot_owner(0) == a and router.current == b
+
+
+class AsyncFakeNode(FakeNode):
+    async def execute_command(self, *args: Any) -> Any:
+        return super().execute_command(*args)
+
+
+async def test_async_router_routes_by_slot_too() -> None:
+    a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    table = slots_reply((0, 8191, 1), (8192, 16383, 2))
+    low, high = key_in(0, 8191), key_in(8192, 16383)
+    moved = rex.MovedError(f"{key_slot(high.encode())} 127.0.0.1:2")
+    nodes = {a: AsyncFakeNode([moved, 1, 2], slots=table), b: AsyncFakeNode([10, 11, 12], slots=table)}
+    router = AsyncRouter(target(None, [a, b]), RetryPolicy(5.0))
+    router.client = lambda address: nodes[address]  # type: ignore[method-assign,assignment,return-value]
+    assert await router.execute("INCR", high) == 10
+    for _ in range(2):
+        assert await router.execute("INCR", low) < await router.execute("INCR", high)
+    assert router.redirects == 1 and nodes[b].refreshes == 1 and nodes[a].refreshes == 0
 
 
 async def test_async_unavailable() -> None:

@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 
 from march_client import errors
 from march_client._address import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Address, Target, target
-from march_client._retry import Action, Attempts, RetryPolicy, Routing, classify
+from march_client._retry import REFRESH, Action, Attempts, RetryPolicy, Routing, classify
 from march_client.prefetch import Hunger, bounds
 from march_client.sync import MAX_INCRBY, check_range_size, range_ending_at, to_id
 
@@ -53,18 +53,31 @@ class AsyncRouter(Routing):
         if self._closed:
             raise rex.ConnectionError(errors.CLOSED)
         attempts = Attempts(self._policy, self._clock, retry_for)
+        slot = self.slot_of(args)
         while True:
-            address = self._current
+            address = self.address_for(slot)
             try:
                 return await self.client(address).execute_command(*args)  # type: ignore[no-untyped-call]
             except Exception as e:  # classified below; the ones we do not know are raised
                 action = classify(e)
                 if action is Action.RAISE or self._closed:
                     raise
-                self._after_failure(address, e, action)
+                source = self._after_failure(address, e, action, slot)
+                if source is not None and isinstance(e, rex.MovedError):  # before pause(), which may raise
+                    await self._refresh(source, e)
                 pause = attempts.pause(e)
             if pause:
                 await asyncio.sleep(pause)
+
+    async def _refresh(self, source: Address, moved: rex.MovedError) -> None:
+        """See `sync.Router._refresh`; the lock is taken only inside `_refreshed`, after the await."""
+        reply = None
+        try:
+            reply = await self.client(source).execute_command(*REFRESH)  # type: ignore[no-untyped-call]
+        except Exception:  # any failure leaves the table as the MOVED made it
+            pass
+        finally:
+            self._refreshed(source, reply, moved)
 
     async def close(self) -> None:
         self._closed = True

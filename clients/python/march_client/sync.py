@@ -1,15 +1,22 @@
 """`Sequencer`: IDs from March over redis-py, with bounded, safe retries and failover following.
 
 One object serves one node or a whole cluster. It keeps a plain redis-py client per node address
-and sends each request to the node it believes is the primary: a `MOVED` reply names the real one
-(followed at once), a dead or paused node (connection error, timeout) or one that knows no primary
-(`CLUSTERDOWN`) sends it to the next known node, and `TRYAGAIN` (the store is slow, a takeover is
-in progress) waits and asks the same node again. Retries back off and stop at a deadline
-(`retry_for`), after which `Unavailable` is raised.
+and sends each request to the node it believes serves it: a keyed request (``INCR key``, the
+``WORKER.*`` commands of `snowflake`) to its key's slot's primary if the slot table knows it
+(`_retry.Routing`), anything else to the current node. A `MOVED` reply names the real one
+(followed at once and recorded for its slot, and the whole table is then read once from that
+node's `CLUSTER SLOTS`), a dead or paused node (connection error, timeout) or one that knows no
+primary (`CLUSTERDOWN`, where the table sent us) loses its table entries and the request goes to
+the current node (the next known one if that was the node that failed), and
+`TRYAGAIN` (the store is slow, a takeover is in progress) waits and asks the same node again.
+Retries back off and stop at a deadline (`retry_for`), after which `Unavailable` is raised.
 
-Why not redis-py's `RedisCluster`: March does not shard (one primary owns every slot), and a plain
-client that follows `MOVED` needs no topology refresh, never fails in its constructor while no
-primary is known, and behaves the same in the asyncio twin.
+Why not redis-py's `RedisCluster`, though it routes by slot too: its constructor fails while no
+primary is known (a cluster in an election) and against a single node (not a cluster), and it
+retries a fixed number of times rather than until one deadline across connection errors,
+`TRYAGAIN` and `CLUSTERDOWN` alike. This client routes like it (a slot table, `MOVED` followed,
+`CLUSTER SLOTS` read after a `MOVED`) and works the same against a single node, where no `MOVED`
+ever comes, the table stays empty and the current node serves every request.
 
 What this module must never do: return anything but an ID the server handed out. An error is
 raised, never converted; a reply that is not an integer is an error.
@@ -22,7 +29,6 @@ allowed, duplicates are not, and no retry can produce a duplicate.
 from __future__ import annotations
 
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -35,7 +41,7 @@ from redis.retry import Retry
 
 from march_client import errors
 from march_client._address import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Address, Target, target
-from march_client._retry import Action, Attempts, RetryPolicy, Routing, classify
+from march_client._retry import REFRESH, Action, Attempts, RetryPolicy, Routing, classify
 from march_client.prefetch import Prefetcher
 
 MAX_INCRBY = 1_000_000  # the server's default max_incrby; pass yours if the server was configured otherwise
@@ -82,9 +88,6 @@ class Router(Routing):
         self._closed = False
         _ROUTERS.add(self)
 
-    def _forked(self) -> None:
-        self._lock = threading.Lock()  # another thread of the parent may have held it at fork time
-
     def client(self, address: Address) -> redis.Redis:
         c = self._clients.get(address)
         if c is None:
@@ -104,18 +107,32 @@ class Router(Routing):
         if self._closed:
             raise rex.ConnectionError(errors.CLOSED)
         attempts = Attempts(self._policy, self._clock, retry_for)
+        slot = self.slot_of(args)
         while True:
-            address = self._current
+            address = self.address_for(slot)
             try:
                 return self.client(address).execute_command(*args)  # type: ignore[no-untyped-call]
             except Exception as e:  # classified below; the ones we do not know are raised
                 action = classify(e)
                 if action is Action.RAISE or self._closed:
                     raise
-                self._after_failure(address, e, action)
+                source = self._after_failure(address, e, action, slot)
+                if source is not None and isinstance(e, rex.MovedError):  # before pause(), which may raise
+                    self._refresh(source, e)
                 pause = attempts.pause(e)
             if pause:
                 self._sleep(pause)
+
+    def _refresh(self, source: Address, moved: rex.MovedError) -> None:
+        """The whole slot table from ``source``'s ``CLUSTER SLOTS``, once per MOVED (not per
+        request); a failure is ignored: the MOVED entry alone routes its slot right."""
+        reply = None
+        try:
+            reply = self.client(source).execute_command(*REFRESH)  # type: ignore[no-untyped-call]
+        except Exception:  # any failure leaves the table as the MOVED made it
+            pass
+        finally:
+            self._refreshed(source, reply, moved)
 
     def close(self) -> None:
         with self._lock:
@@ -139,8 +156,9 @@ class Sequencer:
 
     ``url`` (``redis://[user:pass@]host:port``, ``rediss://`` for TLS) names one node; ``nodes``
     (``["host:port", ...]`` or ``[(host, port), ...]``) seeds a cluster. Either way `MOVED` replies
-    are followed, so one URL of any cluster node also works, but only the seeds and the nodes that
-    `MOVED` named are tried when a node dies: give every node in a cluster.
+    are followed and keyed requests routed by slot (several leadership groups: each key's group's
+    primary), so one URL of any cluster node also works, but only the seeds and the nodes that
+    `MOVED` or `CLUSTER SLOTS` named are tried when a node dies: give every node in a cluster.
 
     Transient failures (connection errors, timeouts, ``TRYAGAIN``, ``MOVED``, ``CLUSTERDOWN``)
     are retried with bounded back-off for ``retry_for`` seconds, then `Unavailable` is raised.
