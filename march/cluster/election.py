@@ -193,7 +193,8 @@ class Election:
             return False
         if now < self._quiet_until or now >= self.lease.deadline:  # paused, or the lease may be gone
             return False
-        if self.spread is not None and not self._spread(topology, now):
+        chosen = topology.handoff == self.node_id  # a FAILOVER (an operator, or the rebalancing) chose this node
+        if self.spread is not None and not chosen and not self._spread(topology, now):
             return False
         if topology.handoff and topology.handoff != self.node_id:
             # Each hand-over is known by its key's revision: a second FAILOVER to the same node gets a TTL too.

@@ -147,6 +147,29 @@ async def test_cluster_failover_on_a_node_leading_nothing_takes_one_group_over(m
     assert not sim.overlaps, sim.overlaps
 
 
+async def test_failover_to_a_node_at_its_share_is_taken_at_once(make_sim: SimFactory) -> None:
+    """The node a FAILOVER chooses takes the group over at once, even when it already leads its fair
+    share (the spreading rules would have it wait a TTL for a leaderless group): the operator, or the
+    rebalancing, chose it. The spread is restored later by planned hand-overs."""
+    sim = await make_sim(3, groups=GROUPS)
+    await sim.until(lambda: spread(sim), "4 groups spread over 3 nodes", 10 * TTL)
+    owner = {g: leaders(sim, g)[0] for g in range(GROUPS)}
+    held = {id(n): sum(o is n for o in owner.values()) for n in sim.nodes}
+    [full] = [n for n in sim.nodes if held[id(n)] == 2]  # at its share, ceil(4/3)
+    g = next(g for g in range(GROUPS) if held[id(owner[g])] == 1)
+    last = await incr(owner[g].node.groups[g], key_of_group(g))
+    member = owner[g].node.groups[g].member
+    assert member is not None and full.node.member is not None
+    started = sim.clock.now()
+    moving = asyncio.ensure_future(member.failover.run(full.node.member.me.addr, 5.0))
+    await sim.until(moving.done, "FAILOVER answered", 10.0)
+    moving.result()  # OK
+    assert leaders(sim, g) == [full]
+    assert sim.clock.now() - started < TTL / 2  # (simulated time: no TTL waited for a leaderless group)
+    assert await incr(full.node.groups[g], key_of_group(g)) > last
+    assert not sim.overlaps, sim.overlaps
+
+
 async def test_a_change_of_the_layout_steps_every_node_down_and_stops_it(make_sim: SimFactory) -> None:
     """Rule 3 of docs/groups.md: a node that sees the layout change steps down from every group of
     the old layout, gives their leader keys back (on its way out) and stops; started again it
