@@ -239,6 +239,13 @@ class Node:
             self.failure = failure
         self.failed.set()
 
+    async def hand_over(self) -> None:
+        """An orderly stop begins (the ports still open): hand every group this node leads to the
+        other nodes (planned, so held requests get MOVED: no client error); not when this node may
+        not take part (its layout changed: its old groups must go, not move)."""
+        if self.member is not None and self.failure is None:
+            await self.member.hand_over(min(2.0, self.config.shutdown_timeout))
+
     async def stop(self) -> None:
         """Step down (handing the primary role over at once), wait for writes in flight, close."""
         timeout = self.config.store_timeout

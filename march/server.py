@@ -115,6 +115,7 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
         failed = loop.create_task(node.failed.wait())  # e.g. its node id is another live process's
         await asyncio.wait({stopper, requested, failed}, return_when=asyncio.FIRST_COMPLETED)
         log.info("shutting down")
+        await node.hand_over()  # (cluster) planned hand-overs first, while connections still get their replies
         app.shutdown_requested.set()
         for t in (stopper, requested, idle, failed):
             if not t.done():

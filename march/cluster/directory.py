@@ -56,6 +56,7 @@ _HOLDER_SLACK = 1.5
 PRIMARY = "primary"
 STANDBY = "standby"
 PROMOTING = "promoting"
+LEAVING = "leaving"  # an orderly stop is handing this node's groups over: give it none
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,11 @@ class Topology:
         return self.nodes.get(self.leader) if self.leader is not None else None
 
     def standbys(self) -> list[NodeInfo]:
-        return sorted((n for n in self.nodes.values() if n.id != self.leader), key=lambda n: n.id)
+        return sorted((n for n in self.staying().values() if n.id != self.leader), key=lambda n: n.id)
+
+    def staying(self) -> dict[str, NodeInfo]:
+        """The nodes that may take groups: every registered node but those leaving (``LEAVING``)."""
+        return {i: n for i, n in self.nodes.items() if n.role != LEAVING}
 
 
 class Directory:

@@ -54,7 +54,7 @@ from ..etcd.keys import KeyPaths
 from ..serving import Cause, Change, Phase, ServingState
 from ..store.base import Guard, IdentityConflict, StoreError
 from . import balance
-from .directory import PRIMARY, PROMOTING, STANDBY, Directory, GroupDirectory, Topology
+from .directory import LEAVING, PRIMARY, PROMOTING, STANDBY, Directory, GroupDirectory, Topology
 from .identity import ClusterIdentity
 from .lease import LeaseKeeper
 
@@ -216,7 +216,7 @@ class Election:
         if self._leaderless_since is None:
             self._leaderless_since = now
         since = self._leaderless_since
-        if not balance.may_campaign(held, spread.groups, len(topology.nodes), now - since, self.ttl):
+        if not balance.may_campaign(held, spread.groups, len(topology.staying()), now - since, self.ttl):
             self._wake_at(since + self.ttl)  # anyone may, after a TTL
             return False
         ready = since + balance.campaign_delay(held, self.ttl)
@@ -324,6 +324,7 @@ class ElectionLoop:
         self._confirm_layout = confirm_layout  # until the layout in etcd is confirmed (then None)
         self.closing = False
         self.takeover = -1  # CLUSTER FAILOVER: the group this node asks for in its record (-1: none)
+        self.leaving = False  # an orderly stop hands this node's groups over (``ClusterMember.hand_over``)
 
     def wake(self) -> None:
         self._wake.set()
@@ -333,6 +334,8 @@ class ElectionLoop:
         for (CLUSTER FAILOVER), for its record."""
         roles = {e.role for e in self.elections}
         role = PRIMARY if PRIMARY in roles else PROMOTING if PROMOTING in roles else STANDBY
+        if self.leaving:
+            role = LEAVING
         return role, tuple(g for g, e in enumerate(self.elections) if e.state.leading), self.takeover
 
     async def run(self) -> None:

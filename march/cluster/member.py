@@ -93,6 +93,28 @@ class GroupMember:
         return self.node.ttl
 
 
+def hand_over_plan(led: list[GroupMember], target: str | None) -> list[tuple[GroupMember, str | None]]:
+    """Where each group goes: to ``target`` if given, else each to the live node leading fewest
+    groups (counting the ones handed to it here), so a node that leaves spreads its groups."""
+    if target is not None:
+        return [(m, target) for m in led]
+    directory = led[0].node.directory
+    me = led[0].me.id
+    load = {n: 0 for n in directory.topology.staying() if n != me}
+    for view in directory.views:
+        if view.leader in load:
+            load[view.leader] += 1
+    out: list[tuple[GroupMember, str | None]] = []
+    for m in led:
+        if not load:
+            out.append((m, None))  # the failover answers that there is no standby
+            continue
+        node = min(load, key=lambda n: (load[n], n))
+        load[node] += 1
+        out.append((m, directory.topology.nodes[node].addr))
+    return out
+
+
 class ClusterMember:
     def __init__(
         self,
@@ -195,9 +217,11 @@ class ClusterMember:
         loaded (``balance.next_handover``), hand one group (its highest) to that node through FAILOVER
         (held requests, no client error); one at a time, at most one per TTL, never while one runs."""
         now = self.clock.now()
-        if self._closing or self._rebalancing is not None or any(g.failover.active for g in self.groups):
+        if self._closing or self.loop.leaving or self._rebalancing is not None:
             return
-        nodes = views[0].nodes
+        if any(g.failover.active for g in self.groups):
+            return
+        nodes = views[0].staying()
         me = self.me.id
         asked = next(
             (n for n in nodes.values() if 0 <= n.takeover < len(views) and views[n.takeover].leader == me), None
@@ -292,6 +316,27 @@ class ClusterMember:
             except Exception:
                 log.exception("the %s loop failed; restarting it in %ds", name, 2 * self.ttl)
                 await self.clock.sleep(2 * self.ttl)
+
+    async def hand_over(self, timeout: float) -> None:
+        """Before an orderly stop (SIGTERM, SHUTDOWN): hand every group this node serves to the
+        other nodes through the planned FAILOVER path, all at once, so that requests held meanwhile
+        get MOVED to the new primaries and clients see no error. A group not handed over within
+        ``timeout`` (no other node, or its node did not take over) is given back by ``stop``."""
+        led = [g for g in self.groups if g.state.serving]
+        if not led or len(self.directory.topology.staying()) < 2:
+            return
+        # First say so in this node's record: no other node rebalances a group to it, no campaign
+        # counts it, and it campaigns for nothing (the groups it hands over must not come back).
+        self.loop.leaving = True
+        for group in self.groups:
+            group.election.closing = True
+        with contextlib.suppress(StoreError):
+            await self.directory.register(self.lease.id, *self.loop.describe())
+        plan = [(m, t) for m, t in hand_over_plan(led, None) if t is not None]
+        results = await asyncio.gather(*(m.failover.run(t, timeout) for m, t in plan), return_exceptions=True)
+        for (m, t), result in zip(plan, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("shutting down: group %d not handed over to %s (%s)", m.index, t, result)
 
     async def stop(self, timeout: float) -> None:
         """Leave: step every group down, give every leader key back at once (all together), revoke

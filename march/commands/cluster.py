@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..cluster.directory import NodeInfo
 from ..cluster.failover import MAX_TIMEOUT_MS
-from ..cluster.member import GroupMember
+from ..cluster.member import GroupMember, hand_over_plan
 from ..cluster.slots import SLOTS, key_slot
 from ..errors import CommandError
 from ..group import SlotRange
@@ -353,29 +353,7 @@ def failover(client: Client, args: list[bytes]) -> Any:
     led = [m for m in chosen if m.state.leading]
     if not led:
         raise CommandError(errors.FAILOVER_NOT_PRIMARY)
-    return _failover(_targets(led, target), timeout_ms / 1000)
-
-
-def _targets(led: list[GroupMember], target: str | None) -> list[tuple[GroupMember, str | None]]:
-    """Where each group goes: to ``target`` if given, else each to the live node leading fewest
-    groups (counting the ones handed to it here), so a node that leaves spreads its groups."""
-    if target is not None:
-        return [(m, target) for m in led]
-    directory = led[0].node.directory
-    me = led[0].me.id
-    load = {n: 0 for n in directory.topology.nodes if n != me}
-    for view in directory.views:
-        if view.leader in load:
-            load[view.leader] += 1
-    out: list[tuple[GroupMember, str | None]] = []
-    for m in led:
-        if not load:
-            out.append((m, None))  # the failover answers that there is no standby
-            continue
-        node = min(load, key=lambda n: (load[n], n))
-        load[node] += 1
-        out.append((m, directory.topology.nodes[node].addr))
-    return out
+    return _failover(hand_over_plan(led, target), timeout_ms / 1000)
 
 
 async def _failover(plan: list[tuple[GroupMember, str | None]], timeout: float) -> Any:

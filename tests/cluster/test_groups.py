@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,11 +174,42 @@ def test_groups_spread_route_and_fail_over_one_at_a_time(grouped: MarchCluster) 
             assert isinstance(value, int) and value > last[keys[g]], (g, value, last[keys[g]])
             last[keys[g]] = value
     # SIGTERM hands every group of a node over at once
+    # through planned hand-overs: a cluster client drawing IDs of its groups meanwhile sees no error
     leaving = next(n for n in alive if n.port in layout.values())
-    leaving.kill(signal.SIGTERM)
     rest = [n for n in alive if n is not leaving]
+    its_keys = [keys[g] for g, r in enumerate(ranges(GROUPS)) if layout[r] == leaving.port]
+    client = RedisCluster(host="127.0.0.1", port=rest[0].port, socket_timeout=5)
+    drawn: list[tuple[str, int]] = []
+    failures: list[Exception] = []
+    stop = threading.Event()
+
+    def draw() -> None:
+        for i in range(100_000):  # bounded; stopped once the groups are handed over
+            if stop.is_set():
+                return
+            key = its_keys[i % len(its_keys)]
+            try:
+                drawn.append((key, int(client.incr(key))))  # type: ignore[arg-type]
+            except Exception as exc:  # counted: the test wants none
+                failures.append(exc)
+
+    drawer = threading.Thread(target=draw, daemon=True)
+    drawer.start()
+    wait_for(lambda: len(drawn) >= 20, "IDs drawn from the leaving node's groups")
+    leaving.kill(signal.SIGTERM)
     gone = lambda: (seen := stable(rest)) is not None and leaving.port not in seen.values()  # noqa: E731
     wait_for(gone, "the stopped node's groups handed over", timeout=20)
+    wait_for(lambda: leaving.proc is not None and leaving.proc.poll() is not None, "the node stopped", timeout=20)
+    count = len(drawn)
+    wait_for(lambda: len(drawn) >= count + 20, "IDs drawn after the hand-over")
+    stop.set()
+    drawer.join(10)
+    client.close()
+    assert failures == [], [str(f) for f in failures[:3]]
+    for key in its_keys:
+        ids = [v for k, v in drawn if k == key]
+        assert ids == sorted(set(ids)) and ids[0] > last[key], (key, ids[:5])
+        last[key] = ids[-1]
     layout = stable(rest)
     assert layout is not None
     for g in range(GROUPS):
