@@ -195,16 +195,18 @@ def test_groups_spread_route_and_fail_over_one_at_a_time(grouped: MarchCluster) 
 
     drawer = threading.Thread(target=draw, daemon=True)
     drawer.start()
-    wait_for(lambda: len(drawn) >= 20, "IDs drawn from the leaving node's groups")
-    leaving.kill(signal.SIGTERM)
-    gone = lambda: (seen := stable(rest)) is not None and leaving.port not in seen.values()  # noqa: E731
-    wait_for(gone, "the stopped node's groups handed over", timeout=20)
-    wait_for(lambda: leaving.proc is not None and leaving.proc.poll() is not None, "the node stopped", timeout=20)
-    count = len(drawn)
-    wait_for(lambda: len(drawn) >= count + 20, "IDs drawn after the hand-over")
-    stop.set()
-    drawer.join(10)
-    client.close()
+    try:
+        wait_for(lambda: len(drawn) >= 20, "IDs drawn from the leaving node's groups")
+        leaving.kill(signal.SIGTERM)
+        gone = lambda: (seen := stable(rest)) is not None and leaving.port not in seen.values()  # noqa: E731
+        wait_for(gone, "the stopped node's groups handed over", timeout=20)
+        wait_for(lambda: leaving.proc is not None and leaving.proc.poll() is not None, "the node stopped", timeout=20)
+        count = len(drawn)
+        wait_for(lambda: len(drawn) >= count + 20, "IDs drawn after the hand-over")
+    finally:  # the drawer stops whatever happened
+        stop.set()
+        drawer.join(10)
+        client.close()
     assert failures == [], [str(f) for f in failures[:3]]
     for key in its_keys:
         ids = [v for k, v in drawn if k == key]
