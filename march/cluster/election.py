@@ -103,6 +103,10 @@ class Election:
         self._leaderless_since: float | None = None  # when this group was first seen without a leader
         self._wake_due = -math.inf  # a wake-up this election has asked for (``_wake_at``)
         self.held_revision = 0  # create revision of the leader key this node created (0: none)
+        # The leader key this node last gave back (resign, FAILOVER): a topology read issued before
+        # that still shows it as ours, and must not be adopted again (a key, once deleted, never
+        # comes back with the same create revision, so this never hides a key won later).
+        self._given_back = 0
         self.closing = False
         self._resign = False  # a guarded write was refused: give the leader key back
         self._quiet_until = -1.0  # no campaign before this (after a refused write or an error)
@@ -158,7 +162,12 @@ class Election:
         superseded = term is not None and (topology.leader != me or topology.leader_revision != term.guard.revision)
         if superseded and not handing_over:
             self.state.step_down(Cause.SUPERSEDED, f"leader key: {topology.leader} @ {topology.leader_revision}")
-        if topology.leader == me and topology.leader_lease == self.lease.id and not self.held_revision:
+        if (
+            topology.leader == me
+            and topology.leader_lease == self.lease.id
+            and not self.held_revision
+            and topology.leader_revision != self._given_back  # (a read from before it was given back)
+        ):
             self.held_revision = topology.leader_revision  # won although the campaign's reply was lost
         if self._resign:
             await self.resign(self.ttl / 3)
@@ -285,10 +294,12 @@ class Election:
             [value_is(leader, self.node_id.encode()), created_at(leader, revision)], [Delete(leader)], [], timeout
         )
         if self.held_revision == revision:
+            self._given_back = revision
             self.held_revision = 0
 
     def handed_over(self) -> None:
         """A FAILOVER deleted the leader key in its hand-over transaction."""
+        self._given_back = self.held_revision
         self.held_revision = 0
 
 

@@ -183,6 +183,25 @@ async def test_a_leader_key_given_to_another_node_makes_that_node_the_primary(ma
     assert sim.overlaps == []
 
 
+async def test_a_topology_read_from_before_a_failover_does_not_bring_the_key_back(make_sim: SimFactory) -> None:
+    """The control loop's read may have been issued before a FAILOVER deleted this node's leader
+    key and land after it: it still shows the key as this node's, under its lease. That key was
+    given back: it must not be adopted (which would promote the node again, RESUMED, in a term whose
+    first write fails its guard)."""
+    sim = await make_sim(3)
+    p = sim.primary
+    q = next(n for n in sim.nodes if n is not p)
+    before = p.member.directory.topology  # what a read issued now returns, whenever it lands
+    assert before.leader == p.name and before.leader_lease == p.member.election.lease.id
+    await p.member.failover.run(q.addr, 5.0)
+    assert p.state.phase is Phase.STANDBY and p.member.election.held_revision == 0
+    await p.member.election.step_group(before)  # the late reply of the earlier read
+    assert p.member.election.held_revision == 0 and p.state.phase is Phase.STANDBY
+    await sim.clock.advance(0)
+    assert sim.serving() == [q] and causes(p, Phase.SERVING)[-1][1] is not Cause.RESUMED
+    assert sim.overlaps == []
+
+
 # --- a refused guarded write --------------------------------------------------------------------
 
 
