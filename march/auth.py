@@ -21,7 +21,15 @@ password is set (``requirepass``, or ``ACL SETUSER default ...``); a new user st
 nothing (``off``, no keys, no commands) and gets only what its rules grant.
 
 A user's ``describe()`` is its rules in a form that, applied to a fresh user, gives the same
-user: that is what ``ACL LIST`` shows and what the store keeps. This module knows the command
+user: that is what ``ACL LIST`` shows and what the store keeps.
+
+**A stored record this version cannot read fails closed** (``Users.take``): the user is installed
+*off*, with no password, no keys and no commands (what a new user starts with), never left as it
+was and never given built-in rules. For ``default`` that means no connection is authenticated
+without ``AUTH`` as another user (``NOAUTH``), where the built-in ``default`` would have let
+everyone in. The node starts and serves; ``unreadable`` says which users are so (``march.users``
+logs them), and writing the user again (``ACL SETUSER``, which starts from nothing for such a
+record, ``march restore`` with a valid record, ``ACL LOAD``) repairs it. This module knows the command
 registry only through the values it is handed (``AclCommand``: what a rule reads of a registered
 command); it imports no command and never touches the store.
 """
@@ -345,6 +353,13 @@ def _modifier(rule: str, why: str) -> CommandError:
     return CommandError(errors.ACL_MODIFIER.format(rule, why))
 
 
+def check_username(name: str) -> str:
+    """``name`` if ACL SETUSER accepts it as a user name (CommandError, Redis' text, if not)."""
+    if not name or any(c in name for c in " \0\r\n"):
+        raise CommandError(errors.ACL_BAD_USERNAME)
+    return name
+
+
 def split_rules(text: str) -> list[str]:
     return text.split()
 
@@ -370,6 +385,7 @@ class Users:
         self._gone: OrderedDict[str, int] = OrderedDict()  # name -> revision of its deletion, newest last
         self.watched = 0
         self._names: list[str] | None = None  # sorted names (ACL LIST, USERS), rebuilt after a name comes or goes
+        self.unreadable: dict[str, str] = {}  # users whose stored record this version cannot read -> why (they are off)
         self.loaded = loaded  # False until read from the store (a cluster node that started before etcd)
         self.reset_default()
 
@@ -392,13 +408,22 @@ class Users:
 
     def build(self, name: str, rules: str | None) -> User:
         """A user as stored (``rules``), or as a user that is not stored starts: nothing for a new
-        one, the built-in rules for ``default``. Not installed; CommandError if unreadable."""
+        one, the built-in rules for ``default``. Not installed; CommandError if unreadable (and
+        ``stored`` for what a stored record that cannot be read stands for)."""
         user = User(name)
         if rules is not None:
             user.apply(["reset", *split_rules(rules)], self.table)
         elif name == DEFAULT:
             user.apply(DEFAULT_RULES.split(), self.table)
         return user
+
+    def stored(self, name: str, rules: str | None) -> User:
+        """The user a stored record stands for (``build``), and for a record that cannot be read a
+        user with nothing, off (fails closed: never the built-in ``default``, never the old rules)."""
+        try:
+            return self.build(name, rules)
+        except CommandError:
+            return User(name)
 
     def check(self, described: dict[str, str]) -> None:
         """Raise CommandError if any of ``described`` (name -> rules) is invalid."""
@@ -412,10 +437,11 @@ class Users:
     def take(self, name: str, rules: str | None, revision: int) -> tuple[bool, User | None]:
         """Install the stored record of ``name`` (``rules`` None: deleted) if it is newer than what
         is known here. Returns (changed here, the user removed). Updated in place: connections
-        see the change at once. A record this version cannot read is skipped (the user keeps what
-        it had)."""
+        see the change at once. A record this version cannot read installs the user off, with
+        nothing (``unreadable`` says why), never the user it was nor the built-in ``default``."""
         if revision <= self.known(name):
             return False, None
+        self.unreadable.pop(name, None)
         if rules is None:
             self._gone[name] = revision
             self._gone.move_to_end(name)
@@ -427,8 +453,9 @@ class Users:
         self.revisions[name] = revision
         try:
             self.install(name, rules)
-        except CommandError:
-            return False, None
+        except CommandError as exc:
+            self.unreadable[name] = exc.message
+            self.install(name, "reset")  # off, no password, no keys, no commands: closed
         return True, None
 
     def advance(self, revision: int) -> None:
@@ -471,7 +498,7 @@ class Users:
             try:
                 self.install(name, rules)
             except CommandError:
-                continue
+                self.install(name, "reset")  # closed, as ``take`` installs a record it cannot read
         return removed
 
     def authenticate(self, name: str, password: bytes) -> User | None:

@@ -19,7 +19,10 @@ while the backup ran, which is all a restore needs (ceilings only grow).
 file's ceiling and settings; one that exists keeps its kind and settings and its ceiling is raised
 to the file's when that is higher, never lowered (so restoring an old backup after more IDs were
 issued changes nothing for those sequences and no ID can repeat). A user that exists is kept (its
-stored rules are newer than any backup's); an absent one is created. A worker record that exists
+stored rules are newer than any backup's), unless its stored rules cannot be read (a node keeps
+such a user off, ``march.users``): then the file's record replaces it, so restore is also the way
+back in when the stored ``default`` is unreadable and no admin can log in. An absent user is
+created. A worker record that exists
 keeps its holder and gets the higher ``floor_ms``; an absent one is written released (token
 ``""``: no holder survives a restore) with its floor; the retired floor is raised likewise.
 
@@ -40,8 +43,16 @@ Where the writes go, and why they can never break what a serving primary relies 
   floors through it instead: ``--through HOST:PORT`` sends ``SET key N`` (the durable, fenced
   floor raise every node already does) for each sequence-kind record; see docs/backup.md.
 
-Bad input (malformed JSON, an unknown version or record type, a non-integer or out-of-range
-number) is refused before anything is written, with the line number.
+**Only what the live commands accept.** The whole input is read and checked before anything is
+written (``Checks``), and one bad record refuses it all, naming its line (or, for import-floors
+from a table or a Redis, its key): malformed JSON, an unknown version or record type, a
+non-integer or out-of-range number; a sequence name longer than ``max_key_len`` or more sequences
+than ``max_sequences``; settings that SEQ.CREATE/SEQ.ALTER would refuse (``policies.settings_problem``,
+strict: ``{"min_batch": "x"}``, a timestamp sequence without a whole layout, a value out of
+bounds, a setting of the other kind); a user name or rules that ACL SETUSER would refuse (the
+rules go through the same parser, with the command table, and are stored as ACL LIST shows them);
+a worker namespace or TTL that WORKER.ACQUIRE would refuse. The limits are those of the config the
+tool is given (the nodes' own: same options as ``march serve``).
 """
 
 from __future__ import annotations
@@ -59,18 +70,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .auth import User, Users, check_username
+from .commands.table import COMMANDS  # (importing march.commands registers every command: ACL rules read the table)
 from .config import MAX_ID, Config
+from .errors import CommandError
 from .etcd.api import Etcd, Get, Put, Request, created_at, none_in, value_is
 from .etcd.keys import KeyPaths, prefix_end
 from .generators.sequence import TOP
 from .node import etcd_client
+from .policies import settings_problem
 from .store.base import SINGLE_NODE, SequenceRecord, WorkerRecord
 from .store.etcd import EtcdStore, decode_record, encode_record
 from .store.etcd_guard import encode_ceiling
 from .store.etcd_workers import decode_worker, encode_worker
 from .store.membership import SQLITE_FILE
 from .store.sqlite import SqliteStore
-from .workers import IDS
+from .workers import IDS, MAX_TTL
 
 FORMAT = "march-backup"
 VERSION = 1  # bump when a record's meaning changes; restore refuses versions it does not know
@@ -81,6 +96,70 @@ PROGRESS_MIN = 5000  # imports at least this large show a progress bar (on a ter
 
 class BackupError(Exception):
     """Bad input or a refused write: the message says what and where; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What the live commands accept, for the records of a file or an import (``of(config)``)."""
+
+    max_key_len: int  # sequence names and worker namespaces, as INCR/SEQ.CREATE/WORKER.ACQUIRE
+    max_sequences: int  # 0: no limit
+    max_bulk_len: int  # one argument: a user name, one ACL rule
+    max_args: int  # ACL SETUSER name rule...: at most this many arguments in all
+    users: Users = field(default_factory=lambda: Users(COMMANDS))  # the ACL rules' parser, with the command table
+
+    @classmethod
+    def of(cls, config: Config) -> Checks:
+        return cls(config.max_key_len, config.max_sequences, config.max_bulk_len, config.max_args)
+
+    def key(self, key: bytes, where: str, what: str = "key") -> bytes:
+        if len(key) > self.max_key_len:
+            raise BackupError(
+                f"{where}: the {what} is {len(key)} bytes, longer than max_key_len ({self.max_key_len}); "
+                "give the tool the nodes' config if theirs is larger"
+            )
+        return key
+
+    def sequence(self, record: SequenceRecord, where: str) -> SequenceRecord:
+        self.key(record.key, where)
+        why = settings_problem(record.kind, record.settings, strict=True)
+        if why is not None:
+            raise BackupError(f"{where}: sequence {_shown(record.key.decode('utf-8', 'replace'))}: {why}")
+        return record
+
+    def count(self, sequences: int) -> None:
+        if self.max_sequences and sequences > self.max_sequences:
+            raise BackupError(f"{sequences} sequences: more than max_sequences ({self.max_sequences})")
+
+    def user(self, name: str, rules: str, where: str) -> str:
+        """``rules`` as ACL SETUSER on a new user leaves them (as ACL LIST shows them), or BackupError."""
+        try:
+            check_username(name)
+            if len(name.encode("utf-8", "surrogateescape")) > self.max_bulk_len:
+                raise BackupError(f"{where}: the user name is longer than max_bulk_len ({self.max_bulk_len})")
+            words = rules.split()
+            if len(words) > self.max_args - 3 or any(
+                len(w.encode("utf-8", "surrogateescape")) > self.max_bulk_len for w in words
+            ):
+                raise BackupError(f"{where}: user {_shown(name)}: rules longer than one ACL SETUSER may send")
+            return self.users.build(name, rules).describe()
+        except CommandError as exc:
+            raise BackupError(f"{where}: user {_shown(name)}: {exc.message.removeprefix('ERR ')}") from None
+
+
+def _shown(name: bytes | str) -> str:
+    """A name in a message: its repr, cut at 60 characters (a 2 MB name stays out of the terminal)."""
+    text = repr(name)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _user_readable(name: str, rules: str) -> bool:
+    """Whether a node can read this stored user (one that cannot is off there: restore may replace it)."""
+    try:
+        User(name).apply(["reset", *rules.split()], COMMANDS)
+    except CommandError:
+        return False
+    return True
 
 
 # --- the file ---------------------------------------------------------------------------------
@@ -164,7 +243,7 @@ def _check_header(line: dict[str, Any], where: str) -> None:
         )
 
 
-def _sequence(line: dict[str, Any], where: str) -> SequenceRecord:
+def _sequence(line: dict[str, Any], where: str, checks: Checks) -> SequenceRecord:
     seq_kind = line.get("kind")
     if seq_kind not in ("sequence", "timestamp"):
         raise BackupError(f"{where}: unknown sequence kind {seq_kind!r}")
@@ -172,27 +251,34 @@ def _sequence(line: dict[str, Any], where: str) -> SequenceRecord:
     if not isinstance(settings, dict):
         raise BackupError(f"{where}: settings is not an object")
     ceiling = _int(line, "ceiling", where, TOP)
-    return SequenceRecord(_name_of(line, "key", where), seq_kind, ceiling, settings)
+    return checks.sequence(SequenceRecord(_name_of(line, "key", where), seq_kind, ceiling, settings), where)
 
 
-def _worker(line: dict[str, Any], where: str) -> WorkerRecord:
+def _worker(line: dict[str, Any], where: str, checks: Checks) -> WorkerRecord:
     token = line.get("token")
     if not isinstance(token, str):
         raise BackupError(f"{where}: token is not a string")
+    namespace = checks.key(_name_of(line, "namespace", where), where, "worker namespace")
+    if not namespace:
+        raise BackupError(f"{where}: the worker namespace is empty")
+    ttl = _int(line, "ttl", where, MAX_TTL)
+    if ttl < 1:
+        raise BackupError(f"{where}: ttl {ttl} is out of range (1 .. {MAX_TTL})")
     return WorkerRecord(
-        _name_of(line, "namespace", where),
+        namespace,
         _int(line, "id", where, IDS - 1),
         token.encode("latin-1"),
         _int(line, "expires_ms", where, TOP),
         _int(line, "floor_ms", where, TOP),
-        _int(line, "ttl", where, 1 << 31),
+        ttl,
     )
 
 
 class _Reader:
     """One pass over a backup file: the records read so far, and whether its header and end came."""
 
-    def __init__(self) -> None:
+    def __init__(self, checks: Checks) -> None:
+        self.checks = checks
         self.out = Backup()
         self.header = False
         self.end: dict[str, Any] | None = None
@@ -206,7 +292,7 @@ class _Reader:
             return
         kind = line.get("type")
         if kind == "sequence":
-            record = _sequence(line, where)
+            record = _sequence(line, where, self.checks)
             self.sequence_lines += 1
             known = self.sequences.get(record.key)
             if known is None or known.ceiling < record.ceiling:  # a name twice: the higher ceiling
@@ -215,9 +301,9 @@ class _Reader:
             name, rules = line.get("name"), line.get("rules")
             if not isinstance(name, str) or not isinstance(rules, str):
                 raise BackupError(f"{where}: a user needs a name and rules (strings)")
-            self.out.users[name] = rules
+            self.out.users[name] = self.checks.user(name, rules, where)
         elif kind == "worker":
-            self.out.workers.append(_worker(line, where))
+            self.out.workers.append(_worker(line, where, self.checks))
         elif kind == "workers_retired":
             self.out.workers_retired = max(self.out.workers_retired, _int(line, "floor_ms", where, TOP))
         elif kind == "end":
@@ -232,6 +318,7 @@ class _Reader:
             raise BackupError("no end line: the file is truncated")
         out = self.out
         out.sequences = list(self.sequences.values())
+        self.checks.count(len(out.sequences))
         lines = {"sequences": self.sequence_lines, "users": len(out.users), "workers": len(out.workers)}
         for name, count in lines.items():
             if self.end.get(name) != count:
@@ -239,9 +326,9 @@ class _Reader:
         return out
 
 
-def read_backup(stream: IO[str]) -> Backup:
+def read_backup(stream: IO[str], checks: Checks) -> Backup:
     """Parse and check a whole backup file (BackupError at the first bad line: nothing is written)."""
-    reader = _Reader()
+    reader = _Reader(checks)
     for number, text in enumerate(stream, 1):
         where = f"line {number}"
         if not text.strip():
@@ -408,14 +495,16 @@ class Summary:
     skipped: list[str] = field(default_factory=list)  # sequences left alone, with the reason
     users_created: int = 0
     users_kept: int = 0
+    users_replaced: int = 0  # stored, but unreadable (off on every node): the file's record replaces it
     workers_written: int = 0
     workers_kept: int = 0
 
     def lines(self, applied: bool) -> list[str]:
         verb = "" if applied else "would be "
         out = [f"sequences: {self.created} {verb}created, {self.raised} {verb}raised, {self.unchanged} unchanged"]
-        if self.users_created or self.users_kept:
-            out.append(f"users: {self.users_created} {verb}created, {self.users_kept} kept as stored")
+        if self.users_created or self.users_kept or self.users_replaced:
+            replaced = f", {self.users_replaced} {verb}replaced (stored unreadable)" if self.users_replaced else ""
+            out.append(f"users: {self.users_created} {verb}created, {self.users_kept} kept as stored{replaced}")
         if self.workers_written or self.workers_kept:
             out.append(f"worker records: {self.workers_written} {verb}written, {self.workers_kept} unchanged")
         out.extend(f"skipped {s}" for s in self.skipped[:20])
@@ -491,12 +580,16 @@ class _SqliteWriter:
     async def users(self, users: dict[str, str], summary: Summary, apply: bool) -> None:
         for name, rules in users.items():
             stored = await self.store.load_user(name)
-            if stored is not None:
+            if stored is not None and stored.rules is not None and _user_readable(name, stored.rules):
                 summary.users_kept += 1
                 continue
-            summary.users_created += 1
-            if apply:
-                await self.store.save_user(name, rules, 0)
+            if not apply or await self.store.save_user(name, rules, 0 if stored is None else stored.revision):
+                if stored is None:
+                    summary.users_created += 1
+                else:
+                    summary.users_replaced += 1
+            else:
+                summary.users_kept += 1  # written meanwhile (we hold the lock: nobody should)
 
     async def workers(self, backup: Backup, summary: Summary, apply: bool) -> None:
         for record in backup.workers:
@@ -594,15 +687,18 @@ class _EtcdWriter:
     async def users(self, users: dict[str, str], summary: Summary, apply: bool) -> None:
         for name, rules in users.items():
             key = self.keys.user(name)
-            if apply:
-                if await self._txn([created_at(key, 0)], [Put(key, rules.encode())]):
+            found = await self.etcd.get(key, self.timeout)
+            if found is not None and _user_readable(name, found.value.decode("utf-8", "replace")):
+                summary.users_kept += 1
+                continue
+            compare = created_at(key, 0) if found is None else value_is(key, found.value)  # (unreadable: replaced)
+            if not apply or await self._txn([compare], [Put(key, rules.encode())]):
+                if found is None:
                     summary.users_created += 1
                 else:
-                    summary.users_kept += 1
-            elif await self.etcd.get(key, self.timeout) is None:
-                summary.users_created += 1
+                    summary.users_replaced += 1
             else:
-                summary.users_kept += 1
+                summary.users_kept += 1  # written meanwhile: that one holds
 
     async def workers(self, backup: Backup, summary: Summary, apply: bool) -> None:
         for record in backup.workers:
@@ -636,6 +732,7 @@ def _merge(into: Summary, part: Summary) -> None:
     into.skipped.extend(part.skipped)
     into.users_created += part.users_created
     into.users_kept += part.users_kept
+    into.users_replaced += part.users_replaced
     into.workers_written += part.workers_written
     into.workers_kept += part.workers_kept
 
@@ -693,11 +790,11 @@ def _optional(name: str) -> Any:
         raise BackupError(f"this needs the {name} package: pip install 'march[migrate]'") from None
 
 
-def floor_record(key: bytes, max_id: int, where: str) -> SequenceRecord:
+def floor_record(key: bytes, max_id: int, where: str, checks: Checks) -> SequenceRecord:
     """A new sequence whose first ID is ``max_id + 1``."""
     if not 0 <= max_id <= MAX_ID:
         raise BackupError(f"{where}: {max_id} is out of range (0 .. {MAX_ID})")
-    return SequenceRecord(key, "sequence", max_id + 1, {})
+    return SequenceRecord(checks.key(key, where), "sequence", max_id + 1, {})
 
 
 def _parse_int(text: str, where: str) -> int:
@@ -707,7 +804,7 @@ def _parse_int(text: str, where: str) -> int:
         raise BackupError(f"{where}: {text.strip()!r} is not an integer") from None
 
 
-def floors_from_csv(stream: Iterable[str]) -> list[SequenceRecord]:
+def floors_from_csv(stream: Iterable[str], checks: Checks) -> list[SequenceRecord]:
     """``key,max_id`` rows (a header row ``key,max_id`` is allowed); every row checked first."""
     floors: dict[bytes, SequenceRecord] = {}
     for number, row in enumerate(csv.reader(stream), 1):
@@ -721,13 +818,14 @@ def floors_from_csv(stream: Iterable[str]) -> list[SequenceRecord]:
         key = row[0].encode()
         if not key:
             raise BackupError(f"{where}: empty key")
-        record = floor_record(key, _parse_int(row[1], where), where)
+        record = floor_record(key, _parse_int(row[1], where), where, checks)
         if key not in floors or floors[key].ceiling < record.ceiling:
             floors[key] = record
+    checks.count(len(floors))
     return list(floors.values())
 
 
-def floors_from_table(dsn: str, table: str, column: str, key: str | None) -> list[SequenceRecord]:
+def floors_from_table(dsn: str, table: str, column: str, key: str | None, checks: Checks) -> list[SequenceRecord]:
     """One sequence (``key``, default the table's name) above ``MAX(column)`` of ``table``, read
     through SQLAlchemy (PostgreSQL, MySQL, SQLite: any database it has a driver for)."""
     sa = _optional("sqlalchemy")
@@ -750,10 +848,10 @@ def floors_from_table(dsn: str, table: str, column: str, key: str | None) -> lis
         value = 0  # an empty table: nothing used yet
     if not isinstance(value, int) or isinstance(value, bool):
         value = _parse_int(str(value), where)
-    return [floor_record((key or name).encode(), value, where)]
+    return [floor_record((key or name).encode(), value, where, checks)]
 
 
-def floors_from_redis(url: str) -> tuple[list[SequenceRecord], int]:
+def floors_from_redis(url: str, checks: Checks) -> tuple[list[SequenceRecord], int]:
     """Every string key of a running Redis whose value is an integer (SCAN, never KEYS; values read
     a page at a time with MGET), and how many keys were left out (other types, non-integers)."""
     redis = _optional("redis")
@@ -780,13 +878,14 @@ def floors_from_redis(url: str) -> tuple[list[SequenceRecord], int]:
                     if n < 0:
                         left_out += 1
                         continue
-                    floors.append(floor_record(bytes(k), n, f"redis key {bytes(k)!r}"))
+                    floors.append(floor_record(bytes(k), n, f"redis key {_shown(bytes(k))}", checks))
             if cursor == 0:
                 break
     except redis.RedisError as exc:
         raise BackupError(f"--from-redis {url}: {exc}") from None
     finally:
         client.close()
+    checks.count(len(floors))
     return floors, left_out
 
 
@@ -848,12 +947,12 @@ async def with_writer(config: Config, job: Any, apply: bool = True) -> Any:
             await etcd.close()
 
 
-def read_backup_file(path: str) -> Backup:
+def read_backup_file(path: str, checks: Checks) -> Backup:
     if path == "-":
-        return read_backup(sys.stdin)
+        return read_backup(sys.stdin, checks)
     try:
         with open(path, encoding="utf-8") as stream:
-            return read_backup(stream)
+            return read_backup(stream, checks)
     except OSError as exc:
         raise BackupError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

@@ -215,12 +215,12 @@ def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
             )
             return 0
         if args.command == "restore":
-            data = backup_mod.read_backup_file(args.file)
+            data = backup_mod.read_backup_file(args.file, backup_mod.Checks.of(config))
             data = backup_mod.with_margin(data, args.margin)
             apply, records, left_out = not args.dry_run, data.sequences, 0
         else:
             apply = args.apply
-            records, left_out = _floors(args)
+            records, left_out = _floors(args, backup_mod.Checks.of(config))
         summary = backup_mod.Summary()
         if args.through:
             password = args.password or os.environ.get("MARCH_THROUGH_PASSWORD")
@@ -278,17 +278,17 @@ async def run_groups(args: argparse.Namespace, config: config_mod.Config) -> int
         await etcd.close()
 
 
-def _floors(args: argparse.Namespace) -> tuple[list[SequenceRecord], int]:
+def _floors(args: argparse.Namespace, checks: backup_mod.Checks) -> tuple[list[SequenceRecord], int]:
     if args.dsn:
         if not args.table or not args.column:
             raise backup_mod.BackupError("--dsn needs --table and --column")
-        return backup_mod.floors_from_table(args.dsn, args.table, args.column, args.key), 0
+        return backup_mod.floors_from_table(args.dsn, args.table, args.column, args.key, checks), 0
     if args.from_redis:
-        return backup_mod.floors_from_redis(args.from_redis)
+        return backup_mod.floors_from_redis(args.from_redis, checks)
     if args.csv == "-":
-        return backup_mod.floors_from_csv(sys.stdin), 0
+        return backup_mod.floors_from_csv(sys.stdin, checks), 0
     try:
         with open(args.csv, encoding="utf-8", newline="") as stream:
-            return backup_mod.floors_from_csv(stream), 0
+            return backup_mod.floors_from_csv(stream, checks), 0
     except OSError as exc:
         raise backup_mod.BackupError(f"{args.csv}: {exc.strerror or exc}") from None

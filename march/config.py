@@ -58,6 +58,7 @@ class Config:
     log_format: str = "text"
     metrics_port: int = 0
     metrics_max_connections: int = 16
+    metrics_max_connections_per_address: int = 4
     metrics_timeout: float = 5.0
     slowlog_log_slower_than: int = 10000
     slowlog_max_len: int = 128
@@ -246,10 +247,18 @@ OPTIONS: tuple[Option, ...] = (
         restart=errors.RESTART_METRICS,
         bounds=Bounds(1, 10_000, "connections; each holds a socket and a file descriptor"),
     ),
+    # A Prometheus or two and a load balancer's probe per address: one address never takes every slot.
+    Option(
+        "metrics_max_connections_per_address",
+        "most connections one address may hold on the metrics port; one more from it gets 503 and is closed",
+        "observability",
+        restart=errors.RESTART_METRICS,
+        bounds=Bounds(1, 10_000, "connections; keep it below metrics_max_connections so others always get in"),
+    ),
     # A scrape on a healthy network takes milliseconds; a client slower than this holds nothing longer.
     Option(
         "metrics_timeout",
-        "seconds a metrics-port client has to send its request, and again to take the reply (then: closed)",
+        "seconds a metrics-port client has to take the reply, and to send its request head (at most 1 s)",
         "observability",
         restart=errors.RESTART_METRICS,
         bounds=Bounds(0.01, 3600, "seconds: a scrape takes milliseconds, an hour is plenty"),

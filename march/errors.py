@@ -176,6 +176,16 @@ ALTER_MAXLEAD_PLAIN = "WRONGTYPE MAXLEAD applies to timestamp sequences only; '{
 ALTER_BATCH_TIMESTAMP = (
     "WRONGTYPE MINBATCH and MAXBATCH apply to plain sequences only; '{}' is a timestamp sequence (see MAXLEAD)"
 )
+# A stored record this version cannot read (written by an older version, or by hand): the key
+# answers this, never an ID from guessed settings, until an admin repairs it (march.keyspace).
+SEQ_UNREADABLE = "ERR the stored settings of sequence '{}' cannot be read ({}): an admin repairs them with SEQ.ALTER"
+SEQ_LAYOUT_UNREADABLE = (
+    "ERR the stored layout of timestamp sequence '{}' cannot be read ({}): an admin gives it with SEQ.ALTER key "
+    "PRESET name [TIMEBITS n] [NODEBITS n] [SEQBITS n] [ORDER f,f,f] [EPOCH ms] [UNIT ms] [NODE n]"
+)
+ALTER_LAYOUT = (
+    "ERR SEQ.ALTER sets a layout only to repair a timestamp sequence whose stored layout cannot be read; '{}' has one"
+)
 WORKER_NAMESPACE = "ERR worker namespace must be 1 to {} bytes"
 WORKER_TTL = "ERR worker TTL must be between 1 and 86400 seconds"
 WORKER_ID = "ERR worker id must be an integer between 0 and 1023"

@@ -183,8 +183,8 @@ class Keyspaces:
     def create_or_get(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
         return self._of(key).create_or_get(key, *args, **kwargs)
 
-    def alter(self, key: bytes, changes: Mapping[str, int]) -> Any:
-        return self._of(key).alter(key, changes)
+    def alter(self, key: bytes, changes: Mapping[str, int], *args: Any) -> Any:
+        return self._of(key).alter(key, changes, *args)
 
     @property
     def wall_offset(self) -> float:

@@ -42,9 +42,20 @@ shared ``Context`` per term, about 250 bytes with its name and dict entry). Sequ
 next request reads the record again, as after a restart); INFO counts them (``idle_dropped``).
 
 **Settings** (``SEQ.ALTER``, ``alter``) change durably first (guarded, after the key's ceiling
-write in flight has landed), then on the live generator (``apply_settings``). The group's worker
-ids (``workers``, ``march.workers``) live beside the sequences, in the same store, under the same
-serving state, but are not sequences.
+write in flight has landed), then on the live generator (``apply_settings``).
+
+**A stored record that cannot be read fails closed.** A record whose settings this version cannot
+read (``policies.settings_problem``: ``{"min_batch": "x"}``, a timestamp sequence without a whole
+layout, an unknown kind; written by an older version's restore, or by hand) never becomes a
+generator with guessed settings: every command on the key answers ``SEQ_UNREADABLE`` (or
+``SEQ_LAYOUT_UNREADABLE``), a Redis-style error naming the setting, and hands out nothing. An admin
+repairs it with ``SEQ.ALTER`` (``alter`` → ``_repair``): the readable settings are kept, the
+unreadable ones dropped, the command's applied; a timestamp sequence whose layout is lost is given
+one with SEQ.CREATE's layout options (refused on a layout that reads: a layout never changes under
+IDs). The ceiling stays as stored (it only ever grows), so the repaired key continues above it.
+
+The group's worker ids (``workers``, ``march.workers``) live beside the sequences, in the same
+store, under the same serving state, but are not sequences.
 
 Timestamp sequences (and the worker ids' wall-clock figures) read the wall clock through
 ``wall()``: ``time.time()`` moved by ``wall_offset`` seconds, which only ``DEBUG CLOCK-OFFSET``
@@ -70,7 +81,7 @@ from .generators.sequence import SequenceGenerator
 from .generators.timestamp import TimestampGenerator
 from .idle import IdleSweeper
 from .listing import PAGE, SLICE, Selection, sift
-from .policies import Policies
+from .policies import KINDS, Policies, readable_part, settings_problem
 from .serving import Change, Phase, ServingState, Term
 from .shared import SharedCalls
 from .store.base import GuardFailed, SequenceRecord, Store
@@ -82,6 +93,19 @@ _ABSENT = 10_000  # keys remembered as just read and absent (ensure skips readin
 __all__ = ["PAGE", "SLICE", "Generator", "Keyspace", "Selection", "sift"]  # (listing's, for its old importers)
 
 log = logging.getLogger("march")
+
+
+class UnreadableSettings(CommandError):
+    """A stored record whose settings this version cannot read (``policies.settings_problem``):
+    its key answers this error until SEQ.ALTER repairs it (``Keyspace.alter``)."""
+
+    def __init__(self, record: SequenceRecord, why: str) -> None:
+        name = record.key.decode("utf-8", "replace")
+        lost = record.kind == timestamp.KIND and "time_bits" not in readable_part(record.kind, record.settings)
+        super().__init__((errors.SEQ_LAYOUT_UNREADABLE if lost else errors.SEQ_UNREADABLE).format(name, why))
+        self.record = record
+        self.why = why
+        self.layout_lost = lost
 
 
 class ActiveSequences:
@@ -188,7 +212,11 @@ class ActiveSequences:
         return self._wall() + self.wall_offset
 
     def _add(self, record: SequenceRecord, term: Term, start: int | None = None) -> Generator:
-        """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first slot)."""
+        """Serve ``record`` in ``term``; ``start`` places a brand-new generator (its next ID, or first
+        slot). UnreadableSettings if this version cannot read its settings (nothing is served)."""
+        why = settings_problem(record.kind, record.settings)
+        if why is not None:
+            raise UnreadableSettings(record, why)
         gen: Generator
         policies = self.policies
         policy = policies.policy_for(record.settings)
@@ -390,25 +418,24 @@ class Keyspace(ActiveSequences):
 
     # --- SEQ.ALTER -------------------------------------------------------------------------------
 
-    async def alter(self, key: bytes, changes: Mapping[str, int]) -> Generator:
-        """Change one sequence's settings durably (guarded), then apply them to its live generator.
+    async def alter(self, key: bytes, changes: Mapping[str, int], layout: Layout | None = None) -> None:
+        """Change one sequence's settings durably (guarded), then apply them to its live generator;
+        or repair a stored record whose settings cannot be read (``_repair``: ``layout`` only there).
 
         One ALTER at a time (they are rare), so two never lose each other's changes. The ceiling
         write in flight, if any, lands first: on etcd it writes the settings it was sent with.
         """
         async with self._altering:
-            gen = await self.activate(key)
+            try:
+                gen = await self.activate(key)
+            except UnreadableSettings as unreadable:
+                await self._repair(unreadable, changes, layout)
+                return
             if gen is None:
                 raise CommandError(errors.NO_SUCH_KEY.format(key.decode("utf-8", "replace")))
-            timestamped = isinstance(gen, TimestampGenerator)
-            if "max_lead" in changes and not timestamped:
-                raise CommandError(errors.ALTER_MAXLEAD_PLAIN.format(key.decode("utf-8", "replace")))
-            if timestamped and ("min_batch" in changes or "max_batch" in changes):
-                raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
-            settings = {**gen.settings, **changes}
-            policy = self.policies.policy_for(settings)
-            if policy.min_batch > policy.max_batch:  # (each within its bounds: checked by the command)
-                raise CommandError(errors.BATCH_RANGE.format(int(setting_bounds("max_batch").high)))
+            if layout is not None:  # a layout that reads never changes: IDs already handed out follow it
+                raise CommandError(errors.ALTER_LAYOUT.format(key.decode("utf-8", "replace")))
+            settings = self._altered(key, isinstance(gen, TimestampGenerator), dict(gen.settings), changes)
             term = self._term()
             if self.generators.get(key) is not gen:  # the term changed since it was read: run again
                 raise NotServing(term.ended or "the term changed")
@@ -428,7 +455,48 @@ class Keyspace(ActiveSequences):
             self._check(term)
             gen.settings = settings
             self.policies.apply(gen)
-            return gen
+
+    def _altered(
+        self, key: bytes, timestamped: bool, settings: dict[str, Any], changes: Mapping[str, int]
+    ) -> dict[str, Any]:
+        """``settings`` with ``changes`` applied, as SEQ.ALTER allows them for the key's kind."""
+        if "max_lead" in changes and not timestamped:
+            raise CommandError(errors.ALTER_MAXLEAD_PLAIN.format(key.decode("utf-8", "replace")))
+        if timestamped and ("min_batch" in changes or "max_batch" in changes):
+            raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
+        settings.update(changes)
+        policy = self.policies.policy_for(settings)
+        if policy.min_batch > policy.max_batch:  # (each within its bounds: checked by the command)
+            raise CommandError(errors.BATCH_RANGE.format(int(setting_bounds("max_batch").high)))
+        return settings
+
+    async def _repair(self, unreadable: UnreadableSettings, changes: Mapping[str, int], layout: Layout | None) -> None:
+        """SEQ.ALTER on a stored record whose settings cannot be read: keep the readable settings,
+        drop the others, apply ``changes`` (and ``layout``, only where the stored one is lost), and
+        store the result (guarded) if it reads. The ceiling is left as stored; the next request
+        reads the repaired record and serves it like any other."""
+        record = unreadable.record
+        if record.kind not in KINDS:
+            raise unreadable  # nothing to repair towards: this version knows no such kind
+        timestamped = record.kind == timestamp.KIND
+        settings = readable_part(record.kind, record.settings)
+        if layout is not None:
+            if not unreadable.layout_lost:
+                raise CommandError(errors.ALTER_LAYOUT.format(record.key.decode("utf-8", "replace")))
+            settings.update(layout.to_settings())
+        settings = self._altered(record.key, timestamped, settings, changes)
+        why = settings_problem(record.kind, settings)
+        if why is not None:  # (a timestamp sequence whose layout is lost, and no layout given)
+            raise UnreadableSettings(SequenceRecord(record.key, record.kind, record.ceiling, settings), why)
+        term = self._term()
+        try:
+            async with asyncio.timeout(self.config.store_timeout):
+                await self.store.save_settings(record.key, settings, term.guard)
+        except GuardFailed as exc:
+            term.lost(str(exc))
+            raise NotServing(str(exc)) from None
+        self._check(term)
+        log.warning("sequence %r: SEQ.ALTER repaired its stored settings (%s)", record.key[:64], unreadable.why)
 
     # --- listing and counting (``march.listing``, ``march.census``) ------------------------------
 

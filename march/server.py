@@ -160,7 +160,11 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
     march_log.set_node(node_id(app))
     if config.metrics_port:
         ports.metrics = MetricsServer(
-            registry_for(app), config.metrics_max_connections, config.metrics_timeout, ready=partial(readiness, app)
+            registry_for(app),
+            config.metrics_max_connections,
+            config.metrics_timeout,
+            ready=partial(readiness, app),
+            max_per_address=config.metrics_max_connections_per_address,
         )
         try:
             port = await ports.metrics.start(config.bind, config.metrics_port)

@@ -30,6 +30,17 @@ with that password (``on #<sha256> ~* &* +@all``). A stored ``default`` always w
 warning at start and keeps the stored one. ``CONFIG SET requirepass`` writes the stored
 ``default`` (on every node at once). The file and the option only ever *seed*: after that, ACL
 commands are the way to change users, and what they report holds on every node.
+
+**A stored record this version cannot read** (written by an older version's restore, or into the
+store by hand: ``on #zz +@all ~*``) fails closed, at start and whenever the watch brings one: the
+user is *off*, with nothing (``auth.Users.take``), and an error is logged naming the user and what
+could not be read (never the rules themselves). For ``default`` this means every client must
+``AUTH`` as another user; ``requirepass`` does not replace it (the stored record still wins: it may
+hold a newer password than the file's), so the node never falls back to the built-in open
+``default``. The node starts and serves. An admin repairs the user with ``ACL SETUSER`` (which
+applies its rules to a user with nothing, as for a new user), ``ACL LOAD``, or, when no admin can
+log in, ``march restore`` of a file holding a valid record for it (restore replaces a stored user
+only when it cannot be read; see ``march.backup``).
 """
 
 from __future__ import annotations
@@ -166,7 +177,7 @@ class SharedUsers:
         try:
             accepted = self.users.build(DEFAULT, stored.rules).check_password(password.encode())
         except CommandError:
-            accepted = False
+            return  # unreadable: installed off, and said so (``take``); requirepass does not replace it
         if not accepted and not self._warned:
             self._warned = True
             log.warning(
@@ -199,6 +210,8 @@ class SharedUsers:
             default_changed |= changed and r.name == DEFAULT
             if gone is not None:
                 removed.append(gone)
+            if changed and r.name in self.users.unreadable:
+                _log_unreadable(r.name, self.users.unreadable[r.name])
         if notify and (removed or default_changed):
             self.changed(removed)
 
@@ -212,7 +225,8 @@ class SharedUsers:
         whatever ``build`` raises (nothing written) or TRYAGAIN after ``CAS_TRIES`` lost races."""
         for _ in range(CAS_TRIES):
             current = await self.store.load_user(name)
-            rules = build(self.users.build(name, None if current is None else current.rules))
+            # a stored record that cannot be read stands for a user with nothing: the rules apply to that
+            rules = build(self.users.stored(name, None if current is None else current.rules))
             if current is None and rules is None:
                 return None  # nothing to delete
             revision = await self.store.save_user(name, rules, 0 if current is None else current.revision)
@@ -262,3 +276,18 @@ class SharedUsers:
             self.take([UserRecord(name, rules, revision)])
             return
         await self.update(name, lambda _: rules)  # changed meanwhile: the file's version still wins
+
+
+def _log_unreadable(name: str, why: str) -> None:
+    """Say that a stored user could not be read and is off now: its name (cut) and the reason
+    (the rule quoted in Redis' error is left out: a hand-written record may hold a password)."""
+    reason = why.rpartition("': ")[2] if "modifier '" in why else why.removeprefix("ERR ")
+    shown = name if len(name) <= 64 else name[:64] + "..."
+    log.error(
+        "the stored user %r cannot be read by this version (%s): it is off, with no password and no rights, "
+        "until it is written again (ACL SETUSER %s ..., ACL LOAD, or march restore with a valid record)%s",
+        shown,
+        reason,
+        shown,
+        "; no client is authenticated without AUTH as another user" if name == DEFAULT else "",
+    )

@@ -118,10 +118,7 @@ def _acl_save(client: Client, args: list[bytes]) -> Any:
 
 
 def _username(raw: bytes) -> str:
-    name = raw.decode("utf-8", "surrogateescape")
-    if not name or any(c in name for c in " \0\r\n"):
-        raise CommandError(errors.ACL_BAD_USERNAME)
-    return name
+    return auth.check_username(raw.decode("utf-8", "surrogateescape"))
 
 
 async def _setuser(client: Client, name: str, rules: list[str]) -> str:

@@ -16,7 +16,10 @@
   durably (guarded like a ceiling write), at once on its live generator. MINBATCH/MAXBATCH apply
   to plain sequences, MAXLEAD to timestamp sequences (the other kind: WRONGTYPE). Primary only.
   ACL category ``@seqadmin``, not ``@write``: the limits of a shared sequence are an
-  administrator's, an application that draws IDs never changes them.
+  administrator's, an application that draws IDs never changes them. It also repairs a stored
+  record whose settings cannot be read (``march.keyspace``): the unreadable settings are dropped,
+  and a timestamp sequence whose layout is lost takes SEQ.CREATE's layout options (``PRESET``,
+  ``TIMEBITS``... ``NODE``), refused on any layout that reads.
 - Every setting is checked against the bounds declared beside its server option in
   ``march.config`` (one validator for the config file, flags, environment, CONFIG SET and here).
 - ``SEQ.INFO key``: live state (next, durable ceiling, batch, store writes and latency, waits;
@@ -152,22 +155,49 @@ _LAYOUT_INTS = {
 }
 
 
+_LAYOUT_OPTIONS = (b"preset", b"order", *_LAYOUT_INTS, b"node")
+
+
+class _LayoutOptions:
+    """SEQ.CREATE ... TIMESTAMP's layout options (and SEQ.ALTER's, repairing a lost layout), read
+    one by one (``take``), then made into a checked layout (``layout``)."""
+
+    def __init__(self) -> None:
+        self.preset = "snowflake"
+        self.changes: dict[str, Any] = {}
+        self.node = 0
+        self.given = False
+
+    def take(self, option: bytes, cursor: Args) -> None:
+        self.given = True
+        if option == b"preset":
+            self.preset = cursor.text().lower()
+            layouts.preset(self.preset)  # an unknown name fails here, before anything else is looked at
+        elif option == b"order":
+            self.changes["order"] = tuple(cursor.text().lower().split(","))
+        elif option in _LAYOUT_INTS:
+            self.changes[_LAYOUT_INTS[option]] = cursor.integer()
+        else:
+            self.node = cursor.integer()
+
+    def layout(self, client: Client) -> layouts.Layout:
+        """The layout named (snowflake when no preset is), shown as ``custom`` if it differs from
+        its preset; checked, and checked against the clock as a new one."""
+        base = layouts.preset(self.preset)
+        layout = dataclasses.replace(base, node=self.node, **self.changes)  # validates: bits, order, unit, node
+        if layout != dataclasses.replace(base, node=self.node):
+            layout = dataclasses.replace(layout, preset="custom")
+        layout.check_new(int(client.app.keyspace.wall() * 1000))
+        return layout
+
+
 def _create_timestamp(client: Client, key: bytes, cursor: Args) -> Any:
-    preset = "snowflake"
-    changes: dict[str, Any] = {}
-    node = 0
+    options = _LayoutOptions()
     start = 0
     settings: dict[str, Any] = {}
-    for option in cursor.options(b"preset", b"order", *_LAYOUT_INTS, b"node", b"floor", b"lookahead", b"maxlead"):
-        if option == b"preset":
-            preset = cursor.text().lower()
-            layouts.preset(preset)  # an unknown name fails here, before anything else is looked at
-        elif option == b"order":
-            changes["order"] = tuple(cursor.text().lower().split(","))
-        elif option in _LAYOUT_INTS:
-            changes[_LAYOUT_INTS[option]] = cursor.integer()
-        elif option == b"node":
-            node = cursor.integer()
+    for option in cursor.options(*_LAYOUT_OPTIONS, b"floor", b"lookahead", b"maxlead"):
+        if option in _LAYOUT_OPTIONS:
+            options.take(option, cursor)
         elif option == b"floor":
             floor = cursor.integer()
             if floor < 0:
@@ -179,13 +209,7 @@ def _create_timestamp(client: Client, key: bytes, cursor: Args) -> Any:
             settings["max_lead"] = _ms("max_lead", cursor, errors.TS_MAXLEAD)
     if settings:
         may_change_settings(client, key)  # its own LOOKAHEAD/MAXLEAD: what SEQ.ALTER sets
-    base = layouts.preset(preset)
-    layout = dataclasses.replace(base, node=node, **changes)  # validates: bits, order, unit, node
-    if layout != dataclasses.replace(base, node=node):
-        layout = dataclasses.replace(layout, preset="custom")
-    keyspace = client.app.keyspace
-    layout.check_new(int(keyspace.wall() * 1000))
-    settings.update(layout.to_settings())
+    settings.update(options.layout(client).to_settings())
     if start:
         may_raise_floor(client, key)  # FLOOR
     return _create(client, key, start, settings, TIMESTAMP)
@@ -215,24 +239,28 @@ def _ms(setting: str, cursor: Args, text: str) -> int:
     ("@seqadmin", "@slow"),  # not @write: +@read +@write draws IDs and never changes a sequence's limits
     keys=(1, 1, 1),
     primary=True,
-    summary="SEQ.ALTER key [MINBATCH n] [MAXBATCH n] [MAXLEAD ms]: change a sequence's settings, durably and at once.",
+    summary="SEQ.ALTER key [MINBATCH n] [MAXBATCH n] [MAXLEAD ms]: change a sequence's settings, durably and at once "
+    "(and [PRESET name] [layout options]: give a timestamp sequence whose stored layout cannot be read its layout).",
     group="sequence",
 )
 def seq_alter(client: Client, args: list[bytes]) -> Any:
     changes: dict[str, int] = {}
+    layout = _LayoutOptions()
     cursor = Args(args, 2)
-    for option in cursor.options(b"minbatch", b"maxbatch", b"maxlead"):
+    for option in cursor.options(b"minbatch", b"maxbatch", b"maxlead", *_LAYOUT_OPTIONS):
         if option == b"maxlead":
             changes["max_lead"] = _ms("max_lead", cursor, errors.TS_MAXLEAD)
+        elif option in _LAYOUT_OPTIONS:
+            layout.take(option, cursor)
         else:
             changes["min_batch" if option == b"minbatch" else "max_batch"] = _batch(cursor)
-    if not changes:
+    if not changes and not layout.given:
         raise CommandError(errors.ALTER_NOTHING)
-    return _alter(client, args[1], changes)
+    return _alter(client, args[1], changes, layout.layout(client) if layout.given else None)
 
 
-async def _alter(client: Client, key: bytes, changes: dict[str, int]) -> str:
-    await client.app.keyspace.alter(key, changes)
+async def _alter(client: Client, key: bytes, changes: dict[str, int], layout: layouts.Layout | None) -> str:
+    await client.app.keyspace.alter(key, changes, layout)
     return "OK"
 
 

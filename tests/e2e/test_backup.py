@@ -170,10 +170,100 @@ def test_bad_backup_is_refused_and_changes_nothing(tmp_path: Path, case: str) ->
     assert sqlite_rows(data) == before
 
 
+def _line(record: dict[str, object]) -> str:
+    return json.dumps(record, separators=(",", ":"))
+
+
+def _seq(settings: object, kind: str = "sequence", **name: str) -> dict[str, object]:
+    return {"type": "sequence", **(name or {"key": "bad"}), "kind": kind, "ceiling": 10, "settings": settings}
+
+
+SNOWFLAKE = {"preset": "snowflake", "time_bits": 41, "node_bits": 10, "seq_bits": 12, "order": "time,node,seq",
+             "epoch": 1288834974657, "unit": 1, "node": 0}  # fmt: skip
+WORKER = {"type": "worker", "namespace": "app", "id": 0, "token": "", "expires_ms": 0, "floor_ms": 5, "ttl": 30}
+
+# Records the live commands refuse (ACL SETUSER, SEQ.CREATE/SEQ.ALTER, max_key_len, WORKER.ACQUIRE),
+# each with what the refusal says. Before this, every one of them was stored.
+REFUSED_RECORDS: dict[str, tuple[dict[str, object], str]] = {
+    "default user whose rules do not parse": (
+        {"type": "user", "name": "default", "rules": "on #zz +@all ~*"},
+        "user 'default': Error in ACL SETUSER modifier '#zz': The password hash must be exactly 64 characters",
+    ),
+    "user rule that is no rule": ({"type": "user", "name": "app", "rules": "on +@nosuch"}, "user 'app': Error in ACL"),
+    "user name with a space": ({"type": "user", "name": "a b", "rules": "on"}, "Usernames can't contain spaces"),
+    "setting that is a string": (_seq({"min_batch": "x"}), "sequence 'bad': min_batch 'x' is not an integer"),
+    "timestamp sequence without a layout": (_seq({}, "timestamp"), "sequence 'bad': no layout (time_bits"),
+    "timestamp layout that does not fit": (
+        _seq({**SNOWFLAKE, "time_bits": 60}, "timestamp"),
+        "layout: a timestamp layout needs TIMEBITS >= 1, NODEBITS >= 0, SEQBITS >= 0 and at most 63 bits",
+    ),
+    "2,000,000-byte name": (_seq({}, key="n" * 2_000_000), "the key is 2000000 bytes, longer than max_key_len (1024)"),
+    "batch below its bounds": (_seq({"min_batch": 0}), "min_batch 0 is out of range (1 .. "),
+    "MINBATCH above MAXBATCH": (_seq({"min_batch": 500, "max_batch": 20}), "min_batch 500 is above max_batch 20"),
+    "timestamp setting on a plain sequence": (
+        _seq({"max_lead": 1000}),
+        "max_lead is not a setting of a plain sequence",
+    ),
+    "batch on a timestamp sequence": (
+        _seq({**SNOWFLAKE, "min_batch": 10}, "timestamp"),
+        "min_batch is not a setting of a timestamp sequence",
+    ),
+    "unknown setting": (_seq({"colour": 1}), "unknown setting 'colour'"),
+    "worker TTL 0": ({**WORKER, "ttl": 0}, "ttl 0 is out of range (1 .. 86400)"),
+    "worker namespace too long": ({**WORKER, "namespace": "w" * 1025}, "worker namespace is 1025 bytes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_RECORDS))
+def test_restore_refuses_what_the_live_commands_refuse(tmp_path: Path, case: str) -> None:
+    """Issue 25, item 4: every record goes through the live commands' validators; one bad record
+    refuses the whole file, naming its line, and nothing is written (not the good record before it)."""
+    data = tmp_path / "data"
+    ok("import-floors", "--csv", "-", "--apply", "--data-dir", str(data), stdin="a,3\n")
+    before = sqlite_rows(data)
+    bad, said = REFUSED_RECORDS[case]
+    good = _seq({"min_batch": 10, "max_batch": 100}, key="first")
+    counts = {"sequences": 1 + (bad["type"] == "sequence"), "users": int(bad["type"] == "user")}
+    end = {"type": "end", **counts, "workers": int(bad["type"] == "worker")}
+    backup = tmp_path / "bad.jsonl"
+    backup.write_text("\n".join([HEAD, _line(good), _line(bad), _line(end)]) + "\n")
+    for dry in ([], ["--dry-run"]):
+        err = refused("restore", str(backup), "--data-dir", str(data), *dry)
+        assert err.startswith("march: line 3: ") and said in err, err
+        assert len(err) < 1000  # a 2 MB name is not echoed back
+    assert sqlite_rows(data) == before
+    with sqlite3.connect(data / "march.sqlite3") as db:
+        assert db.execute("SELECT name FROM users").fetchall() == []
+        assert db.execute("SELECT namespace FROM workers").fetchall() == []
+    db.close()
+
+
+def test_restore_stores_users_as_acl_setuser_leaves_them(tmp_path: Path) -> None:
+    """A user's rules are parsed as ACL SETUSER parses them and stored as ACL LIST shows them: a
+    password written in clear in a hand-made file is stored only as its hash."""
+    backup = tmp_path / "users.jsonl"
+    user = {"type": "user", "name": "app", "rules": "on >app-secret-77 ~app:* +@read +@write +@create"}
+    backup.write_text("\n".join([HEAD, _line(user), '{"type":"end","sequences":0,"users":1,"workers":0}']) + "\n")
+    data = tmp_path / "data"
+    assert "users: 1 created" in ok("restore", str(backup), "--data-dir", str(data))
+    with sqlite3.connect(data / "march.sqlite3") as db:
+        ((rules,),) = db.execute("SELECT rules FROM users WHERE name = 'app'").fetchall()
+    db.close()
+    assert "app-secret-77" not in rules and rules.startswith("on #") and "~app:* " in rules
+    node = MarchServer.in_dir(tmp_path / "node", extra_args=["--data-dir", str(data)])
+    node.start()
+    try:
+        c = redis.Redis(port=node.port, username="app", password="app-secret-77")
+        assert int(c.incr("app:orders")) == 1
+    finally:
+        node.stop()
+
+
 @pytest.mark.parametrize(
     ("rows", "said"),
     [
         ("a,1\nb,x\n", "line 2: 'x' is not an integer"),
+        ("a,1\n" + "k" * 1025 + ",2\n", "line 2: the key is 1025 bytes, longer than max_key_len (1024)"),
         (f"a,1\nb,{MAX_ID + 1}\n", "out of range"),
         ("a,1\nb,-3\n", "out of range"),
         ("a,1\nb,2,3\n", "expected key,max_id"),

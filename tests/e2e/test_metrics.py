@@ -4,7 +4,9 @@ must be well formed; role, term and lease come from the serving state (a cluster
 for the lease and the leader change).
 
 What a scraper may cost (raw sockets): a silent client and one that never finishes its request
-are cut after ``metrics_timeout``; connections past ``metrics_max_connections`` get 503 at once;
+are cut after ``metrics_timeout`` (their request head: after at most a second); connections past
+``metrics_max_connections_per_address`` from one address get 503 at once; slow connections from
+one address (16, or 1,000) or from many never make ``/ready`` or ``/metrics`` fail for another;
 40 concurrent scrapes share at most two renders, each render's body identical for all who got it;
 and while a render runs (made to take 300 ms of CPU, as a large keyspace would), another client's
 INCRs keep being answered before the scrape's reply arrives.
@@ -12,8 +14,10 @@ INCRs keep being answered before the scrape's reply arrives.
 
 from __future__ import annotations
 
+import selectors
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -282,22 +286,153 @@ def test_silent_and_slow_clients_are_cut_after_the_timeout(march_factory: Callab
 
 def test_connections_over_the_limit_are_refused(march_factory: Callable[..., MarchServer]) -> None:
     port = free_port()
-    march_factory(extra_args=["--metrics-port", str(port), "--metrics-max-connections", "3", "--metrics-timeout", "3"])
+    march_factory(
+        extra_args=[
+            "--metrics-port", str(port), "--metrics-max-connections", "8",
+            "--metrics-max-connections-per-address", "3", "--metrics-timeout", "3",
+        ]
+    )  # fmt: skip
     wait_until(lambda: scrape(port), message="the metrics port is open")
     idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
     try:
-        wait_until(lambda: _refused(port), timeout=10, message="a fourth connection refused")
+        wait_until(lambda: _refused(port), timeout=10, message="a fourth connection from the address refused")
         status, body = _refused_reply(port)
-        assert status == b"HTTP/1.1 503 Service Unavailable" and body == b"too many connections to metrics port\n"
+        assert status == b"HTTP/1.1 503 Service Unavailable"
+        assert body == b"too many connections from this address to metrics port\n"
+        assert _probe(port, "/ready", "127.0.0.2") == 200  # another address still gets in
     finally:
         for s in idle:
             s.close()
     wait_until(
         lambda: (
             (got := _served(port)) is not None
-            and value(got, "march_metrics_closed_connections_total", reason="refused") >= 2
+            and value(got, "march_metrics_closed_connections_total", reason="refused_address") >= 2
         ),
         message="served again once the idle ones are gone, the refusals counted",
+    )
+
+
+def test_a_request_head_has_a_second(march_factory: Callable[..., MarchServer]) -> None:
+    """Whatever ``metrics_timeout`` (5 s here, the default), a connection that has not sent its
+    whole request head after HEAD_TIMEOUT (1 s) is cut: a slowloris holds a slot that long."""
+    port = free_port()
+    march_factory(extra_args=["--metrics-port", str(port)])
+    wait_until(lambda: scrape(port), message="the metrics port is open")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as dripping:
+        dripping.sendall(b"GET /rea")
+        started = time.monotonic()
+        assert closed_by_server(dripping)
+        assert time.monotonic() - started < 4  # by the 1 s head deadline, not metrics_timeout's 5 s
+
+
+class SlowFlood:
+    """``count`` connections from each of ``sources`` (loopback addresses) to the metrics port, each
+    sending an unfinished request head; a connection the server closes (cut, refused, evicted) is
+    opened again at once, as an attacker's would be. One thread, bounded: it stops when the test
+    leaves the ``with`` block (and after ``limit`` seconds in any case)."""
+
+    def __init__(self, port: int, count: int, sources: list[str], limit: float = 120.0) -> None:
+        self.port, self.count, self.sources, self.limit = port, count, sources, limit
+        self.opened = 0
+        self.closed_by_server = 0
+        self._held = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slow-flood", daemon=True)
+        self._selector = selectors.DefaultSelector()
+
+    def __enter__(self) -> SlowFlood:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the flood thread did not stop"
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def _open(self, source: str) -> None:
+        s = socket.socket()
+        try:
+            s.bind((source, 0))
+            s.settimeout(5)
+            s.connect(("127.0.0.1", self.port))
+            s.sendall(b"GET /metr")  # a request head that never ends
+            s.setblocking(False)
+        except OSError:
+            s.close()
+            return
+        self.opened += 1
+        self._selector.register(s, selectors.EVENT_READ, source)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.limit
+        try:
+            for source in self.sources:
+                for _ in range(self.count):
+                    if self._stop.is_set():
+                        return
+                    self._open(source)
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                self._held = len(self._selector.get_map())
+                for key, _ in self._selector.select(timeout=0.05):
+                    s = key.fileobj
+                    assert isinstance(s, socket.socket)
+                    try:
+                        data = s.recv(4096)
+                    except OSError:
+                        data = b""
+                    if not data or b"503" in data:  # closed (cut, evicted) or refused: back at once
+                        self.closed_by_server += 1
+                        self._selector.unregister(s)
+                        s.close()
+                        self._open(key.data)
+        finally:
+            for key in list(self._selector.get_map().values()):
+                key.fileobj.close()  # type: ignore[union-attr]
+            self._selector.close()
+
+
+def _probe(port: int, path: str, source: str = "127.0.0.1") -> int:
+    """The status of one GET ``path`` from ``source``, read whole."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as s:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize(
+    ("count", "sources"),
+    [(16, ["127.0.0.2"]), (1000, ["127.0.0.2"]), (8, [f"127.0.0.{i}" for i in range(2, 10)])],
+    ids=["16-from-one-address", "1000-from-one-address", "8-each-from-8-addresses"],
+)
+def test_probes_answer_while_slow_connections_flood_the_port(
+    march_factory: Callable[..., MarchServer], count: int, sources: list[str]
+) -> None:
+    """The issue's case: slow connections sending an unfinished request head (cut, then back at
+    once) took every slot, and 100 of 100 ``/ready`` probes and 10 of 10 scrapes got ``503 too
+    many connections``. Now one address holds at most ``metrics_max_connections_per_address``
+    (4), and slow connections from many addresses are evicted for a newcomer: every probe and
+    every scrape from 127.0.0.1 is answered 200."""
+    port = free_port()
+    march_factory(extra_args=["--metrics-port", str(port)])
+    wait_until(lambda: scrape(port), message="the metrics port is open")
+    with SlowFlood(port, count, sources) as flood:
+        wait_until(lambda: flood.held >= min(16, count * len(sources)) - 4, timeout=30, message="the flood holds")
+        ready = [_probe(port, "/ready") for _ in range(100)]
+        scrapes = [_probe(port, "/metrics") for _ in range(10)]
+        assert flood.opened >= count * len(sources)
+    assert ready == [200] * 100
+    assert scrapes == [200] * 10
+    # what held them off: one address's extra connections refused; many addresses' slow ones evicted
+    reason = "evicted" if len(sources) > 1 else "refused_address"
+    wait_until(
+        lambda: value(scrape(port), "march_metrics_closed_connections_total", reason=reason) > 0,
+        message=f"connections {reason} counted",
     )
 
 
@@ -325,9 +460,8 @@ def _refused(port: int) -> bool:
 
 def test_concurrent_scrapes_share_one_render(tmp_path: Path) -> None:
     port = free_port()
-    server = SlowRenderMarch.in_dir(
-        tmp_path, extra_args=["--metrics-port", str(port), "--metrics-max-connections", "64"]
-    )
+    limits = ["--metrics-max-connections", "64", "--metrics-max-connections-per-address", "64"]  # 40 from one address
+    server = SlowRenderMarch.in_dir(tmp_path, extra_args=["--metrics-port", str(port), *limits])
     with serving(server, during="the scrape flood", clean_exit=True):
         wait_until(lambda: http_reply(http_get(port, "/"))[0].endswith(b"200 OK"), message="the metrics port is open")
         scrapers = [http_get(port) for _ in range(40)]  # all sent within the first render's 300 ms
