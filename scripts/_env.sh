@@ -1,8 +1,8 @@
 # Shared setup, sourced by scripts/*: cd to the repo root, make .venv and install the package
 # (march_venv, with the Python client in clients/python), and install redis-server/redis-cli/redis-benchmark
 # (march_redis_tools), PostgreSQL (march_postgres, for the client's ORM tests), Node.js with npm
-# (march_node, for the Node client examples) and Prometheus with promtool (march_prometheus, for
-# tests/monitoring) if missing.
+# (march_node, for the Node client examples), the Go, Ruby, PHP and C Redis clients (march_clients, for
+# the docs/clients programs) and Prometheus with promtool (march_prometheus, for tests/monitoring) if missing.
 # Idempotent and quiet: a second run with unchanged pyproject.toml files installs nothing.
 set -euo pipefail
 
@@ -53,6 +53,20 @@ march_node() {
         return 0
     fi
     _apt_install nodejs npm
+}
+
+march_clients() {
+    # Debian's Redis clients that tests/cluster/test_clients.py runs the docs/clients programs with:
+    # Go (redigo, redisc, FZambia/sentinel: sources under /usr/share/gocode, built in GOPATH mode, as no
+    # module proxy is reachable), Ruby (redis-rb 4.8), PHP (phpredis) and C (hiredis). Only what is missing.
+    local want=(golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev
+        golang-github-fzambia-sentinel-dev ruby ruby-redis php-cli php-redis libhiredis-dev gcc pkg-config)
+    local missing=() pkg
+    for pkg in "${want[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+    done
+    [ "${#missing[@]}" = 0 ] && return 0
+    _apt_install --no-install-recommends "${missing[@]}"
 }
 
 march_redis_tools() {
