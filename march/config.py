@@ -749,7 +749,6 @@ def reference_table() -> str:
     return "\n".join(lines)
 
 
-
 def toml_comment(option: Option, width: int = 100) -> list[str]:
     """The comment config/march.toml carries right above ``option``'s key (tests/test_config.py checks
     the file against it): its help and, for a number, the range every source is checked against."""
@@ -762,6 +761,7 @@ def toml_comment(option: Option, width: int = 100) -> list[str]:
     if option.bounds is not None:
         lines.append(f"# range: {_number(option.bounds.low)} .. {_number(option.bounds.high)}")
     return lines
+
 
 # --- CONFIG SET and CONFIG REWRITE ------------------------------------------------------------------
 

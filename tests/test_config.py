@@ -259,7 +259,6 @@ def test_the_example_config_lists_every_option_with_its_default() -> None:
         assert flat[o.name] == o.default, o.name
 
 
-
 def _key_comments(text: str) -> dict[str, list[str]]:
     """Each key of a TOML file and the comment lines right above it (the block up to a blank or
     non-comment line)."""

@@ -31,7 +31,8 @@ READY = "Ctrl-C stops everything."
 NODE_LINE = re.compile(r"^n(\d+)\s+127\.0\.0\.1:(\d+)\s+pid (\d+)\s+\(confirmed\)")
 
 pytestmark = pytest.mark.skipif(
-    not (REPO_ROOT / ".venv" / "bin" / "python").exists(), reason="scripts/cluster uses .venv, which scripts/test creates"
+    not (REPO_ROOT / ".venv" / "bin" / "python").exists(),
+    reason="scripts/cluster uses .venv, which scripts/test creates",
 )
 
 
