@@ -30,7 +30,12 @@ from support.examples import (
 from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "clients/python/README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "clients/python/README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "docs/clients/README.md",
+]
 _spec = importlib.util.spec_from_file_location("bench_readme", ROOT / "scripts/benchlib/readme.py")
 assert _spec is not None and _spec.loader is not None
 bench_readme = importlib.util.module_from_spec(_spec)
