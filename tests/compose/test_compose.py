@@ -9,11 +9,12 @@ before.
 The tools: Debian 12's podman-compose (1.0.3), the current podman-compose from PyPI (the version
 scripts/_env.sh pins, in its own venv) and Debian's docker-compose 1.29 against podman's Docker API
 socket (`podman system service`, started and stopped by the script). To keep the suite short, one
-run is the full check (the online build when an index is reachable, the monitoring profile's
-Prometheus scraping the three nodes, the killed node back as a standby), on the PyPI podman-compose
-because it has `--profile`; the other two run `--quick`: the same build through compose, bring-up,
-IDs, kill -9 of the primary and IDs after it, without those extras (about 40 s each once podman's
-layer cache is warm).
+run is the full check (the monitoring profile's Prometheus scraping the three nodes, the killed
+node back as a standby), on the PyPI podman-compose because it has `--profile`; the other two run
+`--quick`: the same build through compose, bring-up, IDs, kill -9 of the primary and IDs after it,
+without those extras (about 40 s each once podman's layer cache is warm). The online build (a
+`podman build` of its own, pip fetching from the index) is left to scripts/compose-check by hand:
+with changed code it costs a minute of downloads.
 
 The script takes the project down on every exit; the test also removes whatever carries the
 project's label, in a finally, and checks that nothing of it is left. scripts/test installs podman
@@ -69,7 +70,9 @@ def _down(project: str) -> None:
 
 
 def _run(project: str, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "MARCH_COMPOSE_PROJECT": project}
+    # No online build here: it is a `podman build` of its own (not compose's path), and with changed
+    # code it costs a minute of pip downloads; scripts/compose-check by hand does it.
+    env = {**os.environ, "MARCH_COMPOSE_PROJECT": project, "MARCH_COMPOSE_ONLINE": "0"}
     proc = subprocess.Popen(
         [str(SCRIPT), *args],
         cwd=ROOT,
