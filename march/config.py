@@ -502,7 +502,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "join_other_cluster",
         "let a node whose data dir records another deployment join the cluster at etcd_prefix (or start one "
-        "there), or a cluster node's data dir serve a single node; the record is replaced. For one start",
+        "there), or a cluster node's data dir serve a single node; the record is replaced. For one start only: "
+        "leave it false in a file",
         "cluster",
         restart=errors.RESTART_CLUSTER,
     ),
@@ -755,6 +756,20 @@ def reference_table() -> str:
         span = "-" if o.bounds is None else f"{_number(o.bounds.low)} .. {_number(o.bounds.high)}"
         lines.append(f"| `{o.name}` / `MARCH_{o.name.upper()}` / `{flag}` | `{shown}` | {span} | {live} | {o.help} |")
     return "\n".join(lines)
+
+
+def toml_comment(option: Option, width: int = 100) -> list[str]:
+    """The comment config/march.toml carries right above ``option``'s key (tests/test_config.py checks
+    the file against it): its help and, for a number, the range every source is checked against."""
+    lines: list[str] = []
+    for word in option.help.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append("# " + word)
+    if option.bounds is not None:
+        lines.append(f"# range: {_number(option.bounds.low)} .. {_number(option.bounds.high)}")
+    return lines
 
 
 # --- CONFIG SET and CONFIG REWRITE ------------------------------------------------------------------

@@ -2,7 +2,9 @@
 # (march_venv, with the Python client in clients/python), and install redis-server/redis-cli/redis-benchmark
 # (march_redis_tools), PostgreSQL (march_postgres, for the client's ORM tests), Node.js with npm
 # (march_node, for the Node client examples), the Go, Ruby, PHP and C Redis clients (march_clients, for
-# the docs/clients programs) and Prometheus with promtool (march_prometheus, for tests/monitoring) if missing.
+# the docs/clients programs), Prometheus with promtool (march_prometheus, for tests/monitoring) if missing,
+# and the container tools tests/compose runs (march_containers: podman, podman-compose 1.0 from Debian and
+# the current one from PyPI, Debian's docker-compose, and a local Debian base image built once with debootstrap).
 # Idempotent and quiet: a second run with unchanged pyproject.toml files installs nothing.
 set -euo pipefail
 
@@ -86,4 +88,75 @@ march_prometheus() {
         return 0
     fi
     _apt_install --no-install-recommends prometheus
+}
+
+# The container tools of tests/compose and scripts/compose-check, and what they need on a machine
+# that reaches no image registry (checked on Debian 12; as root or through sudo):
+# - podman, runc, debootstrap and Debian's podman-compose (1.0.3 on bookworm) from apt, and Debian's
+#   docker-compose (1.29) without its recommends (it talks to podman's Docker API socket, never to a
+#   Docker daemon);
+# - /etc/containers/containers.conf when there is none: runc (crun refuses some hybrid cgroup
+#   layouts), cgroupfs, no default ulimits (sandboxes refuse setrlimit for containers);
+# - the current podman-compose from PyPI in a venv of its own, $VENV/tools/podman-compose (never in
+#   .venv/bin, where it would shadow Debian's for anyone who activates .venv);
+# - (march_base_image) the base image MARCH_LOCAL_BASE (localhost/march-base:bookworm): Debian bookworm with python3 and
+#   the venv module, made with debootstrap from the mirror apt already uses and imported into podman
+#   once (about a minute); podman keeps it, so the next run finds it.
+MARCH_LOCAL_BASE=localhost/march-base:bookworm
+# The version tests/compose runs as "the current podman-compose from PyPI" (pinned: a new release
+# is taken on purpose, by changing this line, not by surprise in CI).
+PODMAN_COMPOSE_PYPI_VERSION=1.6.0
+PODMAN_COMPOSE_PYPI="$VENV/tools/podman-compose/bin/podman-compose"
+
+march_containers() {
+    local missing=()
+    command -v podman >/dev/null 2>&1 || missing+=(podman)
+    command -v podman-compose >/dev/null 2>&1 || missing+=(podman-compose)
+    command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
+    command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+    [ "${#missing[@]}" = 0 ] || _apt_install "${missing[@]}"
+    command -v docker-compose >/dev/null 2>&1 || _apt_install --no-install-recommends docker-compose
+    if [ ! -e /etc/containers/containers.conf ]; then
+        local sudo=""
+        [ "$(id -u)" = 0 ] || sudo="sudo -n"
+        echo "scripts: writing /etc/containers/containers.conf (runc, cgroupfs, no default ulimits)" >&2
+        $sudo mkdir -p /etc/containers
+        printf '%s\n' '[containers]' 'default_ulimits = []' 'pids_limit = 0' '[engine]' 'runtime = "runc"' \
+            'cgroup_manager = "cgroupfs"' | $sudo tee /etc/containers/containers.conf >/dev/null
+    fi
+    local pc="$VENV/tools/podman-compose"
+    if [ "$("$PODMAN_COMPOSE_PYPI" --version 2>/dev/null | awk '/podman-compose version/{print $3}')" != "$PODMAN_COMPOSE_PYPI_VERSION" ]; then
+        echo "scripts: installing podman-compose $PODMAN_COMPOSE_PYPI_VERSION (PyPI) into $pc" >&2
+        rm -rf "$pc"
+        "${PYTHON:-python3}" -m venv "$pc"
+        "$pc/bin/pip" install -q --disable-pip-version-check "podman-compose==$PODMAN_COMPOSE_PYPI_VERSION"
+    fi
+}
+
+march_base_image() {
+    # MARCH_LOCAL_BASE, built once: debootstrap (minbase, python3, python3-venv, CA certificates) from
+    # the bookworm mirror of apt's own configuration, imported into podman.
+    podman image exists "$MARCH_LOCAL_BASE" && return 0
+    local mirror rootfs sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    mirror="$(apt-cache policy | awk '/ bookworm\/main /{print $2; exit}')"
+    if [ -z "$mirror" ]; then
+        echo "scripts: no bookworm/main source in apt's configuration (apt-cache policy) to debootstrap from" >&2
+        return 1
+    fi
+    rootfs="$(mktemp -d /tmp/march-base.XXXXXX)"
+    echo "scripts: building the base image $MARCH_LOCAL_BASE with debootstrap (once, about a minute)" >&2
+    if ! PATH="$PATH:/usr/sbin:/sbin" timeout 900 $sudo debootstrap --variant=minbase \
+        --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1; then
+        tail -n 20 "$rootfs.log" >&2
+        $sudo rm -rf "$rootfs"
+        echo "scripts: debootstrap failed (log $rootfs.log)" >&2
+        return 1
+    fi
+    $sudo tar -C "$rootfs" -c . | timeout 300 podman import - "$MARCH_LOCAL_BASE" >>"$rootfs.log" 2>&1 || {
+        $sudo rm -rf "$rootfs"
+        echo "scripts: podman import of the base image failed (log $rootfs.log)" >&2
+        return 1
+    }
+    $sudo rm -rf "$rootfs" "$rootfs.log"
 }

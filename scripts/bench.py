@@ -68,6 +68,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchlib import clusterbench, readme, redisbench  # noqa: E402
 from benchlib.measured import (  # noqa: E402
+    NOT_JUDGED,
     ClusterReport,
     Measured,
     Setting,
@@ -75,6 +76,7 @@ from benchlib.measured import (  # noqa: E402
     machine_line,
     raise_nofile,
     readme_figures,
+    verdict,
 )
 from benchlib.redisbench import INCR, Auth  # noqa: E402
 from benchlib.targets import PASSWORD, USER, Target, Targets, scrape  # noqa: E402
@@ -188,11 +190,10 @@ class Bench:
             if not t.is_march or ratio is None:
                 continue
             bar = BARS.get(s.pipeline) if (s.commands[t.name] == INCR and s.clients == BAR_CLIENTS) else None
-            verdict = (
-                "" if bar is None or t.name != "sqlite" else f" (bar >= {bar}: {'met' if ratio >= bar else 'NOT met'})"
-            )
+            quick = self.args.quick
+            judged = "" if bar is None or t.name != "sqlite" else f" (bar >= {bar}: {verdict(ratio >= bar, not quick)})"
             name = "march" if t.name == "sqlite" else t.label  # "march/redis": the line the README quotes
-            print(f"  {name}/redis throughput ratio: {ratio:.3f}{verdict}", flush=True)
+            print(f"  {name}/redis throughput ratio: {ratio:.3f}{judged}", flush=True)
             floor = m.ratio(t.name, "floor")
             if floor is not None and (s.clients, s.pipeline) == FLOOR_SETTING and s.title == "INCR":
                 print(f"  {name}/python floor throughput ratio: {floor:.3f} (goal >= 0.95)", flush=True)
@@ -222,9 +223,9 @@ class Bench:
             for t in group:
                 if t.is_march:
                     ids = m.median(t.name).rps * INCRBY_BATCH
-                    verdict = "met" if ids > SNOWFLAKE_BAR else "NOT met"
+                    judged = verdict(ids > SNOWFLAKE_BAR, not a.quick)
                     who = "march" if t.name == "sqlite" else t.label
-                    print(f"  {who} snowflake IDs/s through INCRBY: {ids:,.0f} (bar > {SNOWFLAKE_BAR:,}: {verdict})")
+                    print(f"  {who} snowflake IDs/s through INCRBY: {ids:,.0f} (bar > {SNOWFLAKE_BAR:,}: {judged})")
 
     def metrics_section(self) -> None:
         """March on SQLite without and with its metrics endpoint, alternated with redis-server."""
@@ -257,12 +258,12 @@ class Bench:
             # cancels the machine's drift between rounds (rounds alone vary by about ±10% here).
             pairs = [b.rps / a_.rps for a_, b in zip(m.runs[off.name], m.runs[on.name], strict=True)]
             rel = statistics.median(pairs) - 1
-            verdict = "met" if rel >= -METRICS_BAR else "NOT met"
+            judged = verdict(rel >= -METRICS_BAR, not a.quick)
             r_off, r_on = m.ratio(off.name), m.ratio(on.name)
             to_redis = "" if r_off is None or r_on is None else f"ratio to redis off {r_off:.3f}, on {r_on:.3f}; "
             lines.append(
                 f"  -P {p}: {to_redis}on vs off {rel:+.1%}, median of the rounds' on/off ratios "
-                f"(bar: on at most {METRICS_BAR:.0%} below off: {verdict})"
+                f"(bar: on at most {METRICS_BAR:.0%} below off: {judged})"
             )
         print("\n".join(scraped + lines))
         self.extra += ["metrics on vs off (the bar: on at most 5% below off):", *lines]
@@ -587,6 +588,8 @@ def main() -> None:
                 flush=True,
             )
             bench = Bench(args, targets)
+            if args.quick:
+                print(f"--quick: one round of {args.seconds:g}s per setting, a smoke test: figures are {NOT_JUDGED}")
             if group:
                 bench.main_sections(group)
             if not args.no_tail:

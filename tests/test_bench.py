@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "scripts"))  # scripts/ is no package: benchlib is
 from benchlib import clusterload, readme, redisbench  # noqa: E402
 from benchlib.clusterload import SlotRange  # noqa: E402
 from benchlib.measured import (  # noqa: E402
+    NOT_JUDGED,
     ClusterReport,
     ClusterRow,
     Measured,
@@ -30,6 +31,7 @@ from benchlib.measured import (  # noqa: E402
     nofile_needed,
     raise_nofile,
     readme_figures,
+    verdict,
 )
 from benchlib.redisbench import INCR, Auth, BenchmarkFailed, Run  # noqa: E402
 
@@ -281,3 +283,15 @@ def test_readme_has_both_generated_blocks_apart() -> None:
     both = readme.replace_block(cluster, ["", "main figures", ""])
     assert "cluster figures" in both and "main figures" in both  # --write-readme after a whole run
     assert both.index(readme.END) < both.index(readme.CLUSTER_BEGIN)  # one block never inside the other
+
+
+def test_a_quick_run_judges_no_goal(tmp_path: Path) -> None:
+    """--quick is one round of 0.25 s per setting: its ratios swing by tens of percent (metrics on vs
+    off once read -61.6%, "NOT met"), so no figure of it is held to a goal, and it says so."""
+    assert verdict(True, judged=True) == "met" and verdict(False, judged=True) == "NOT met"
+    assert verdict(False, judged=False) == NOT_JUDGED
+    args = ["--quick", "--only", "redis,sqlite", "--no-timestamp", "--no-client", "--no-tail", "--no-create"]
+    out = run_bench([*args, "--no-memory", "--no-cluster", "--png", str(tmp_path / "bench.png")], 120)
+    assert f"figures are {NOT_JUDGED}" in out, out
+    assert "(bar >= 0.8: not judged" in out and "below off: not judged" in out, out
+    assert "NOT met" not in out and ": met)" not in out, out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -256,6 +257,39 @@ def test_the_example_config_lists_every_option_with_its_default() -> None:
     assert sorted(flat) == sorted(o.name for o in OPTIONS)
     for o in OPTIONS:
         assert flat[o.name] == o.default, o.name
+
+
+def _key_comments(text: str) -> dict[str, list[str]]:
+    """Each key of a TOML file and the comment lines right above it (the block up to a blank or
+    non-comment line)."""
+    out: dict[str, list[str]] = {}
+    block: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            block.append(line)
+            continue
+        if m := re.match(r"([a-z_]+)\s*=", line):
+            out[m[1]] = block
+        block = []
+    return out
+
+
+def test_the_example_configs_comments_are_the_option_tables() -> None:
+    """Above each key, config/march.toml says what OPTIONS says: its help and its range, word for word
+    (section prose may come before). A comment of its own once said `0 = no cap` for
+    timestamp_max_lead_ms, which refuses 0."""
+    comments = _key_comments(REPO_TOML.read_text())
+    for o in OPTIONS:
+        want = config_mod.toml_comment(o)
+        assert comments[o.name][-len(want) :] == want, f"{o.name}: {comments[o.name]} != {want}"
+
+
+def test_the_option_tables_help_agrees_with_its_bounds() -> None:
+    """A help that names a meaning for 0 (`0 = never`, `0 picks a free port`) belongs to an option
+    that accepts 0, and every number's range is in its comment (test above)."""
+    for o in OPTIONS:
+        if re.search(r"\b0 (=|is|picks)|\(0(?![.\d])|-1 = ", o.help):
+            assert o.bounds is not None and o.bounds.low <= 0, f"{o.name}: {o.help!r} but {o.bounds}"
 
 
 # --- live options, CONFIG SET names, CONFIG REWRITE's file rewriting ------------------------------------

@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 from benchlib.redisbench import Run
 
 NOFILE_MARGIN = 256  # descriptors beyond one per client: the servers' own files, logs, the store
+# A --quick run is one round of 0.25 s per setting: a smoke test of the whole bench. Its ratios swing
+# by tens of percent with the machine (metrics on vs off once read -61.6%): none is held to a goal.
+NOT_JUDGED = "not judged: a --quick run"
+
+
+def verdict(met: bool, judged: bool) -> str:
+    """``met`` / ``NOT met`` against a goal, or that a run too short to mean anything is not judged."""
+    return ("met" if met else "NOT met") if judged else NOT_JUDGED
 
 
 @dataclass

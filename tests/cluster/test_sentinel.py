@@ -348,6 +348,7 @@ def test_node_examples_follow_a_killed_primary(
     assert node is not None
     addresses = ",".join(n.address for n in cluster.nodes)
     draws = Draws()
+    reached: list[str] = []
     with subprocess.Popen(
         [node, str(NODE_EXAMPLES / example)],
         stdin=subprocess.PIPE,
@@ -363,6 +364,8 @@ def test_node_examples_follow_a_killed_primary(
                 kind, _, value = line.strip().partition(" ")
                 if kind == "id":
                     draws.add(int(value))
+                elif kind == "reached":
+                    reached.append(value)
                 else:
                     draws.errors.append(value)
 
@@ -383,6 +386,8 @@ def test_node_examples_follow_a_killed_primary(
         stderr = proc.stderr.read() if proc.stderr else ""
     assert proc.returncode == 0, stderr
     draws.check()
+    if example == "ioredis-sentinel.js":  # it says which node it reached: one of the cluster's
+        assert len(reached) == 1 and reached[0].split(",")[0] in addresses.split(","), reached
 
 
 @pytest.fixture(scope="module")
@@ -415,3 +420,21 @@ def test_node_single_node_examples(
     assert len(ids) == 3 and ids == sorted(set(ids))
     wrong = run_example(node_modules, example, **{**env, "MARCH_PASSWORD": "wrong"})
     assert wrong.returncode != 0 and "WRONGPASS" in wrong.stdout + wrong.stderr
+
+
+def test_the_sentinel_example_refuses_a_single_node(
+    tls_node: tuple[MarchServer, int, Certs], node_modules: Path
+) -> None:
+    """A single node answers the Sentinel commands too, naming itself: listed by mistake among the
+    sentinels (docs/clients once gave the single node's ports), the example must say so and stop,
+    not hand out the single node's IDs as if they were the cluster's."""
+    server, _, _ = tls_node
+    out = run_example(
+        node_modules,
+        "ioredis-sentinel.js",
+        MARCH_SENTINELS=f"127.0.0.1:{server.port}",
+        MARCH_PASSWORD=PASSWORD,
+        COUNT="3",
+    )
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "id " not in out.stdout and f"127.0.0.1:{server.port}, a single node" in out.stderr, out.stderr

@@ -29,9 +29,15 @@ from support.examples import (
     parse,
     run_example,
 )
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "clients/python/README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "clients/python/README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "docs/clients/README.md",
+]
 _spec = importlib.util.spec_from_file_location("bench_readme", ROOT / "scripts/benchlib/readme.py")
 assert _spec is not None and _spec.loader is not None
 bench_readme = importlib.util.module_from_spec(_spec)
@@ -43,14 +49,30 @@ def _name(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
+def _workdir(tmp_path: Path) -> Path:
+    """The page's working directory: links to the repository's top-level entries, so the README's
+    relative paths resolve, and whatever an example writes (certs/, a backup) stays out of the checkout."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in (".git", "data", "certs") and not entry.name.startswith(".venv"):
+            (work / entry.name).symlink_to(entry)
+    return work
+
+
 @pytest.fixture
 def targets(
     tmp_path: Path, march_factory: Callable[..., MarchServer], request: pytest.FixtureRequest
 ) -> Iterator[Targets]:
     started: list[EtcdCluster | MarchCluster] = []
+    single: list[MarchServer] = []
 
-    def node() -> int:
-        return march_factory().port
+    def node(args: list[str]) -> int:
+        """The page's single node, restarted on the same data dir when the page starts it with flags."""
+        if single:
+            single[-1].stop()
+        single.append(march_factory(data_dir=tmp_path / "single", extra_args=args))
+        return single[-1].port
 
     def cluster() -> list[int]:
         etcd = EtcdCluster(tmp_path / "etcd", size=1, binary=request.getfixturevalue("etcd_bin"))
@@ -64,7 +86,7 @@ def targets(
         return [n.port for n in nodes.nodes]
 
     try:
-        yield Targets(node, cluster)
+        yield Targets(node, cluster, _workdir(tmp_path), free_port)
     finally:
         for thing in reversed(started):
             thing.stop()
@@ -187,7 +209,7 @@ def test_mismatch_notation() -> None:
 
 
 def test_ports_are_rewritten_both_ways() -> None:
-    t = Targets(lambda: 40001, lambda: [40002, 40003, 40004])
+    t = Targets(lambda args: 40001, lambda: [40002, 40003, 40004])
     t.single()
     t.cluster()
     assert t.ports.to_real("redis-cli -p 7379; -p 7383; 73790") == "redis-cli -p 40001; -p 40004; 73790"

@@ -524,3 +524,21 @@ async def test_a_primary_elected_during_a_restore_stops_it_unwritten(etcd: EtcdC
         assert await client.get(keys.seq(b"new")) is None
     finally:
         await client.close()
+
+
+def test_through_a_standby_follows_moved_to_the_primary(march_cluster: MarchCluster) -> None:
+    """`--through` given a standby (any node of the cluster, as a user may well pick): the keys go to
+    the primary the MOVED names, said once on stderr; no error with a bytes repr and a bare slot."""
+    primary = march_cluster.wait_primary()
+    standby = next(n for n in march_cluster.nodes if n is not primary)
+    c = redis.Redis(port=primary.port)
+    draw(c, "invoices", 3)
+    done = march(
+        "import-floors", "--csv", "-", "--apply", "--through", f"127.0.0.1:{standby.port}",
+        stdin="invoices,1000\nfresh,77\n",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "1 created, 1 raised, 0 unchanged" in done.stdout
+    assert f"MOVED: sending those keys to 127.0.0.1:{primary.port}" in done.stderr
+    assert "b'" not in done.stdout + done.stderr
+    assert int(c.incr("invoices")) == 1001 and int(c.incr("fresh")) == 78

@@ -56,7 +56,8 @@ def test_set_rewrite_and_restart(march_factory: Factory, tmp_path: Path) -> None
     text = file.read_text()
     data = tomllib.loads(text)
     assert data["sequences"]["max_batch"] == 5000
-    assert "# largest range of IDs persisted at a time\nmax_batch = 5000\n" in text  # comments and layout kept
+    want = "# largest range of IDs persisted at a time\n# range: 1 .. 1000000000\nmax_batch = 5000\n"
+    assert want in text  # comments kept
     assert text.replace("max_batch = 5000", "max_batch = 1000000") == REPO_TOML.read_text()
     assert data["server"]["port"] == 7379  # the flags it was started with are not written
     server.restart()

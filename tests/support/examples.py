@@ -13,10 +13,19 @@ on that line) and a line ``...`` alone (any number of lines, none included); tra
 ignored.
 
 Commands: ``redis-cli`` is run for real (with ``--no-raw``, so its output is what a terminal
-shows); ``scripts/serve`` and ``scripts/cluster`` are not run as written: the runner's ``Targets``
-start a fresh node or three-node cluster on free ports instead and their output is not compared.
+shows); ``scripts/serve [flags]`` and ``scripts/cluster`` are not run as written: the runner's
+``Targets`` start a fresh node (restarted on the same data dir with the flags given, e.g. a TLS
+port) or three-node cluster on free ports instead and their output is not compared.
 Documented ports (``PORTS``) are rewritten to the real ones in commands and back in the output,
-so an example never binds a fixed port. Anything else is an error: mark it not run.
+so an example never binds a fixed port. Leading ``NAME=value`` words set the command's
+environment; ``< /dev/null`` is what every command gets anyway. Also run for real:
+``scripts/certs`` (the local CA of the TLS section), ``.venv/bin/python -c ...``, ``node <file>``
+and ``npm install --prefix docs/clients/node`` (the Node examples; npm writes only into that
+directory's ignored ``node_modules``). Anything else is an error: mark it not run.
+
+Commands run in the page's own working directory (``Targets.workdir``: the test makes one per page
+with links to the repository's top-level entries), so what an example writes (``certs/``, a
+backup file) lands there and never in the checkout.
 
 ``march <subcommand>`` runs this checkout's CLI (``python -m march``) from the repository root,
 stdout and stderr compared; ``march serve`` is refused (it never ends: the targets serve).
@@ -44,9 +53,12 @@ SKIP = re.compile(r"^\s*<!--\s*example:\s*not run\s*(?:—|--|-)\s*(?P<reason>.+
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 RUN_LANGS = ("console", "pycon")
 SINGLE_PORTS = (7379,)  # the single node's documented RESP port
+SINGLE_TLS_PORT = 7380  # its TLS port, once ``scripts/serve --tls-port 7380 ...`` started it
 CLUSTER_PORTS = (7381, 7382, 7383)  # scripts/cluster's three nodes, in order
 COMMAND_TIMEOUT = 15.0  # seconds for one command: far above any example's, so a hang fails, not stalls
 PLACEHOLDERS = {"<int>": r"-?\d+", "<any>": r".*"}
+NPM_TIMEOUT = 300.0  # seconds for ``npm install`` (a cold npm cache fetches two packages' trees)
+ENV_WORD = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 
 
 @dataclass(frozen=True)
@@ -159,16 +171,38 @@ class PortMap:
 
 
 class Targets:
-    """What examples run against: a fresh single node (started on first use) and, once a
-    ``$ scripts/cluster`` step is reached, a fresh three-node cluster. Given by the test."""
+    """What examples run against: a fresh single node (started on first use, restarted with the flags
+    of a ``$ scripts/serve --flag ...`` step) and, once a ``$ scripts/cluster`` step is reached, a
+    fresh three-node cluster. Given by the test, with the page's working directory."""
 
-    def __init__(self, node: Callable[[], int], cluster: Callable[[], list[int]]) -> None:
-        self._node, self._cluster = node, cluster
+    def __init__(
+        self,
+        node: Callable[[list[str]], int],
+        cluster: Callable[[], list[int]],
+        workdir: Path = REPO_ROOT,
+        free_port: Callable[[], int] | None = None,
+    ) -> None:
+        self._node, self._cluster, self.workdir = node, cluster, workdir
+        self._free_port = free_port
+        self._node_args: list[str] | None = None
         self.ports = PortMap()
 
-    def single(self) -> None:
-        if SINGLE_PORTS[0] not in self.ports.ports:
-            self.ports.ports[SINGLE_PORTS[0]] = self._node()
+    def single(self, args: list[str] | None = None) -> None:
+        """The single node; ``args`` (documented flags) restart it with them when they differ."""
+        if SINGLE_PORTS[0] in self.ports.ports and (args is None or args == self._node_args):
+            return
+        real = list(args or [])
+        if SINGLE_TLS_PORT in {int(a) for a in real if a.isdigit()}:
+            if self._free_port is None:
+                raise ExampleFailed("this runner has no free ports for a TLS port")
+            self.ports.ports[SINGLE_TLS_PORT] = self._free_port()
+        real = [self._path(self.ports.to_real(a)) for a in real]
+        self.ports.ports[SINGLE_PORTS[0]] = self._node(real)
+        self._node_args = list(args or [])
+
+    def _path(self, arg: str) -> str:
+        """A flag's value that names a file of the page's working directory, made absolute."""
+        return str(self.workdir / arg) if not arg.startswith("-") and (self.workdir / arg).exists() else arg
 
     def cluster(self) -> None:
         if CLUSTER_PORTS[0] not in self.ports.ports:
@@ -194,51 +228,90 @@ def run_example(example: Example, targets: Targets) -> None:
 
 
 def run_command(command: str, targets: Targets) -> list[str] | None:
-    argv = shlex.split(command, comments=True)
+    words = shlex.split(command, comments=True)
+    if words[-2:] == ["<", "/dev/null"]:
+        words = words[:-2]  # every command's stdin is /dev/null here
+    env_words = list(itertools.takewhile(ENV_WORD.match, words))
+    argv = words[len(env_words) :]
+    env = dict(w.split("=", 1) for w in env_words)
     if argv in (["scripts/serve"], ["scripts/cluster"]):
         targets.cluster() if argv[0] == "scripts/cluster" else targets.single()
         return None
+    if argv[:1] == ["scripts/serve"]:
+        targets.single(argv[1:])
+        return None
+    _needs_targets(argv, env, targets)
+    env = {k: targets.ports.to_real(v) for k, v in env.items()}
+    real = [targets.ports.to_real(a) for a in argv]
     if argv and argv[0] == "march":
-        return _run_march(command, argv[1:])
+        return _run_march(command, argv[1:], targets, env)
     if argv[:1] == ["promtool"] and argv[1:2] in (["check"], ["test"]):
-        return _run_in_repo(argv)
+        return _run_in_workdir(argv, targets, env)
+    if argv[:1] == ["scripts/certs"]:
+        return _run_in_workdir([str(REPO_ROOT / "scripts" / "certs"), *argv[1:]], targets, env)
+    if argv[:1] == [".venv/bin/python"]:
+        return _run_in_workdir([sys.executable, *real[1:]], targets, env)
+    if argv[:1] == ["node"] and len(argv) >= 2:
+        return _run_in_workdir(["node", *real[1:]], targets, env)
+    if argv == ["npm", "install", "--prefix", "docs/clients/node"]:
+        return _run_in_workdir(argv, targets, env, timeout=NPM_TIMEOUT, quiet=True)
     if not argv or argv[0] != "redis-cli":
         raise ExampleFailed(f"no way to run {command!r} here: mark its fence `<!-- example: not run — why -->`")
+    if not {b for a, b in itertools.pairwise(argv) if a in ("-p", "--port")}:
+        real[1:1] = ["-p", str(targets.ports.ports[SINGLE_PORTS[0]])]
+    real.insert(1, "--no-raw")  # the output a terminal shows: "(integer) 1", "(error) ..."
+    proc = subprocess.run(
+        real, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL, cwd=targets.workdir,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    return targets.ports.to_doc(proc.stdout).splitlines()
+
+
+def _needs_targets(argv: list[str], env: dict[str, str], targets: Targets) -> None:
+    """Start what the command talks to: a host other than loopback, or a documented port the runner
+    does not know, is an error (never a fixed port). Ports are read from ``-p``/``--port``,
+    ``127.0.0.1:<port>`` anywhere, and ``*_PORT`` variables."""
+    command = " ".join([*(f"{k}={v}" for k, v in env.items()), *argv])
     hosts = {b for a, b in itertools.pairwise(argv) if a in ("-h", "--host", "-u")}
     if hosts - {"127.0.0.1", "localhost"}:
         raise ExampleFailed(f"{command!r}: a remote host: mark its fence `<!-- example: not run — why -->`")
     ports = {int(b) for a, b in itertools.pairwise(argv) if a in ("-p", "--port")}
-    if unknown := ports - set(SINGLE_PORTS) - set(CLUSTER_PORTS):
-        raise ExampleFailed(f"{command!r}: no target for port {sorted(unknown)} (known: 7379, 7381-7383)")
+    ports |= {int(p) for p in re.findall(r"(?:127\.0\.0\.1|localhost):(\d+)", command)}
+    ports |= {int(v) for k, v in env.items() if k.endswith("_PORT") and v.isdigit()}
+    known = {*SINGLE_PORTS, *CLUSTER_PORTS} | ({SINGLE_TLS_PORT} if SINGLE_TLS_PORT in targets.ports.ports else set())
+    if unknown := ports - known:
+        raise ExampleFailed(f"{command!r}: no target for port {sorted(unknown)} (known: {sorted(known)})")
     if ports & set(CLUSTER_PORTS):
         targets.cluster()
-    if ports & set(SINGLE_PORTS) or not ports:
+    if ports & {*SINGLE_PORTS, SINGLE_TLS_PORT} or (argv[:1] == ["redis-cli"] and not ports):
         targets.single()
-    real = [targets.ports.to_real(a) for a in argv]
-    real.insert(1, "--no-raw")  # the output a terminal shows: "(integer) 1", "(error) ..."
-    if not ports:
-        real[2:2] = ["-p", str(targets.ports.ports[SINGLE_PORTS[0]])]
-    proc = subprocess.run(real, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
-    return targets.ports.to_doc(proc.stdout).splitlines()
 
 
-def _run_march(command: str, args: list[str]) -> list[str]:
-    """``march <subcommand>`` from this checkout (the repository root as working directory, as the
-    README's paths assume); ``march serve`` never ends, so it is not an example: the targets serve."""
+def _run_march(command: str, args: list[str], targets: Targets, env: dict[str, str]) -> list[str]:
+    """``march <subcommand>`` from this checkout (in the page's working directory, where the
+    README's paths resolve); ``march serve`` never ends, so it is not an example: the targets serve."""
     if args[:1] == ["serve"] and "--help" not in args:
         raise ExampleFailed(f"{command!r} would not end: use `$ scripts/serve` or mark its fence not run")
-    return _run_in_repo([sys.executable, "-m", "march", *args])
+    return _run_in_workdir([sys.executable, "-m", "march", *(targets.ports.to_real(a) for a in args)], targets, env)
 
 
-def _run_in_repo(argv: list[str]) -> list[str]:
-    """Run ``argv`` (no shell) from the repository root, without the developer's MARCH_* settings;
-    its stdout then stderr, as lines."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MARCH_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+def _run_in_workdir(
+    argv: list[str], targets: Targets, env: dict[str, str], timeout: float = COMMAND_TIMEOUT, quiet: bool = False
+) -> list[str]:
+    """Run ``argv`` (no shell) in the page's working directory, without the developer's MARCH_*
+    settings (but with the example's own); its stdout then stderr, as lines (``quiet``: none, and a
+    failure raises)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MARCH_")}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), base.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
-        argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env,
+        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=targets.workdir,
+        env={**base, **env},
     )  # fmt: skip
-    return (proc.stdout + proc.stderr).splitlines()
+    if quiet:
+        if proc.returncode != 0:
+            raise ExampleFailed(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return []
+    return targets.ports.to_doc(proc.stdout + proc.stderr).splitlines()
 
 
 def _run_pycon(example: Example, targets: Targets) -> None:

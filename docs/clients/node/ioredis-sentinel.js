@@ -1,7 +1,10 @@
 // ioredis through Sentinel discovery: every March node answers as a sentinel of the cluster.
-// Run: MARCH_SENTINELS=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381 node ioredis-sentinel.js
-// Draws IDs until stdin closes (or COUNT ids, if set), one per line; an error line when a draw
-// failed (retrying is always safe: a failed INCR handed out no ID).
+// Run (from anywhere, after `npm install --prefix docs/clients/node`), against the README's cluster:
+//   MARCH_SENTINELS=127.0.0.1:7381,127.0.0.1:7382,127.0.0.1:7383 node docs/clients/node/ioredis-sentinel.js
+// First says which node it reached (`reached HOST:PORT, cluster node ID`; a single node, which names
+// itself as its own master, is refused: exit 1), then prints one line per ID (`id N`), or an error
+// line when a draw failed (retrying is always safe: a failed INCR handed out no ID).
+const fs = require("fs");
 const Redis = require("ioredis");
 
 const sentinels = process.env.MARCH_SENTINELS.split(",").map((hostPort) => {
@@ -19,11 +22,29 @@ const redis = new Redis({
   reconnectOnError: (err) => (/^(MOVED|TRYAGAIN|READONLY)/.test(err.message) ? 2 : false),
 });
 
+// COUNT IDs; without COUNT, until the input ends (a closed pipe, Ctrl-D in a terminal), or 10 when
+// the input is no pipe or terminal (< /dev/null, a file): it would end before the first draw.
+const input = fs.fstatSync(0);
+const follow = !process.env.COUNT && (process.stdin.isTTY || input.isFIFO() || input.isSocket());
+const limit = Number(process.env.COUNT || (follow ? Infinity : 10));
 let done = false;
-process.stdin.on("end", () => { done = true; }).resume();
-const limit = Number(process.env.COUNT || Infinity);
+if (follow) process.stdin.on("end", () => { done = true; }).resume();
+
+// The sentinels' answer must be a node of a March cluster: a single node names itself as the master
+// too, and IDs from it would look just as good.
+async function reachedClusterNode() {
+  const info = await redis.info("cluster");
+  const field = (name) => (info.match(new RegExp(`^${name}:(.*)$`, "m")) || [])[1];
+  const where = `${redis.stream.remoteAddress}:${redis.stream.remotePort}`;
+  if (field("cluster_enabled") !== "1") {
+    console.error(`MARCH_SENTINELS led to ${where}, a single node, not a cluster node: list the cluster's nodes`);
+    process.exit(1);
+  }
+  console.log(`reached ${where}, cluster node ${field("march_node_id").trim()}`);
+}
 
 async function main() {
+  await reachedClusterNode();
   for (let n = 0; !done && n < limit; ) {
     try {
       console.log(`id ${await redis.incr("orders")}`);

@@ -1,12 +1,14 @@
 // node-redis (the "redis" package, v4) in cluster mode: March nodes answer CLUSTER SLOTS (the
 // primary owns every slot) and standbys answer MOVED, so the client finds the primary by itself.
-// Run: MARCH_NODES=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381 [MARCH_PASSWORD=...] node node-redis-cluster.js
-// Draws IDs until stdin closes (or COUNT ids, if set), one per line; an error line when a draw
-// failed (retrying is always safe: a failed INCR handed out no ID).
+// Run (from anywhere, after `npm install --prefix docs/clients/node`), against the README's cluster:
+//   MARCH_NODES=127.0.0.1:7381,127.0.0.1:7382,127.0.0.1:7383 [MARCH_PASSWORD=...] node docs/clients/node/node-redis-cluster.js
+// Prints one line per ID (`id N`), or an error line when a draw failed (retrying is always safe: a
+// failed INCR handed out no ID).
 //
 // node-redis v4 reads the topology again only on MOVED: when the primary dies, its client keeps
 // waiting for that node. So this example does not queue commands for a lost node and, on a lost
 // connection, makes a new cluster client, which asks the nodes for the new primary.
+const fs = require("fs");
 const { createCluster } = require("redis");
 
 const options = {
@@ -25,9 +27,13 @@ async function connect() {
   return cluster;
 }
 
+// COUNT IDs; without COUNT, until the input ends (a closed pipe, Ctrl-D in a terminal), or 10 when
+// the input is no pipe or terminal (< /dev/null, a file): it would end before the first draw.
+const input = fs.fstatSync(0);
+const follow = !process.env.COUNT && (process.stdin.isTTY || input.isFIFO() || input.isSocket());
+const limit = Number(process.env.COUNT || (follow ? Infinity : 10));
 let done = false;
-process.stdin.on("end", () => { done = true; }).resume();
-const limit = Number(process.env.COUNT || Infinity);
+if (follow) process.stdin.on("end", () => { done = true; }).resume();
 const pause = () => new Promise((r) => setTimeout(r, 50));
 
 async function main() {

@@ -1,5 +1,6 @@
 // node-redis (the "redis" package, v4) against one March node: plain or TLS, with or without a password.
-// Run: MARCH_PORT=7379 [MARCH_PASSWORD=...] [MARCH_TLS_CA=ca.crt [MARCH_TLS_CERT=c.crt MARCH_TLS_KEY=c.key]] node node-redis-single.js
+// Run (from anywhere, after `npm install --prefix docs/clients/node`):
+//   MARCH_PORT=7379 [MARCH_PASSWORD=...] [MARCH_TLS_CA=ca.crt [MARCH_TLS_CERT=c.crt MARCH_TLS_KEY=c.key]] node docs/clients/node/node-redis-single.js
 // Prints COUNT (default 3) new IDs of the sequence "orders", one per line.
 const fs = require("fs");
 const { createClient } = require("redis");
