@@ -312,6 +312,7 @@ PUBSUB_CONTEXT = (  # Redis 7.0's text, for a RESP2 connection with subscription
 )
 TOO_MANY_SUBSCRIPTIONS = "ERR too many subscriptions on this connection (at most {})"
 SUBSCRIPTION_NAME_TOO_LONG = "ERR channel or pattern name too long (at most {} bytes)"
+SUBSCRIPTION_BYTES = "ERR too many subscription bytes on this connection (names of at most {} bytes together)"
 
 
 # --- forwarding (redirect forward: march.links, commands.forward) -------------------------------------
