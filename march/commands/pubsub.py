@@ -7,6 +7,11 @@ no name and nothing subscribed answers ``[kind, null, 0]``. While a RESP2 connec
 subscription, only these four, PING (answered ``["pong", message]``), QUIT and RESET are allowed
 (``dispatch.call`` refuses the rest with Redis' text); RESP3 connections may run anything.
 
+ACL channel rules as in Redis 7 (``march.auth``): SUBSCRIBE's channels and PSUBSCRIBE's patterns
+(``channels=`` at registration) are checked by the dispatcher with the other permissions: ``NOPERM
+this user has no permissions to access one of the channels used as arguments``, an ACL LOG entry of
+reason ``channel`` naming the first one refused. (P)UNSUBSCRIBE is never refused, as in Redis.
+
 PSUBSCRIBE costs its sender: whether a pattern hears ``+switch-master`` is decided once, when it is
 subscribed (``pubsub.hears``, a few steps for most patterns, at most its length). A request with
 more than ``SYNC_BYTES`` of new patterns is decided ``SLICE_BYTES`` at a time, one slice per
@@ -17,8 +22,7 @@ Decisions where Redis has no rule or March differs: a connection holds at most
 ``MAX_SUBSCRIPTIONS`` names, each at most ``MAX_NAME`` bytes and all at most ``MAX_HELD`` bytes
 (past any, an error and nothing subscribed from that request). PUBLISH, SSUBSCRIBE and PUBSUB are
 not offered (unknown commands): only the node publishes. The commands are ``@pubsub`` and ``@app``
-(what a discovery client needs, as SENTINEL is), not ``@admin``; ACL channel rules (``&``) are not
-checked: nothing but ``+switch-master`` is ever sent.
+(what a discovery client needs, as SENTINEL is), not ``@admin``.
 
 Handlers never write to a transport: they return ``Replies`` of ``Push`` frames, which the server
 encodes in turn with the other replies.
@@ -33,7 +37,8 @@ from .. import errors
 from ..errors import CommandError
 from ..pubsub import MAX_HELD, MAX_NAME, MAX_SUBSCRIPTIONS, Subscriber, hears
 from ..resp import Push, Replies
-from .table import command
+from .permissions import refuse
+from .table import COMMANDS, command
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -76,6 +81,7 @@ def _check(client: Client, names: list[bytes], patterns: bool) -> list[bytes]:
     summary="Listen to the channels given.",
     group="pubsub",
     primary=False,
+    channels="channel",
 )
 def subscribe(client: Client, args: list[bytes]) -> Any:
     _check(client, args[1:], patterns=False)
@@ -95,6 +101,7 @@ def subscribe(client: Client, args: list[bytes]) -> Any:
     summary="Listen to the channels matching the glob patterns given.",
     group="pubsub",
     primary=False,
+    channels="pattern",
 )
 def psubscribe(client: Client, args: list[bytes]) -> Any:
     new = _check(client, args[1:], patterns=True)
@@ -105,7 +112,7 @@ def psubscribe(client: Client, args: list[bytes]) -> Any:
 
 async def _psubscribe_sliced(client: Client, args: list[bytes], new: list[bytes]) -> Any:
     """Decide ``new`` ``SLICE_BYTES`` per loop step (the connection waits meanwhile), then subscribe
-    them all at once (within the bounds still)."""
+    them all at once, if its user may still (an ACL change may have come in between)."""
     decided: dict[bytes, bool] = {}
     spent = 0
     for name in new:
@@ -114,6 +121,10 @@ async def _psubscribe_sliced(client: Client, args: list[bytes], new: list[bytes]
             spent = 0
         decided[name] = hears(name)
         spent += len(name)
+    spec = COMMANDS["psubscribe"]
+    denied = client.user.denial(spec, args) if client.user.checked(spec) else None
+    if denied is not None:
+        raise refuse(client, *denied)
     _check(client, args[1:], patterns=True)
     return _psubscribed(client, args, decided)
 
