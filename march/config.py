@@ -53,6 +53,7 @@ class Config:
     data_dir: str = "./data"
     requirepass: str = ""
     aclfile: str = ""
+    acl_pubsub_default: str = "resetchannels"
     protected_mode: bool = True
     log_level: str = "info"
     log_format: str = "text"
@@ -116,6 +117,8 @@ class Config:
     config_file: str = ""
 
     def __post_init__(self) -> None:
+        # Redis' enum settings are read in any case and shown in lower case (CONFIG SET ... ALLCHANNELS)
+        object.__setattr__(self, "acl_pubsub_default", self.acl_pubsub_default.lower())
         _validate(self)
 
     @property
@@ -219,6 +222,12 @@ OPTIONS: tuple[Option, ...] = (
         "aclfile",
         "ACL file (Redis' format) that seeds the users when the store has none; ACL LOAD/SAVE use it",
         restart=errors.RESTART_ACLFILE,
+    ),
+    Option(
+        "acl_pubsub_default",
+        "channels a user gets when ACL SETUSER creates it (or resets it): resetchannels (none, Redis 7's "
+        "default) or allchannels",
+        live=True,
     ),
     Option("protected_mode", "with no password, refuse clients that are not on the loopback interface", live=True),
     Option("log_level", "debug, info, warning or error", live=True),
@@ -642,6 +651,10 @@ def _validate(c: Config) -> None:
         "query_buffer_budget must be 0 (no budget) or between client_query_buffer_limit and 1 TiB",
     )
     need(c.log_format in ("text", "json"), "log_format must be text or json")
+    need(
+        c.acl_pubsub_default in ("allchannels", "resetchannels"),
+        "acl_pubsub_default: argument(s) must be one of the following: allchannels, resetchannels",
+    )
     need(c.tls_auth_clients in ("yes", "no", "optional"), "tls_auth_clients must be yes, no or optional")
     if c.tls_port:
         need(bool(c.tls_cert_file and c.tls_key_file), "tls_port needs tls_cert_file and tls_key_file")

@@ -82,16 +82,27 @@ PROTECTED_MODE = (
 # --- ACL ------------------------------------------------------------------------------------------
 NOPERM_COMMAND = "NOPERM this user has no permissions to run the '{}' command"
 NOPERM_KEY = "NOPERM this user has no permissions to access one of the keys used as arguments"
+NOPERM_CHANNEL = "NOPERM this user has no permissions to access one of the channels used as arguments"
 NOPERM_CREATE = "NOPERM this user has no permissions to create the sequence '{}' (needs +seq.create or +@create)"
 NOPERM_FLOOR = "NOPERM this user has no permissions to raise the floor of '{}' (needs +set or +@floor)"
 NOPERM_SETTINGS = "NOPERM this user has no permissions to choose the settings of '{}' (needs +seq.alter or +@seqadmin)"
 DRYRUN_COMMAND = "This user has no permissions to run the '{}' command"
 DRYRUN_KEY = "This user has no permissions to access the '{}' key"
+DRYRUN_CHANNEL = "This user has no permissions to access the '{}' channel"
 ACL_MODIFIER = "ERR Error in ACL SETUSER modifier '{}': {}"
 ACL_SYNTAX = "Syntax error"
 ACL_UNKNOWN_COMMAND = "Unknown command or category name in ACL"
 ACL_BAD_HASH = "The password hash must be exactly 64 characters and contain only lowercase hexadecimal characters"
 ACL_NO_SUCH_PASSWORD = "The password you are trying to remove from the user does not exist"
+ACL_AFTER_ALLKEYS = (
+    "Adding a pattern after the * pattern (or the 'allkeys' flag) is not valid and does not have any effect. "
+    "Try 'resetkeys' to start with an empty list of patterns"
+)
+ACL_AFTER_ALLCHANNELS = (
+    "Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and does not have any effect. "
+    "Try 'resetchannels' to start with an empty list of channels"
+)
+ACL_FIRST_ARG_OF_SUBCOMMAND = "Allowing first-arg of a subcommand is not supported"
 ACL_USER_NOT_FOUND = "ERR User '{}' not found"
 ACL_COMMAND_NOT_FOUND = "ERR Command '{}' not found"
 ACL_DELETE_DEFAULT = "ERR The 'default' user cannot be removed"
@@ -322,6 +333,7 @@ PUBSUB_CONTEXT = (  # Redis 7.0's text, for a RESP2 connection with subscription
 )
 TOO_MANY_SUBSCRIPTIONS = "ERR too many subscriptions on this connection (at most {})"
 SUBSCRIPTION_NAME_TOO_LONG = "ERR channel or pattern name too long (at most {} bytes)"
+SUBSCRIPTION_BYTES = "ERR too many subscription bytes on this connection (names of at most {} bytes together)"
 
 
 # --- forwarding (redirect forward: march.links, commands.forward) -------------------------------------

@@ -50,16 +50,26 @@ the bound so that long listings can be cut into slices of bounded work. Redis' n
 and is still O(len(pattern) x len(name)); a regex with ``.*`` backtracks; RE2 (``google-re2``) was
 measured at ~4.5 ms per 1 KiB name on a 2 KiB glob of ``*a???...``, where its DFA cache overflows
 and it falls back to an NFA that is O(len(pattern) x len(name)) again: this module replaces both.
+
+**Memory.** A compiled pattern holds a reference per one-byte token (8 bytes) and each distinct
+byte set once (every pattern shares the sets of one byte): at most about 9 KB for a 1 KiB pattern
+(a run of ``?``), 1-2 KB for most; compiling peaks at a few tens of KB, given back at once.
+``matches`` compiles nothing it keeps: one name against one pattern, reading the pattern only as
+far as a match of that name could need (pub/sub checks each subscribed pattern this way, once).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 
-__all__ = ["Glob", "compile_glob", "literal_prefix"]
+__all__ = ["Glob", "compile_glob", "literal_prefix", "matches"]
 
 _STAR, _QUESTION, _OPEN, _CLOSE, _BACKSLASH, _CARET, _DASH = b"*?[]\\^-"
 _ANY = (1 << 256) - 1  # the set of every byte: ``?``
+_BIT = tuple(1 << c for c in range(256))  # the set of one byte, shared by every pattern (not one int per token)
+_BOTH_CASES = tuple(_BIT[c] | _BIT[c ^ 0x20] for c in range(256))  # a letter in either case (nocase; letters only)
+_STARS = re.compile(rb"\*+")  # a run of stars, skipped in C whatever its length
 _UPPER = ((1 << 26) - 1) << ord("A")  # A-Z
 _MAX_NESTING = 1000  # Redis: ``if (nesting > 1000) return 0;`` one level per ``*``
 
@@ -132,26 +142,36 @@ def _class(pattern: bytes, i: int, nocase: bool) -> tuple[int, int]:
     return (accepts ^ _ANY if negate else accepts), i
 
 
-def _tokens(pattern: bytes, nocase: bool) -> list[int | None]:
-    """The pattern as tokens: None for a run of ``*``, else the set of bytes one byte may be (a bit mask)."""
+def _tokens(pattern: bytes, nocase: bool, limit: int = -1) -> list[int | None] | None:
+    """The pattern as tokens: None for a run of ``*``, else the set of bytes one byte may be (a bit mask).
+
+    Equal sets are one object (a compiled pattern holds a reference per token, not an integer). With
+    ``limit`` >= 0: None as soon as more than ``limit`` one-byte tokens are read (the pattern needs a
+    name longer than that), the rest of the pattern unread.
+    """
     out: list[int | None] = []
-    i, n = 0, len(pattern)
+    shared: dict[int, int] = {}
+    i, n, ones = 0, len(pattern), 0
     while i < n:
         c = pattern[i]
         if c == _STAR:
-            while i + 1 < n and pattern[i + 1] == _STAR:
-                i += 1
+            i = _STARS.match(pattern, i).end()  # type: ignore[union-attr]  # (pattern[i] is a star: it matches)
             out.append(None)
-        elif c == _QUESTION:
-            out.append(_ANY)
+            continue
+        if c == _QUESTION:
+            token = _ANY
         elif c == _OPEN:
             accepts, i = _class(pattern, i, nocase)
-            out.append(accepts)
+            token = shared.setdefault(accepts, accepts)
         else:
             if c == _BACKSLASH and i + 1 < n:
                 i += 1
                 c = pattern[i]
-            out.append((1 << c) | (1 << (c ^ 0x20)) if nocase and _letter(c) else 1 << c)
+            token = _BOTH_CASES[c] if nocase and _letter(c) else _BIT[c]
+        ones += 1
+        if ones > limit >= 0:
+            return None
+        out.append(token)
         i += 1
     return out
 
@@ -264,10 +284,12 @@ class Glob:
 
     __slots__ = ("_head", "_middle", "_min_len", "_never", "_segments", "_star", "_tail", "nocase", "pattern")
 
-    def __init__(self, pattern: bytes, nocase: bool = False) -> None:
+    def __init__(self, pattern: bytes, nocase: bool = False, tokens: list[int | None] | None = None) -> None:
         self.pattern = pattern
         self.nocase = nocase
-        tokens = _tokens(pattern, nocase)
+        if tokens is None:
+            tokens = _tokens(pattern, nocase)
+            assert tokens is not None  # (no limit)
         runs: list[list[int]] = [[]]
         for t in tokens:
             if t is None:
@@ -328,6 +350,20 @@ class Glob:
 def compile_glob(pattern: bytes, *, nocase: bool = False) -> Glob:
     """``pattern`` (Redis glob syntax) ready to match names; see the module docstring."""
     return Glob(pattern, nocase)
+
+
+def matches(pattern: bytes, name: bytes) -> bool:
+    """Whether ``name`` matches ``pattern``, once, keeping nothing: for one name against many
+    patterns (pub/sub), where compiling each whole pattern would cost its length every time.
+
+    A match needs a byte of the name per one-byte token, so the pattern is read only until it has
+    more such tokens than the name has bytes (then: no match): O(len(name)) tokens, plus the bytes
+    of the ``[...]`` classes among them, at most len(pattern) steps in all.
+    """
+    if not name:
+        return not pattern
+    tokens = _tokens(pattern, False, limit=len(name))
+    return tokens is not None and Glob(pattern, tokens=tokens).match(name)
 
 
 def literal_prefix(pattern: bytes) -> bytes:

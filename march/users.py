@@ -19,7 +19,14 @@ the node then follows a watch whose events carry each changed record: one change
 user, whatever the number of users. A broken watch is followed by a new read (users whose revision
 did not change are skipped) and a new watch. Records are installed only if newer than what this
 node has (``Users.take``): a command's own write and the watch event reporting it, in any order,
-leave the newest.
+leave the newest. Once a user is installed anew (here or from the watch), the server is told
+(``updated``, awaited): it closes the user's connections subscribed to channels it may no longer
+use, so a revoke made on any node drops those subscribers on every node.
+
+**New users and ``acl-pubsub-default``**: a user that is not stored starts with the channels the
+option says (Redis 7: ``resetchannels``), and so does ``reset`` in ``ACL SETUSER``; ``ACL LOAD``
+and the ``aclfile`` read each user as a new one. Stored rules always say their channels
+(``describe()``), so a stored user is the same on every node whatever each node's option.
 
 **Seeding and requirepass** (on every start, before the node listens or, in cluster mode, once
 etcd answers): a store with no user at all is seeded from ``aclfile`` (each user written only if
@@ -48,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from . import errors
@@ -78,6 +85,9 @@ class SharedUsers:
         # Called after users changed here with the users removed: the server closes their
         # connections and lets clients waiting for ``default`` in. Not called for other changes.
         self.changed: Callable[[list[User]], None] = lambda _: None
+        # Awaited after users were installed anew here (a command's change or another node's): the
+        # server closes their connections subscribed to channels they may no longer use, as Redis 7.
+        self.updated: Callable[[list[User]], Awaitable[None]] = _nothing
         self._task: asyncio.Task[None] | None = None
         self._warned = False  # the requirepass warning is logged once, not at every reload
 
@@ -107,7 +117,7 @@ class SharedUsers:
                     return
                 try:
                     async for records in watch:
-                        self.take(records)
+                        await self._take(records)
                         self.users.advance(max(r.revision for r in records))
                 finally:
                     await watch.aclose()  # type: ignore[attr-defined]
@@ -141,8 +151,15 @@ class SharedUsers:
             raise StoreError(f"aclfile {path}: {getattr(exc, 'message', None) or exc}") from None
 
     def normalize(self, described: dict[str, str]) -> dict[str, str]:
-        """name -> rules as the store keeps them (``describe()``); CommandError if one is invalid."""
-        return {name: self.users.build(name, rules).describe() for name, rules in described.items()}
+        """name -> rules as the store keeps them (``describe()``); CommandError if one is invalid.
+        Each user is read as a new one (``acl-pubsub-default`` gives its channels first, as in Redis)."""
+        every = self.all_channels
+        return {name: self.users.build(name, rules, every).describe() for name, rules in described.items()}
+
+    @property
+    def all_channels(self) -> bool:
+        """``acl-pubsub-default allchannels``: what a new user (and ``reset``) gets of channels."""
+        return self.config.acl_pubsub_default == "allchannels"
 
     async def _seed(self, described: dict[str, str]) -> list[UserRecord]:
         """Store each of ``described`` if still absent; stop at the first that is not (another
@@ -191,29 +208,43 @@ class SharedUsers:
         removed = [
             u for n in users.missing({r.name for r in snapshot.records}, snapshot.revision) if (u := users.remove(n))
         ]
+        updated: list[User] = []
         for i, record in enumerate(snapshot.records):
-            self.take([record], notify=False)
+            updated += self.take([record], notify=False)
             if i % SLICE == SLICE - 1:
                 await asyncio.sleep(0)
         users.advance(snapshot.revision)
         users.loaded = True
         self.changed(removed)  # (also lets in the clients that waited for the users to be known)
+        if updated:
+            await self.updated(updated)
 
     # --- applying records here ------------------------------------------------------------------
 
-    def take(self, records: Iterable[UserRecord], notify: bool = True) -> None:
-        """Install these records here, each only if newer than what this node has."""
+    def take(self, records: Iterable[UserRecord], notify: bool = True) -> list[User]:
+        """Install these records here, each only if newer than what this node has; the users
+        installed anew (``updated`` is the caller's to await: ``_take``)."""
         removed: list[User] = []
+        updated: list[User] = []
         default_changed = False
         for r in records:
             changed, gone = self.users.take(r.name, r.rules, r.revision)
             default_changed |= changed and r.name == DEFAULT
             if gone is not None:
                 removed.append(gone)
+            elif changed and (user := self.users.get(r.name)) is not None:
+                updated.append(user)
             if changed and r.name in self.users.unreadable:
                 _log_unreadable(r.name, self.users.unreadable[r.name])
         if notify and (removed or default_changed):
             self.changed(removed)
+        return updated
+
+    async def _take(self, records: Iterable[UserRecord]) -> None:
+        """``take``, then the server's look at the users that changed (``updated``)."""
+        updated = self.take(records)
+        if updated:
+            await self.updated(updated)
 
     # --- changes (ACL commands, CONFIG SET requirepass) ------------------------------------------
 
@@ -226,20 +257,28 @@ class SharedUsers:
         for _ in range(CAS_TRIES):
             current = await self.store.load_user(name)
             # a stored record that cannot be read stands for a user with nothing: the rules apply to that
-            rules = build(self.users.stored(name, None if current is None else current.rules))
+            rules = build(self._stored_or_new(name, current))
             if current is None and rules is None:
                 return None  # nothing to delete
             revision = await self.store.save_user(name, rules, 0 if current is None else current.revision)
             if revision is not None:
-                self.take([UserRecord(name, rules, revision)])
+                await self._take([UserRecord(name, rules, revision)])
                 return current
         raise CommandError(errors.ACL_CHANGING.format(name))
 
+    def _stored_or_new(self, name: str, current: UserRecord | None) -> User:
+        """The user as stored, or as a user that is not stored starts (``acl-pubsub-default`` applies to a new one)."""
+        if current is not None:
+            return self.users.stored(name, current.rules)
+        return self.users.build(name, None, self.all_channels)
+
     async def set_user(self, name: str, rules: list[str]) -> None:
-        """ACL SETUSER: ``rules`` applied to the stored user."""
+        """ACL SETUSER: ``rules`` applied to the stored user (``reset`` among them gives the
+        channels of ``acl-pubsub-default``, as in Redis)."""
+        every = self.all_channels
 
         def build(user: User) -> str:
-            user.apply(rules, self.users.table)
+            user.apply(rules, self.users.table, every)
             return user.describe()
 
         await self.update(name, build)
@@ -273,7 +312,7 @@ class SharedUsers:
             return  # already so (a LOAD of the same file writes nothing)
         revision = await self.store.save_user(name, rules, 0 if current is None else current.revision)
         if revision is not None:
-            self.take([UserRecord(name, rules, revision)])
+            await self._take([UserRecord(name, rules, revision)])
             return
         await self.update(name, lambda _: rules)  # changed meanwhile: the file's version still wins
 
@@ -291,3 +330,7 @@ def _log_unreadable(name: str, why: str) -> None:
         shown,
         "; no client is authenticated without AUTH as another user" if name == DEFAULT else "",
     )
+
+
+async def _nothing(users: list[User]) -> None:
+    """``SharedUsers.updated`` until the server sets it."""

@@ -8,7 +8,7 @@ tests/commands/test_acl.py; end-to-end behaviour in tests/e2e/test_acl.py.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import march.commands  # noqa: F401  (registers every command)
@@ -76,7 +76,7 @@ def test_an_invalid_rule_is_redis_error_and_changes_nothing(rule: str, why: str)
     u = user("on", ">pw", "~a*", "+get")
     before = u.describe()
     with pytest.raises(CommandError) as err:
-        u.apply(["off", "allkeys", rule], COMMANDS)  # valid rules before it are not kept either
+        u.apply(["off", "allcommands", rule], COMMANDS)  # valid rules before it are not kept either
     assert err.value.message == errors.ACL_MODIFIER.format(rule, why)
     assert u.describe() == before
 
@@ -205,6 +205,7 @@ _RULES = st.lists(
             "on", "off", ">a", ">b", "nopass", "resetpass", "~orders:*", "%R~r*", "%W~w*", "allkeys", "resetkeys",
             "+@read", "-@read", "+@write", "+@admin", "-@admin", "+@all", "-@all", "+get", "-get", "+config|get",
             "-config|get", "+config", "allchannels", "resetchannels", "+@create", "+@floor", "reset",
+            "&news.*", "&alerts", "+select|0", "%RW~orders:*", "%R~orders:*", "+subscribe", "+psubscribe",
         ]
     ),
     max_size=12,
@@ -212,14 +213,19 @@ _RULES = st.lists(
 _PROBES = [
     ["GET", "orders:1"], ["INCR", "orders:1"], ["GET", "r1"], ["INCR", "r1"], ["INCR", "w1"], ["GET", "w1"],
     ["CONFIG", "GET", "x"], ["CONFIG", "SET", "x", "y"], ["FAILOVER"], ["SEQ.CREATE", "orders:2"],
-    ["SET", "orders:1", "9"], ["PING"], ["INCR", "other"],
+    ["SET", "orders:1", "9"], ["PING"], ["INCR", "other"], ["SELECT", "0"], ["SELECT", "1"],
+    ["SUBSCRIBE", "news.eu"], ["SUBSCRIBE", "alerts", "other"], ["PSUBSCRIBE", "news.*"], ["PSUBSCRIBE", "news*"],
 ]  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
 @given(rules=_RULES)
 def test_describe_rebuilds_the_same_user(rules: list[str]) -> None:
-    original = user(*rules)
+    try:
+        original = user(*rules)
+    except CommandError:  # (a pattern after allkeys or allchannels: refused, as Redis refuses it)
+        assume(False)
+        raise
     rebuilt = User("u")
     rebuilt.apply(["reset", *original.describe().split()], COMMANDS)
     assert rebuilt.describe() == original.describe()

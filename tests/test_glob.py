@@ -5,6 +5,8 @@
   ones); ``nocase`` against Redis' ``COMMAND LIST FILTERBY PATTERN``, which matches without case.
 - Work: pathological patterns finish (a hang fails through the timeout), and a name that counts
   every byte the matcher reads bounds the work by O(len(name) x len(pattern)) deterministically.
+- ``matches`` (one name against a pattern, nothing kept: pub/sub) answers as ``compile_glob`` does,
+  and reads no more of a long pattern than a short name can need.
 - End to end: march answers ``KEYS``/``SCAN MATCH``/``CONFIG GET``/``COMMAND LIST FILTERBY`` with
   broken classes (``[]``, ``[z-a]``, ``[^]``) as Redis does, never with an internal error.
 """
@@ -19,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import MarchServer, RedisServer, RespConn, RespError
 
-from march.glob import compile_glob, literal_prefix
+from march.glob import compile_glob, literal_prefix, matches
 
 # Names every table pattern is tried on: each byte class the parser treats specially, signed-char
 # neighbours (0x7f/0x80, 0x00/0xff) for ranges, letters in both cases, and the empty name.
@@ -170,6 +172,44 @@ def test_random_nocase_patterns_match_redis(rconn: RespConn, pattern: bytes) -> 
     glob = compile_glob(pattern, nocase=True)
     want = sorted(rconn.call("COMMAND", "LIST", "FILTERBY", "PATTERN", pattern))
     assert want == sorted(n for n in names if glob.match(n)), pattern
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pattern=st.binary(max_size=12).map(lambda b: bytes(PATTERN_BYTES[x % len(PATTERN_BYTES)] for x in b)),
+    name=st.binary(max_size=6).map(lambda b: bytes(NAME_BYTES[x % len(NAME_BYTES)] for x in b)),
+)
+def test_matches_is_compile_glob_match(pattern: bytes, name: bytes) -> None:
+    assert matches(pattern, name) == compile_glob(pattern).match(name), (pattern, name)
+
+
+def test_matches_agrees_on_the_table() -> None:
+    for pattern in PATTERNS:
+        for name in NAMES:
+            assert matches(pattern, name) == compile_glob(pattern).match(name), (pattern, name)
+
+
+class CountingPattern(bytes):
+    """A pattern that counts the bytes the tokenizer indexes (the star runs it skips in C are not counted)."""
+
+    work = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        self.work += 1
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [b"a" * 1024, b"?" * 1024, b"*a" * 512, b"[abc]" * 204, b"*" * 1024 + b"x", b"\\x" * 341, b"+switch-master" * 73],
+)
+def test_matches_reads_what_a_short_name_can_need(pattern: bytes) -> None:
+    """A 14-byte name needs at most 14 one-byte tokens: a kilobyte pattern is read for a few of them
+    (a class costs a few reads per byte of it), never whole."""
+    counting = CountingPattern(pattern)
+    name = b"+switch-master"
+    assert matches(counting, name) == compile_glob(pattern).match(name)
+    assert counting.work <= 20 * (len(name) + 1), (pattern[:10], counting.work)
 
 
 def test_literal_prefix() -> None:

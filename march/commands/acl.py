@@ -64,7 +64,7 @@ def _acl_getuser(client: Client, args: list[bytes]) -> Any:
         b"passwords": [h.encode() for h in user.passwords],
         b"commands": user.commands_text().encode(),
         b"keys": user.keys_text().encode(),
-        b"channels": user.channels.encode(),
+        b"channels": user.channels_text().encode("utf-8", "surrogateescape"),
         b"selectors": [],
     }
 
@@ -85,10 +85,11 @@ def _acl_cat(client: Client, args: list[bytes]) -> Any:
     cursor = Args(args, 2)
     if not cursor.more():
         return [c.encode() for c in auth.CATEGORIES]
-    category = cursor.text().lower()
+    given = cursor.text()
+    category = given.lower()
     cursor.finish(_acl_syntax(args).message)
     if category not in auth.CATEGORIES:
-        raise CommandError(errors.ACL_UNKNOWN_CATEGORY.format(category))
+        raise CommandError(errors.ACL_UNKNOWN_CATEGORY.format(given))  # as given: Redis keeps its case
     out: list[bytes] = []
     for name, spec in COMMANDS.items():
         if spec.sub_categories:
@@ -137,11 +138,14 @@ async def _sliced(users: auth.Users, line: Callable[[auth.User], bytes]) -> list
     return out
 
 
+LOG_COUNT = 10  # entries ACL LOG shows without a count: Redis' default
+
+
 def _log(client: Client, args: list[bytes]) -> Any:
-    """ACL LOG [count | RESET], as Redis 7.0: a count below 0 shows nothing."""
+    """ACL LOG [count | RESET], as Redis 7.0: the newest ``LOG_COUNT`` by default, a count below 0 shows nothing."""
     log = client.app.acl_log
     cursor = Args(args, 2)
-    count = len(log.entries)
+    count = LOG_COUNT
     if cursor.flag(b"reset"):
         cursor.finish(_acl_syntax(args).message)
         log.reset()
@@ -168,7 +172,10 @@ def _dryrun(client: Client, args: list[bytes]) -> Any:
     if denied is None:
         return "OK"
     reason, obj = denied
-    return (errors.DRYRUN_COMMAND if reason == "command" else errors.DRYRUN_KEY).format(obj).encode()
+    return _DRYRUN[reason].format(obj).encode()
+
+
+_DRYRUN = {"command": errors.DRYRUN_COMMAND, "key": errors.DRYRUN_KEY, "channel": errors.DRYRUN_CHANNEL}
 
 
 def _aclfile(client: Client) -> Path:

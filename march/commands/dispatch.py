@@ -18,9 +18,10 @@ queued by MULTI (EXEC shows each when it runs it, then itself), nor an admin com
 subcommand (CONFIG, CLIENT LIST, CLIENT KILL...); passwords redacted by each command's declared
 secrets (``table.redacted``).
 
-Permissions (``march.auth``): a user that may not run the command, or touch one of its keys, gets
-``NOPERM`` (counted in INFO, recorded in ACL LOG), before any routing, as in Redis. A user with
-every command on every key skips the check (and keeps the server's fast path).
+Permissions (``march.auth``): a user that may not run the command, or touch one of its keys or
+channels, gets ``NOPERM`` (counted in INFO, recorded in ACL LOG), before any routing, as in Redis. A
+user with every command on every key skips the check (and keeps the server's fast path), except on
+the commands that name channels when it does not have them all (``User.checked``).
 
 Routing follows the serving state (``march.serving``) of the request's group (``route``: its first
 key's slot's group; with one group, the group), declared per command at registration (``primary``:
@@ -78,7 +79,7 @@ def call(client: Client, args: list[bytes]) -> Any:
         raise reject(client, spec, CommandError(errors.NOAUTH if client.app.users.loaded else errors.CLUSTERDOWN))
     if client.multi is not None and "no_multi" in spec.flags:
         raise reject(client, spec, CommandError(errors.NOT_IN_MULTI))
-    if not client.user.unrestricted and "no_auth" not in spec.flags:
+    if client.user.checked(spec) and "no_auth" not in spec.flags:
         denied = client.user.denial(spec, args)
         if denied is not None:
             raise reject(client, spec, refuse(client, *denied))
@@ -136,7 +137,7 @@ def monitored(client: Client, args: list[bytes]) -> bool:
     if client.multi is not None and (spec.queued or "no_multi" in spec.flags):
         return False
     user = client.user
-    if not user.unrestricted and "no_auth" not in spec.flags and user.denial(spec, args) is not None:
+    if user.checked(spec) and "no_auth" not in spec.flags and user.denial(spec, args) is not None:
         return False
     if spec.primary and not (group := route(client, spec, args)).serving and not group.in_transition:
         return False

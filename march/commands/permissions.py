@@ -19,13 +19,16 @@ if TYPE_CHECKING:
 
 
 def refuse(client: Client, reason: str, subject: str) -> CommandError:
-    """NOPERM for a command or a key the user may not use: counted, logged in ACL LOG."""
+    """NOPERM for a command, a key or a channel the user may not use: counted, logged in ACL LOG."""
     app = client.app
     context = "multi" if client.multi is not None else "toplevel"
     app.acl_log.add(reason, context, subject, client.user.name, client.info_line())
     if reason == "command":
         app.stats.denied_command += 1
         return CommandError(errors.NOPERM_COMMAND.format(subject))
+    if reason == "channel":
+        app.stats.denied_channel += 1
+        return CommandError(errors.NOPERM_CHANNEL)
     app.stats.denied_key += 1
     return CommandError(errors.NOPERM_KEY)
 

@@ -508,7 +508,7 @@ def _stats(client: Client, count: int | None) -> dict[str, Any]:
         "acl_access_denied_auth": s.denied_auth,
         "acl_access_denied_cmd": s.denied_command,
         "acl_access_denied_key": s.denied_key,
-        "acl_access_denied_channel": 0,
+        "acl_access_denied_channel": s.denied_channel,
         "expired_keys": 0,  # sequences never expire
         "evicted_keys": 0,  # nor are they evicted
         **_forwarding(client.app),

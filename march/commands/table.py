@@ -93,6 +93,7 @@ class CommandSpec:
     primary: bool = False  # served by the primary only: standbys redirect it (MOVED)
     queued: bool = True  # inside MULTI it is queued for EXEC (False: it acts at once)
     key_access: str = "RW"  # what ACL key patterns must allow: "R", "W", "RW", or "" (metadata: either)
+    channels: str = ""  # its arguments are channels ("channel": SUBSCRIBE) or patterns ("pattern": PSUBSCRIBE) for ACL
     sub_categories: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a subcommand's own
     sub_flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a subcommand's own (Redis' COMMAND INFO)
     secrets: Mapping[str, Secrets] = field(default_factory=dict)  # subcommand ("" for the command) -> its secrets
@@ -185,6 +186,7 @@ def command(
     key_access: str | None = None,
     secrets: Secrets | None = None,
     gate: Callable[[Client], None] | None = None,
+    channels: str = "",
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``primary``: served by the primary only (default: when it has keys);
     ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...);
@@ -192,7 +194,9 @@ def command(
     ("R" reads the value, "W" writes it, "RW" both, "" only looks at whether it exists; default:
     "R" for a readonly command, "RW" otherwise); ``subcommands``: a container's table (``container``),
     with each subcommand's own ACL categories (CLIENT KILL is @admin, CLIENT ID is not), flags (MONITOR
-    does not show CLIENT LIST, ``admin``) and secrets; ``secrets``: what MONITOR and SLOWLOG never show."""
+    does not show CLIENT LIST, ``admin``) and secrets; ``secrets``: what MONITOR and SLOWLOG never show;
+    ``channels``: every argument is a channel ("channel") or a pattern ("pattern") that ACL channel
+    rules (``&``) must allow, as Redis 7 checks SUBSCRIBE and PSUBSCRIBE."""
 
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(
@@ -219,6 +223,7 @@ def command(
                 **{s.name.upper().encode(): s for s in subcommands},
             },
             gate=gate,
+            channels=channels,
         )
         COMMANDS[name] = spec
         SPELLINGS[name.encode()] = spec

@@ -347,6 +347,7 @@ def _clients(app: App) -> Iterator[Metric]:
     )
     denied.add_metric(["command"], s.denied_command)
     denied.add_metric(["key"], s.denied_key)
+    denied.add_metric(["channel"], s.denied_channel)
     yield denied
     yield CounterMetricFamily(
         "march_protocol_errors", "Connections closed for a protocol error.", value=s.protocol_errors

@@ -9,6 +9,10 @@
   each new primary and gets IDs above every earlier one.
 - A node started while etcd is down knows no user: it answers CLUSTERDOWN (not NOAUTH or
   WRONGPASS) until it has read them, then lets them in (and password-less clients too).
+- Channel rules travel with the user: ``&pattern`` set on one node reads back the same on every
+  node (ACL LIST, GETUSER) and is enforced there (NOPERM for another channel); revoking a channel on
+  one node closes the connections subscribed to it on every node (Redis 7 closes them on its own
+  node), and leaves the others subscribed.
 
 Every process is stopped by its fixture; waits are conditions with deadlines.
 """
@@ -24,7 +28,7 @@ from redis.retry import Retry
 from support.cluster import ClusterNode, MarchCluster, moved_target
 from support.drills import env_float
 from support.etcd import EtcdCluster
-from support.resp import RespConn, RespError, wait_until
+from support.resp import RespConn, RespError, encode, wait_until
 
 from march import errors
 
@@ -200,3 +204,39 @@ def test_a_node_started_while_etcd_is_down_answers_clusterdown_until_it_knows_it
             assert isinstance(c.call("INCR", "orders:eu"), int)
     finally:
         held.close()
+
+
+def subscribed(node: ClusterNode, *channels: str) -> RespConn:
+    conn = as_user(node)
+    conn.send(b"".join(encode("SUBSCRIBE", ch) for ch in channels))
+    for ch in channels:
+        assert conn.read_reply()[:2] == [b"subscribe", ch.encode()], node.name
+    return conn
+
+
+def test_channel_rules_are_synced_and_a_revoke_drops_subscribers_on_every_node(march_cluster: MarchCluster) -> None:
+    primary, standbys = settled(march_cluster)
+    rules = ["on", f">{APP_PASS}", "resetchannels", "&news.*", "&+switch-master", "+@app"]
+    with RespConn(standbys[0].port) as adm:
+        assert adm.call("ACL", "SETUSER", "app", *rules) == "OK"
+        line = next(u for u in adm.call("ACL", "LIST") if u.startswith(b"user app "))
+    assert line.endswith(b" resetchannels &news.* &+switch-master -@all +@app"), line
+    for n in march_cluster.nodes:
+        wait_authenticates(n, "app", APP_PASS, timeout=10)
+        with RespConn(n.port) as adm:
+            assert next(u for u in adm.call("ACL", "LIST") if u.startswith(b"user app ")) == line, n.name
+        with as_user(n) as c:
+            assert c.call("SUBSCRIBE", "other") == RespError(errors.NOPERM_CHANNEL), n.name
+
+    news = [subscribed(n, "news.eu") for n in march_cluster.nodes]
+    sentinel = [subscribed(n, "+switch-master") for n in march_cluster.nodes]
+    try:
+        with RespConn(primary.port) as adm:  # revoked on the primary: every node drops news.eu's listeners
+            assert adm.call("ACL", "SETUSER", "app", "resetchannels", "&+switch-master") == "OK"
+        for n, c in zip(march_cluster.nodes, news, strict=True):
+            assert c.is_closed_by_peer(10), f"a subscriber to a revoked channel stayed on {n.name}"
+        for n, c in zip(march_cluster.nodes, sentinel, strict=True):
+            assert c.call("PING") == [b"pong", b""], f"a subscriber to an allowed channel was dropped on {n.name}"
+    finally:
+        for c in news + sentinel:
+            c.close()
