@@ -616,6 +616,14 @@ class AuthThrottle:
             return False
         return self._digest(user, password) in seen.digests
 
+    def know(self, addr: str, user: str) -> None:
+        """Take (``addr``, ``user``) as a known pair from now on (as after a success), its address's
+        failures kept: another way than a success to know who is who (a node's registered address)."""
+        self._known[(addr, user)] = None
+        self._known.move_to_end((addr, user))
+        while len(self._known) > self.entries:
+            self._known.popitem(last=False)
+
     def failed(self, addr: str, user: str, password: bytes | None = None) -> None:
         """An admitted attempt failed; ``password``: the wrong password (remembered as a digest, so that
         trying it again is no new guess: ``repeated``)."""
@@ -649,10 +657,7 @@ class AuthThrottle:
         self._addrs.pop(addr, None)
         self._pairs.pop((addr, user), None)
         self._guesses.pop((addr, user), None)
-        self._known[(addr, user)] = None
-        self._known.move_to_end((addr, user))
-        while len(self._known) > self.entries:
-            self._known.popitem(last=False)
+        self.know(addr, user)
 
     def __len__(self) -> int:
         return len(self._addrs) + len(self._users) + len(self._known) + len(self._pairs) + len(self._guesses)
