@@ -412,3 +412,19 @@ def test_a_repeated_wrong_password_is_no_new_guess() -> None:
     t.failed("10.0.0.1", "app", b"x")
     t.succeeded("10.0.0.1", "app", admitted=False)  # a success forgets the pair's wrong passwords
     assert not t.repeated("10.0.0.1", "app", b"x")
+
+
+def test_a_pair_known_without_a_success_is_held_back_only_by_its_own_failures() -> None:
+    """``know``: a forwarding link from the host etcd registered for its node (``commands.forward``):
+    strangers claiming that node from elsewhere, and failures of its address on other names, do
+    not slow it; its own failures do, and count for its address."""
+    clock = Clock()
+    t = AuthThrottle(clock)
+    for i in range(10):  # strangers claim the node from elsewhere, and its host guesses other names
+        guess(t, clock, f"192.0.2.{i}", " march-link:n1")
+        guess(t, clock, "10.0.0.1", f" march-link:x{i}")
+    t.know("10.0.0.1", " march-link:n1")
+    assert t.admit("10.0.0.1", " march-link:n1") == 0
+    t.abandoned("10.0.0.1", " march-link:n1")
+    waits = [guess(t, clock, "10.0.0.1", " march-link:n1") for _ in range(5)]
+    assert waits == [0, 0, 0, 0.05, 0.1]
