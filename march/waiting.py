@@ -335,6 +335,8 @@ class Lanes:
             else:
                 spec = lookup(command[0])
                 if spec is None or not (spec.primary or spec.name in _IN_LANES):
+                    if client.multi is not None:
+                        client.multi_error = True  # (as an unknown command inside MULTI: EXEC aborts)
                     raise errors.unknown_command(command)  # (an entry node forwards nothing else)
                 result = call(client, command)
         except Exception as exc:

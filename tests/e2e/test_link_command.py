@@ -120,6 +120,11 @@ def test_a_link_proves_the_secret_both_ways_and_runs_each_request_as_its_user(ma
                 b"".join(encode("3", "default", *command) for command in (["MULTI"], ["INCR", "known"], ["EXEC"]))
             )
             assert [link.read_reply() for _ in range(3)] == [[3, "OK"], [3, "QUEUED"], [3, [4]]]
+            mixed = (["MULTI"], ["INCR", "known"], ["PING"], ["EXEC"])  # no key command: refused, EXEC aborts
+            link.send(b"".join(encode("4", "default", *command) for command in mixed))
+            replies = [link.read_reply() for _ in range(4)]
+            assert replies[:2] == [[4, "OK"], [4, "QUEUED"]] and _unknown(replies[2][1]), replies
+            assert replies[3][0] == 4 and replies[3][1].prefix == "EXECABORT", replies
             assert admin.call("ACL", "DELUSER", "drawer") == 1  # the link stays; drawer's requests run nothing
             assert link.call("2", "drawer", "INCR", "known") == [2, RespError(errors.NOPERM_COMMAND.format("incr"))]
             listed = [line for line in str(admin.call("CLIENT", "LIST")).splitlines() if "name=march-link:n9 " in line]
