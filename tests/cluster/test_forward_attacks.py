@@ -293,7 +293,10 @@ class FakeListener:
             n += 1
             with conn, contextlib.suppress(OSError, ConnectionError):
                 conn.settimeout(3.0)
-                self._relay(conn) if mode == "relay" else self._fake(conn, mode)
+                if mode == "relay":
+                    self._relay(conn)
+                else:
+                    self._fake(conn, mode)
                 self.served[mode] = self.served.get(mode, 0) + 1
 
     def _requests(self, conn: socket.socket, reader: hiredis.Reader, count: int) -> Iterator[list[bytes]]:
