@@ -201,6 +201,7 @@ class App:
         self.users = node.users
         self.acl_log = AclLog()
         self.auth_throttle = AuthThrottle()  # failed AUTHs per address and per user, across connections
+        self.link_throttle = AuthThrottle()  # failed link proofs per address and per claimed node: apart from AUTH's
         self.clients: dict[int, Connected] = {}
         self.stats = Stats()
         self.ops_rate = OpsRate(lambda: self.stats.commands)

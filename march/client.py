@@ -22,8 +22,8 @@ LINK_NOBODY = "march-link"  # whom a forwarding link runs requests as when it ha
 
 @dataclass(slots=True)
 class LinkPeer:
-    """A connection that asked to be another node's forwarding link (``commands.forward``): the nonce it
-    must prove the cluster secret for, then (``authenticated``) the node it is."""
+    """A connection that asked to be another node's forwarding link (``commands.forward``): this node's
+    nonce it must prove the cluster secret over, then (``authenticated``) the node it proved to be."""
 
     nonce: bytes = b""
     node: str = ""
@@ -104,7 +104,8 @@ class Client:
 
     def user_removed(self) -> bool:
         """Its user was deleted: True (close it, as Redis does), except for another node's forwarding
-        link, which carries other clients' requests too: it runs as nobody until told another user."""
+        link, which carries other clients' requests too (each runs as the user it names: a deleted
+        one may run nothing): it stays, as nobody."""
         if self.link is not None and self.link.authenticated:
             self.user = User(LINK_NOBODY)
             return False

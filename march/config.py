@@ -112,6 +112,7 @@ class Config:
     tls_ca_cert_file: str = ""
     tls_auth_clients: str = "yes"
     tls_cluster: bool = False
+    tls_cluster_required: bool = False
     tls_client_cert_file: str = ""
     tls_client_key_file: str = ""
     config_file: str = ""
@@ -579,6 +580,12 @@ OPTIONS: tuple[Option, ...] = (
         restart=errors.RESTART_TLS,
     ),
     Option(
+        "tls_cluster_required",
+        "refuse forwarding links that come over plain TCP (only the TLS port takes them); needs tls_cluster",
+        "tls",
+        restart=errors.RESTART_TLS,
+    ),
+    Option(
         "tls_client_cert_file",
         "the certificate (PEM) this node shows on its TLS forwarding links (default: tls_cert_file)",
         "tls",
@@ -669,6 +676,7 @@ def _validate(c: Config) -> None:
     need(
         not c.tls_cluster or bool(c.tls_port and c.tls_ca_cert_file), "tls_cluster needs tls_port and tls_ca_cert_file"
     )
+    need(not c.tls_cluster_required or c.tls_cluster, "tls_cluster_required needs tls_cluster")
     need(
         bool(c.tls_client_cert_file) == bool(c.tls_client_key_file),
         "tls_client_cert_file and tls_client_key_file go together",

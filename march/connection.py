@@ -15,7 +15,9 @@ hit are logged, rate-limited.
 
 A request forwarded to another node (``commands.forward.Relayed``) is written to its link at once
 and the read goes on; its reply takes its place in the read's replies, written once it is in
-(``waiting.Relays``).
+(``waiting.Relays``). On the other side, once a connection has proven to be another node's
+forwarding link, its requests go to its lanes (``waiting.Lanes``: each of the entry node's clients
+in order, none waiting for another) instead of the request loop.
 
 A run of identical pipelined requests to a command registered with ``consecutive=`` (INCR) is
 answered from as few calls as the generator allows (one while its durable range holds the run),
@@ -50,7 +52,7 @@ from .feed import MonitorFeed
 from .flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
 from .resp import RequestParser, encode, encode_error
 from .timing import RequestTimer
-from .waiting import Relays, Waiting
+from .waiting import Lanes, Relays, Waiting
 
 log = logging.getLogger("march")
 
@@ -98,6 +100,7 @@ class Connection(asyncio.Protocol):
         self.waiting: Waiting | None = None
         self.backlog: list[list[bytes]] = []
         self.closing = self.plain = False  # (plain: see ``table``)
+        self.lanes: Lanes | None = None  # another node's proven forwarding link: its requests go to lanes
         self.monitors = app.monitors.feeds  # the MONITOR connections (the same dict for the server's life)
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
@@ -145,6 +148,8 @@ class Connection(asyncio.Protocol):
         self.peers.all.discard(self)
         if self.waiting is not None:
             self.waiting.cancel()
+        if self.lanes is not None:
+            self.lanes.close()
 
     def pause_writing(self) -> None:  # (the transport's buffer passed HIGH_WATER: ``Backpressure``)
         self.flow.pause()
@@ -196,6 +201,8 @@ class Connection(asyncio.Protocol):
         together, as many at a time as the command can; the run is found once (``same_until``, kept
         across waits, says how far ``requests`` is known to repeat): no request is compared twice.
         """
+        if self.lanes is not None:  # another node's proven link: every request is on a lane
+            return self.lanes.run(requests, start)
         client, monitors, flow, hot = self.client, self.monitors, self.flow, self.table()
         out: list[bytes] = []
         n, i, alike, stall = len(requests), start, 0, False  # alike: requests answered in runs of identical ones
@@ -272,6 +279,8 @@ class Connection(asyncio.Protocol):
         client = self.client
         self.intake.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
         self.plain = client.authenticated and client.multi is None and not self.feed.watched()
+        if client.link is not None and client.link.authenticated and self.lanes is None:
+            self.lanes = Lanes(self)  # (MARCH.LINK AUTH proved it: lanes from its next request on)
 
     def read_done(self, requests: list[list[bytes]], i: int, same_until: int, out: list[bytes], stall: bool) -> None:
         """The requests before ``i`` are answered in ``out``: write them; then close, wait for the

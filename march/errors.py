@@ -356,6 +356,7 @@ FORWARD_CROSS = (
 )
 LINK_PROOF_BAD = WRONGPASS  # a wrong HMAC gets AUTH's answer: nothing about what was wrong
 LINK_THROTTLED = AUTH_THROTTLED
+LINK_NEEDS_TLS = "ERR this node takes forwarding links over TLS only (tls_cluster_required)"
 
 
 def wrong_arity(name: str) -> CommandError:

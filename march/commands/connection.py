@@ -6,7 +6,9 @@ counted in INFO (``acl_access_denied_auth``), recorded in ACL LOG (never the pas
 logged (the first on a connection, then every hundredth). Failures are throttled per source
 address and per user across connections (``auth.AuthThrottle``): after three, attempts wait
 their turn (50 ms apart, doubling to 2 s), and one that would wait longer than a few seconds is
-refused unchecked, so reconnecting gains a guesser nothing. ``HELLO ... SETNAME`` goes through
+refused unchecked, so reconnecting gains a guesser nothing. A wrong password the address tried
+for that user lately is no new guess: answered at once and not counted (redis-py 8 sends a
+mistyped password eleven times: each gets WRONGPASS at once). ``HELLO ... SETNAME`` goes through
 the ACL check of ``CLIENT SETNAME`` and the same name rules (at most ``MAX_CLIENT_NAME`` bytes,
 no spaces or special characters), checked before HELLO changes anything. HELLO reports
 ``server: redis`` and a Redis version (the command set March follows) because clients and tools
@@ -73,6 +75,8 @@ def _authenticate(client: Client, name: bytes, password: bytes) -> Any:
         raise CommandError(errors.CLUSTERDOWN)  # nobody is known yet (etcd has not answered since the start)
     username = name.decode("utf-8", "replace")
     host = client.addr.rpartition(":")[0]
+    if app.auth_throttle.repeated(host, username, password):  # a retry of a mistake (redis-py's): no new guess
+        return _check(client, username, password, repeat=True)
     wait = app.auth_throttle.admit(host, username)
     if wait is None:  # others from this address (or for this user) are queued far ahead: not even checked
         _failed(client, username, logged=False)  # (unchecked: a flood of these writes no log lines)
@@ -82,17 +86,21 @@ def _authenticate(client: Client, name: bytes, password: bytes) -> Any:
     return _check(client, username, password)
 
 
-def _check(client: Client, username: str, password: bytes) -> str:
+def _check(client: Client, username: str, password: bytes, repeat: bool = False) -> str:
+    """Check the password now. ``repeat``: a wrong password this address tried for this user lately
+    (``AuthThrottle.repeated``), checked at once (it may be right by now) and counted nowhere in the
+    throttle."""
     app = client.app
     host = client.addr.rpartition(":")[0]
     user = app.users.authenticate(username, password)
     if user is not None:
         client.login(user)
         client.auth_failures = 0
-        app.auth_throttle.succeeded(host, username)
+        app.auth_throttle.succeeded(host, username, admitted=not repeat)
         return "OK"
-    app.auth_throttle.failed(host, username)
-    _failed(client, username)
+    if not repeat:
+        app.auth_throttle.failed(host, username, password)
+    _failed(client, username, logged=not repeat)
     raise CommandError(errors.WRONGPASS)
 
 

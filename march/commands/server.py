@@ -523,6 +523,8 @@ def _forwarding(app: App) -> dict[str, Any]:
         "forward_lost_replies": f.lost,
         "forward_link_failures": f.failed,
         "forward_links_opened": f.opened,
+        "forward_link_peers_unproven": f.unproven,
+        "forward_link_proofs_failed": f.proofs_failed,
     }
 
 
