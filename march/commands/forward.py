@@ -363,9 +363,8 @@ def is_link_command(name: bytes) -> bool:
 def readiness(app: App, warm: bool = True) -> str | None:
     """None when this node can serve a plain client's key requests now: it serves every group, or it
     forwards (``redirect forward``, or on its ``forward_port``) and every other group has a primary
-    it holds a link to; else why not. With ``warm``
-    (on the event loop only) asking opens the missing links in the background (``Links.warm``), so
-    a later ask may say ready."""
+    it holds a link to; else why not. With ``warm`` (on the event loop only) asking opens the
+    missing links in the background (``Links.warm``), so a later ask may say ready."""
     if app.shutdown_requested is not None and app.shutdown_requested.is_set():
         return "shutting down"
     if not app.users.loaded:
