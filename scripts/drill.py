@@ -14,6 +14,11 @@ with ``--rounds`` rounds through pytest); here the timing bars are checked stric
 exit status is 0 only if every repetition had no violation and met every bar (`--bars-advisory`:
 no violation is enough; the suite runs the report so, since it never judges speed).
 
+``sigterm`` (issue 25): ``--rounds`` rounds (50 by default) of a SIGTERM at a random moment around a
+change of the layout (before it, while a node steps down, during its restart in the same process,
+after it; every fourth round on a node SIGSTOPped across the change), under load: each must end
+its node with the orderly stop and exit status 0 (tests/cluster/test_groups_change.py runs six).
+
 ``--groups N`` (issue 17) runs the drills on a cluster of N leadership groups (``march serve
 --groups N`` on every node): the faulted node is the one leading the most groups, and each
 summary adds one line per group (IDs, errors, longest gap between IDs, when a faulted group
@@ -50,6 +55,7 @@ from support.drills import (  # noqa: E402
     DrillResult,
 )
 from support.races import RACE_ROUNDS  # noqa: E402
+from support.stops import SIGTERM_ROUNDS  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -113,7 +119,10 @@ def main() -> int:
     )
     ap.add_argument("--name-len", type=int, default=TAKEOVER_NAME_LEN, help="bytes per seeded name (default 200)")
     ap.add_argument(
-        "--rounds", type=int, default=RACE_ROUNDS, help=f"rounds of each race drill (default {RACE_ROUNDS})"
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"rounds of each race drill (default {RACE_ROUNDS}) and of the sigterm drill (default {SIGTERM_ROUNDS})",
     )
     ap.add_argument(
         "--groups",
@@ -195,8 +204,9 @@ def main() -> int:
             finally:
                 env.stop()
         for name in suite_races:
-            say(f"-- {name}: {args.rounds} rounds ({SUITE_RACES[name]}, its own three-node cluster)")
-            if not run_suite_race(name, args.rounds):
+            rounds = args.rounds or RACE_ROUNDS
+            say(f"-- {name}: {rounds} rounds ({SUITE_RACES[name]}, its own three-node cluster)")
+            if not run_suite_race(name, rounds):
                 failed.append(f"{name}: a round broke an invariant (output above)")
     finally:
         bad = failed or any(

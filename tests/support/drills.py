@@ -35,8 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
+import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,10 +49,11 @@ from march.etcd.keys import KeyPaths
 from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
 from support.history import History, group_of_key, group_slots
-from support.load import TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, group_keys, time_series
+from support.load import MAX_SECONDS, TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, group_keys, time_series
 from support.proxy import TcpProxy
 from support.races import RACE_ROUNDS, Member, failover_round, race_node_id
 from support.resp import RespConn, RespError, encode, wait_until
+from support.stops import SETTLE_TIMEOUT, SIGTERM_ROUNDS, StopRound, change, settle_layout, sigterm_round
 
 WARMUP_OPS = 200  # successes before the fault: the load is really running
 HOLD_OPS = 200  # successes after recovery: the new primary really serves
@@ -61,6 +65,7 @@ TAKEOVER_PROBES = 2_000  # distinct old sequences asked at once on the new prima
 ETCD_DOWN = 2.0  # seconds etcd stays down in the etcd-restart drill
 GROUP_WARMUP_OPS = 25  # with groups: IDs each group's keys get before a drill's own warm-up counts
 OTHER_GROUPS_GAP = 0.05  # the issue's bar: the groups a fault did not touch never pause longer than this
+SIGTERM_ROUND_SECONDS = 30  # the load of the sigterm drill lasts this long per round, at most (a round: ~3 s)
 
 
 def recovery_timeout(ttl: float) -> float:
@@ -192,7 +197,7 @@ class DrillEnv:
         out: Callable[[str], None] | None = None,
         sequences: int = TAKEOVER_SEQUENCES,
         name_len: int = TAKEOVER_NAME_LEN,
-        rounds: int = RACE_ROUNDS,
+        rounds: int | None = None,
         groups: int = 1,
     ) -> None:
         self.base = base
@@ -207,7 +212,7 @@ class DrillEnv:
         self.out = out
         self.sequences, self.name_len = sequences, name_len  # for the takeover drill
         self.seeded: list[str] = []  # its sequences, seeded once for every repetition
-        self.rounds = rounds  # for the race drills
+        self.rounds = rounds  # for the race drills (None: RACE_ROUNDS) and ``sigterm`` (None: SIGTERM_ROUNDS)
         self.proxies: dict[str, TcpProxy] = {}
         self._cluster: MarchCluster | None = None
 
@@ -287,15 +292,22 @@ class DrillEnv:
             load.wait_success(since, not_from=[old.address], timeout=timeout, keys=self.key_sets[g])
 
     @contextlib.contextmanager
-    def load(self, result: DrillResult) -> Iterator[Load]:
+    def load(self, result: DrillResult, max_seconds: float = MAX_SECONDS) -> Iterator[Load]:
         """Concurrent clients recording into ``result.histories`` (continued if not empty), with the
-        live timeline if ``out`` is set; stopped (and checked) at the end of the block. With
-        groups: one RedisCluster and one plain client per group, each on its group's keys."""
+        live timeline if ``out`` is set; stopped (and checked) at the end of the block (the clients
+        stop by themselves after ``max_seconds``). With groups: one RedisCluster and one plain client
+        per group, each on its group's keys."""
         if self.groups == 1:
-            load = Load(self.seeds, result.histories, rate=self.rate)
+            load = Load(self.seeds, result.histories, rate=self.rate, max_seconds=max_seconds)
         else:
             load = Load(
-                self.seeds, result.histories, rate=self.rate, key_sets=self.key_sets, cluster_clients=1, plain_clients=1
+                self.seeds,
+                result.histories,
+                rate=self.rate,
+                key_sets=self.key_sets,
+                cluster_clients=1,
+                plain_clients=1,
+                max_seconds=max_seconds,
             )
         timeline = Timeline(load, self.cluster, self.out, result.drill) if self.out else None
         load.start()
@@ -850,11 +862,60 @@ def drill_race_node_id(env: DrillEnv, rep: int = 0) -> DrillResult:
     """``env.rounds`` rounds of two contenders with one node id bootstrapping a fresh prefix at once
     (``support.races.race_node_id``): one cluster id, one holder of the id, the leader key its own."""
     r = DrillResult("race: two nodes, one node id", rep)
-    race = race_node_id(env.etcd.endpoints, env.rounds, env.out)
+    race = race_node_id(env.etcd.endpoints, env.rounds or RACE_ROUNDS, env.out)
     r.violations += race.violations[:20]
     if len(race.violations) > 20:
         r.violations.append(f"... {len(race.violations)} violations in all")
     r.notes += race.notes
+    return r
+
+
+def drill_sigterm(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """``env.rounds`` rounds (50 by default: the issue's bar) of a SIGTERM at a random moment around
+    a change of the layout (``support.stops.sigterm_round``: from 0.3 s before the change to 1.5 s
+    after, so before it, while the node steps down, during its restart in the same process and
+    after; every fourth round the node is SIGSTOPped across the change, then gets SIGCONT and,
+    0-0.5 s later, SIGTERM), under load. Every SIGTERM must end its node with the orderly stop and
+    exit status 0; the load's history must hold no duplicate and no order violation. The layout is
+    changed back to the drill cluster's at the end."""
+    c = env.cluster
+    rounds = env.rounds or SIGTERM_ROUNDS
+    r = DrillResult(f"SIGTERM around layout changes ({rounds} rounds)", rep)
+    rng = random.Random(rep)
+    env.settled()
+    fault_at = History.now()
+    done: list[StopRound] = []
+    started = time.monotonic()
+    with r.stage(), env.load(r, max_seconds=SIGTERM_ROUND_SECONDS * rounds + 120) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"{rounds} rounds of SIGTERM around a layout change")
+        try:
+            for i in range(rounds):
+                one = sigterm_round(c, env.etcd.endpoints, rng, paused=i % 4 == 3)
+                done.append(one)
+                if one.problems and len(r.violations) < 20:
+                    r.violations.append(f"round {i}: {one.line()}")
+                if env.out is not None:
+                    env.out(f"  sigterm round {i + 1}/{rounds}: {one.line().splitlines()[0]}")
+        finally:
+            if c.groups != env.groups:  # the drill cluster's own layout for the drills after this one
+                change(c, env.etcd.endpoints, env.groups)
+                settle_layout(c, SETTLE_TIMEOUT)
+        r.mark("rounds done")
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, None, env.groups)
+    if done:
+        codes = Counter(one.code for one in done)
+        took = sorted(one.took for one in done)
+        orderly = sum(1 for one in done if not one.problems)
+        offsets = [one.offset for one in done]
+        r.notes.append(
+            f"{len(done)} SIGTERMs, {orderly} orderly exits (status 0, 'received SIGTERM' logged); exit statuses "
+            f"{dict(codes)}; SIGTERM to exit: median {statistics.median(took):.2f}s, max {took[-1]:.2f}s; offsets "
+            f"from the change {min(offsets) * 1000:+.0f}..{max(offsets) * 1000:+.0f} ms; "
+            f"{time.monotonic() - started:.0f}s in all"
+        )
+    r.settle(c)
     return r
 
 
@@ -884,8 +945,9 @@ def drill_race_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
     started = time.monotonic()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = r.mark(f"{env.rounds} rounds of racing FAILOVERs")
-        for i in range(env.rounds):
+        rounds = env.rounds or RACE_ROUNDS
+        fault_at = r.mark(f"{rounds} rounds of racing FAILOVERs")
+        for i in range(rounds):
             primary = c.wait_settled(SETTLE)
             standbys = sorted((n for n in c.nodes if n is not primary), key=lambda n: n.node_id)
             problems, expected = failover_round(
@@ -899,11 +961,11 @@ def drill_race_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
             bad += bool(problems)
             r.violations += [f"round {i}: {p}" for p in problems][: max(0, 20 - len(r.violations))]
             if env.out is not None and (problems or (i + 1) % 25 == 0):
-                env.out(f"  race-failover round {i + 1}/{env.rounds}: {problems if problems else 'ok'}")
+                env.out(f"  race-failover round {i + 1}/{rounds}: {problems if problems else 'ok'}")
         r.mark("rounds done")
         load.wait_ops(env.hold_ops)
     r.finish(fault_at, None)
-    r.notes.append(f"{env.rounds} rounds ({bad} with a violation) in {time.monotonic() - started:.1f}s")
+    r.notes.append(f"{env.rounds or RACE_ROUNDS} rounds ({bad} with a violation) in {time.monotonic() - started:.1f}s")
     r.settle(c)
     return r
 
@@ -920,6 +982,7 @@ DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
     "race-node-id": drill_race_node_id,
     "race-failover": drill_race_failover,
     "rebalance": drill_rebalance,
+    "sigterm": drill_sigterm,
 }
 
 # Which layout each drill needs: (etcd members, proxies).
@@ -935,7 +998,8 @@ LAYOUTS: dict[str, tuple[int, bool]] = {
     "race-node-id": (1, False),
     "race-failover": (1, False),
     "rebalance": (1, False),
+    "sigterm": (1, False),
 }
 
 # The drills that run with leadership groups (the others seed or race one primary).
-GROUP_DRILLS = ("kill", "pause", "cut", "etcd-leader", "failover", "restart", "etcd-restart", "rebalance")
+GROUP_DRILLS = ("kill", "pause", "cut", "etcd-leader", "failover", "restart", "etcd-restart", "rebalance", "sigterm")
