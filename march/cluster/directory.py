@@ -141,6 +141,9 @@ class Directory:
         self._switch_pending = False  # the primary changed and the listeners have not been told
         self.ttl = lease_ttl  # this node's lease TTL, written in its record (how long a rival waits for it)
         self._rival: _Rival | None = None  # another lease holding this node's id, since when
+        # node id -> (the lease its record is under, clock time this node first read it so): how long
+        # each node has been back (``registered_for``); a node that rejoins comes back under a new lease
+        self._seen: dict[str, tuple[int, float]] = {}
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -302,6 +305,8 @@ class Directory:
         if found.revision >= self.views[0].revision:
             self.views = views
             self.layout_record = layout
+            now, seen = self.clock.now(), self._seen
+            self._seen = {n: seen[n] if seen.get(n, (0,))[0] == lease else (lease, now) for n, lease in leases.items()}
             for g, topology in enumerate(views):
                 self._follow(g, topology)
         return views
@@ -333,6 +338,13 @@ class Directory:
                 log.debug("watch broke: %s", exc)
             self._changed()  # something may have changed while the watch was down
             await self.clock.sleep(self.timeout)
+
+    def registered_for(self, node_id: str) -> float:
+        """Seconds since this node's reads first found ``node_id`` registered under the lease it is
+        under now (0 if it is not registered): a node back from a partition or a restart is back
+        under a new lease, so this says how long it has been back."""
+        seen = self._seen.get(node_id)
+        return 0.0 if seen is None else self.clock.now() - seen[1]
 
     def forget_me_as_leader(self, g: int = 0) -> None:
         """This node stepped down in group ``g``: until etcd says who leads it, no primary is known."""
