@@ -151,6 +151,7 @@ class ClusterMember:
             timeout=ttl / 3,
             lease_ttl=ttl,
             leader_keys=[(g.leader, g.handoff) for g in groups],
+            out_of_touch=self.lease.out_of_touch,
         )
         self.control = control_etcd
         self.keys = keys

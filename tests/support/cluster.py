@@ -115,7 +115,7 @@ class ClusterNode(MarchServer):
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def ready_reply_ok(self, reply: object) -> bool:
         # A node that has not reached etcd yet answers CLUSTERDOWN (it knows no user): it is up.
@@ -137,7 +137,7 @@ class ClusterNode(MarchServer):
         if not self.alive:
             return None
         try:
-            with RespConn(self.port, timeout=timeout) as c:
+            with RespConn(self.port, self.host, timeout=timeout) as c:
                 if self.password is not None:
                     c.call("AUTH", self.password)
                 reply = c.call("INFO", section)
@@ -183,7 +183,7 @@ class ClusterNode(MarchServer):
 
     def call(self, *args: str | int, timeout: float = 2.0) -> object:
         """One command on a fresh connection; the reply (errors as `RespError` values)."""
-        with RespConn(self.port, timeout=timeout) as c:
+        with RespConn(self.port, self.host, timeout=timeout) as c:
             if self.password is not None:
                 c.call("AUTH", self.password)
             return c.call(*args)

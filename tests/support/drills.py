@@ -37,6 +37,7 @@ import contextlib
 import os
 import random
 import statistics
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -50,6 +51,7 @@ from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
 from support.history import History, group_of_key, group_slots
 from support.load import MAX_SECONDS, TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, group_keys, time_series
+from support.netns import NetLab
 from support.proxy import TcpProxy
 from support.races import RACE_ROUNDS, Member, failover_round, race_node_id
 from support.resp import RespConn, RespError, encode, wait_until
@@ -199,8 +201,11 @@ class DrillEnv:
         name_len: int = TAKEOVER_NAME_LEN,
         rounds: int | None = None,
         groups: int = 1,
+        netns: bool = False,
     ) -> None:
         self.base = base
+        # Real partitions (``support.netns``): etcd and each node in a network namespace of its own.
+        self.lab = NetLab([f"n{i + 1}" for i in range(nodes)]) if netns else None
         self.groups = groups
         self.key_sets = group_keys(groups)  # the load's keys, one list per group
         self.etcd = EtcdCluster(base / "etcd", size=etcd_members, binary=etcd_binary)
@@ -222,6 +227,10 @@ class DrillEnv:
         return self._cluster
 
     def start(self) -> None:
+        if self.lab is not None:
+            self.lab.start()
+            for m in self.etcd.members:
+                m.host, m.wrapper = self.lab.etcd_host, self.lab.wrapper("etcd")
         self.etcd.start()
         endpoints = [m.endpoint for m in self.etcd.members]
         per_node: list[str] = []
@@ -236,8 +245,17 @@ class DrillEnv:
                 k = i % len(endpoints)
                 per_node.append(",".join(endpoints[k:] + endpoints[:k]))
         self._cluster = MarchCluster(
-            self.base / "march", per_node, size=self.nodes, lease_ttl=self.lease_ttl, groups=self.groups
+            self.base / "march",
+            per_node,
+            size=self.nodes,
+            lease_ttl=self.lease_ttl,
+            groups=self.groups,
+            # clients come from the bridge's address, not the loopback: no protected mode
+            extra_args=["--protected-mode", "no"] if self.lab is not None else [],
         )
+        if self.lab is not None:
+            for n in self._cluster.nodes:
+                n.host, n.wrapper = self.lab.node_host(n.node_id), self.lab.wrapper(n.node_id)
         self._cluster.start()
         # One key of every load is a timestamp sequence: the drills check it as they check the rest.
         primary = self._cluster.wait_settled(SETTLE)
@@ -247,11 +265,30 @@ class DrillEnv:
         assert reply == "OK", f"SEQ.CREATE {TIMESTAMP_KEY} TIMESTAMP: {reply!r}"
 
     def stop(self) -> None:
-        if self._cluster is not None:
-            self._cluster.stop()
-        for p in self.proxies.values():
-            p.close()
-        self.etcd.stop()
+        try:
+            if self._cluster is not None:
+                self._cluster.stop()
+            for p in self.proxies.values():
+                p.close()
+            self.etcd.stop()
+        finally:
+            if self.lab is not None:
+                self.lab.close()  # every namespace, veth pair and rule it made, whatever happened
+
+    # -- partitions: the netns lab's real ones, else the TCP proxy between a node and etcd ----------
+    def cut(self, node: ClusterNode, scope: str = "etcd") -> None:
+        """Cut ``node`` off etcd (``"etcd"``) or off everything (``"all"``: needs ``netns``)."""
+        if self.lab is not None:
+            self.lab.cut(node.node_id, scope)
+        else:
+            assert scope == "etcd" and node.node_id in self.proxies, "this cut needs DrillEnv(netns=True)"
+            self.proxies[node.node_id].cut()
+
+    def heal(self, node: ClusterNode) -> None:
+        if self.lab is not None:
+            self.lab.heal(node.node_id)
+        else:
+            self.proxies[node.node_id].restore()
 
     def __enter__(self) -> DrillEnv:
         self.start()
@@ -504,6 +541,229 @@ def _note_last_of(r: DrillResult, old: ClusterNode, fault_at: int, healed_at: in
             f"{(o.sent - fault_at) / 1e6:+.0f} ms, replied {(o.replied - fault_at) / 1e6:+.0f} ms; link restored "
             f"{(until - fault_at) / 1e6:+.0f} ms"
         )
+
+
+# -- real partitions (network namespaces, ``DrillEnv(netns=True)``) ------------------------------
+
+FLAP_SECONDS = 30.0  # how long the flapping drill flaps
+FLAP_CUT = (2.0, 4.0)  # seconds each cut of the flapping drill lasts (random in this range)
+FLAP_HEAL = (0.3, 1.0)  # seconds each heal lasts: short, so a keep-alive may get through and no more
+
+
+def partition_hold(ttl: float) -> float:
+    """How long a partition drill keeps its cut: past the old lease's end and a new election, so
+    the cut-off node's answers once another node serves are seen too."""
+    return 2 * ttl + 1
+
+
+def _gap_bars(r: DrillResult, ttl: float, faulted: list[int]) -> None:
+    """The issue's bar for real partitions: each faulted group's longest gap between IDs within TTL + 1 s."""
+    for gf in r.figures.groups:
+        if gf.group in faulted:
+            r.bars.append(Bar(f"group {gf.group} (faulted): longest gap between IDs", gf.longest_gap, ttl + 1.0))
+
+
+def _ids_after_deadline(r: DrillResult, old: ClusterNode, fault_at: int, ttl: float, until: int | None) -> None:
+    """Guarantee 4 seen from outside: a node cut from etcd at ``fault_at`` hands out no ID for a
+    request sent a TTL later (its deadline counts from a keep-alive sent before the cut), up to
+    ``until`` (when it may lead again)."""
+    limit = fault_at + int(ttl * 1e9)
+    late = [
+        o
+        for h in r.histories.values()
+        for o in h.ops
+        if o.node == old.address and o.sent >= limit and (until is None or o.sent < until)
+    ]
+    if late:
+        r.violations.append(
+            f"{old.node_id}, cut off, handed out {len(late)} IDs for requests sent more than a TTL after the cut: "
+            + ", ".join(f"{o.id} (sent +{(o.sent - fault_at) / 1e6:.0f} ms)" for o in late[:5])
+        )
+
+
+def _cut_off_answers(r: DrillResult, env: DrillEnv, old: ClusterNode, key: str, until: float) -> None:
+    """While ``old`` is cut from etcd and another node serves ``key``'s group: what ``old`` answers
+    (tallied in ``r.probes``; never an ID), and that a client pinned to it gets an ID anyway:
+    it answers MOVED to a node in touch with etcd once its old lease must have ended (README
+    "Partitions"), so ``redis-cli -c`` connected to it follows and gets an ID."""
+    moved: list[str] = []
+
+    def sends_on() -> bool:
+        sent = History.now()
+        try:
+            reply = old.call("INCR", key, timeout=2)
+        except OSError as e:
+            reply = e
+        _record(r, "cut-off", key, sent, reply, old.address)
+        if isinstance(reply, int):
+            r.violations.append(f"the cut-off primary answered INCR with ID {reply}")
+            return True
+        target = moved_target(reply)
+        if target is not None and target != old.address:
+            moved.append(target)
+            return True
+        return False
+
+    try:
+        wait_until(sends_on, timeout=max(0.5, until - time.monotonic()), interval=0.05, message="MOVED from it")
+    except AssertionError:
+        r.violations.append(f"the cut-off primary {old.node_id} never sent a client on (MOVED) while cut off")
+        return
+    done = subprocess.run(
+        ["redis-cli", "-c", "-h", old.host, "-p", str(old.port), "INCR", key],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    out = done.stdout.strip()
+    r.notes.append(f"cut off, {old.node_id} answers MOVED to {moved[-1]}; redis-cli -c connected to it: {out!r}")
+    if not out.removeprefix("(integer) ").isdigit():
+        r.violations.append(f"redis-cli -c connected to the cut-off primary got no ID: {out!r} {done.stderr.strip()!r}")
+
+
+def drill_partition_primary(env: DrillEnv, rep: int = 0, scope: str = "etcd") -> DrillResult:
+    """The primary (with groups: the node leading the most) partitioned for real (``support.netns``:
+    packets dropped both ways) from etcd (``scope="etcd"``) or from everything (``"all"``: etcd, the
+    other nodes and the clients), under load, for ``partition_hold`` seconds, then healed. It must
+    hand out no ID for a request sent a TTL after the cut; a standby serves within TTL + 1 s; each
+    faulted group's longest gap between IDs stays within TTL + 1 s; cut from etcd only, it sends
+    clients on with MOVED (``_cut_off_answers``); once healed it redirects to the new primary."""
+    c, ttl = env.cluster, env.lease_ttl
+    assert env.lab is not None, "this drill needs DrillEnv(netns=True)"
+    what = "etcd" if scope == "etcd" else "everything"
+    r = DrillResult(f"partition: primary cut from {what}" + (f" ({env.groups} groups)" if env.groups > 1 else ""), rep)
+    old, affected = env.settled()
+    key = env.key_sets[affected[0]][0]
+    fault_at = History.now()
+    healed_at: int | None = None
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"{old.node_id} cut from {what}")
+        started = time.monotonic()
+        env.cut(old, scope)
+        try:
+            new = env.new_leader(old, affected[0], recovery_timeout(ttl))
+            r.mark(f"{new.node_id} says primary")
+            r.notes.append(f"primary {old.node_id} -> {new.node_id}")
+            env.wait_resumed(load, fault_at, old, affected, recovery_timeout(ttl))
+            if scope == "etcd":
+                _cut_off_answers(r, env, old, key, started + partition_hold(ttl) + ttl)
+            wait_until(lambda: time.monotonic() - started >= partition_hold(ttl), timeout=partition_hold(ttl) + 1)
+        finally:
+            env.heal(old)
+            healed_at = r.mark(f"{old.node_id} healed")
+        _expect_redirect(r, old, new, key, recovery_timeout(ttl), env)
+        load.wait_ops(env.hold_ops)
+    # With groups the healed node soon leads its share again: only requests sent while cut off count.
+    until = healed_at if env.groups > 1 else None
+    r.finish(fault_at, old.address, env.groups, affected, until)
+    _ids_after_deadline(r, old, fault_at, ttl, until)
+    r.bars.append(Bar("first INCR on the new primary after the cut", r.figures.failover, ttl + 1.0))
+    _gap_bars(r, ttl, affected)
+    _note_last_of(r, old, fault_at, healed_at, env.groups)
+    _other_groups(env, r, fault_at, affected)
+    r.settle(c)
+    return r
+
+
+def drill_partition_all(env: DrillEnv, rep: int = 0) -> DrillResult:
+    return drill_partition_primary(env, rep, scope="all")
+
+
+def drill_partition_standby(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """A standby (with groups: a node leading the fewest groups, whose groups are then the faulted
+    ones) cut from etcd for ``partition_hold`` seconds under load, then healed: the primary serves
+    on; each faulted group's longest gap within TTL + 1 s (with one group: the only group's, which
+    the cut must not touch); once healed the standby redirects to the primary again."""
+    c, ttl = env.cluster, env.lease_ttl
+    assert env.lab is not None, "this drill needs DrillEnv(netns=True)"
+    r = DrillResult("partition: standby cut from etcd" + (f" ({env.groups} groups)" if env.groups > 1 else ""), rep)
+    primary, _ = env.settled()
+    if env.groups == 1:
+        victim, affected = next(n for n in c.nodes if n is not primary), []
+    else:
+        leaders = c.wait_leaders(SETTLE, spread=True)
+        victim = min(c.nodes, key=lambda n: (len(c.led_by(n, leaders)), n.node_id))
+        affected = c.led_by(victim, leaders)
+    key = env.key_sets[0][0]
+    fault_at = History.now()
+    healed_at: int | None = None
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"{victim.node_id} cut from etcd")
+        started = time.monotonic()
+        env.cut(victim)
+        try:
+            if affected:
+                env.new_leader(victim, affected[0], recovery_timeout(ttl))
+                env.wait_resumed(load, fault_at, victim, affected, recovery_timeout(ttl))
+            wait_until(lambda: time.monotonic() - started >= partition_hold(ttl), timeout=partition_hold(ttl) + 1)
+            load.wait_success(History.now(), timeout=recovery_timeout(ttl))  # the cluster serves while it is cut
+        finally:
+            env.heal(victim)
+            healed_at = r.mark(f"{victim.node_id} healed")
+        serving = c.wait_primary(recovery_timeout(ttl)) if env.groups == 1 else None
+        if serving is not None and serving is not victim:
+            _expect_redirect(r, victim, serving, key, recovery_timeout(ttl), env)
+        load.wait_ops(env.hold_ops)
+    until = healed_at if env.groups > 1 else None
+    r.finish(fault_at, victim.address if affected else None, env.groups, affected or None, until)
+    if affected:
+        _ids_after_deadline(r, victim, fault_at, ttl, until)
+    _gap_bars(r, ttl, affected or list(range(env.groups)))
+    r.settle(c)
+    return r
+
+
+def _leading(env: DrillEnv, fallback: ClusterNode) -> ClusterNode:
+    """The node leading the most groups now (the primary), as the live nodes agree; ``fallback`` if they do not."""
+    c = env.cluster
+    if env.groups == 1:
+        return c.primary() or fallback
+    leaders = c.leaders()
+    return c.most_leading(leaders) if leaders else fallback
+
+
+def drill_partition_flap(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """Flapping: for ``FLAP_SECONDS`` the primary (the node leading the most groups, found again
+    before each cut) is cut from etcd for 2-4 s, then healed for 0.3-1 s, again and again, under
+    load; then healed for good. Every group is faulted at some point: each group's longest gap
+    between IDs must stay within TTL + 1 s, with no duplicate and no order violation."""
+    c, ttl = env.cluster, env.lease_ttl
+    assert env.lab is not None, "this drill needs DrillEnv(netns=True)"
+    r = DrillResult(
+        "partition: primary cut from etcd, flapping" + (f" ({env.groups} groups)" if env.groups > 1 else ""), rep
+    )
+    rng = random.Random(1000 + rep)
+    victim, _ = env.settled()
+    fault_at = History.now()
+    cuts: list[str] = []
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"flapping for {FLAP_SECONDS:.0f}s")
+        end = time.monotonic() + FLAP_SECONDS
+        try:
+            while time.monotonic() < end:
+                victim = _leading(env, victim)
+                cut_for, heal_for = rng.uniform(*FLAP_CUT), rng.uniform(*FLAP_HEAL)
+                r.mark(f"cut {victim.node_id}")
+                env.cut(victim)
+                time.sleep(cut_for)  # the fault's own rhythm, not a synchronisation
+                env.heal(victim)
+                r.mark(f"heal {victim.node_id}")
+                cuts.append(f"{victim.node_id} {cut_for:.1f}s/{heal_for:.1f}s")
+                time.sleep(heal_for)
+        finally:
+            env.lab.heal()
+        r.mark("healed for good")
+        load.wait_success(History.now(), timeout=recovery_timeout(ttl))
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, None, env.groups)
+    r.notes.append(f"{len(cuts)} cuts (node, cut/heal): {', '.join(cuts)}")
+    _gap_bars(r, ttl, list(range(env.groups)))
+    r.settle(c)
+    return r
 
 
 def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
@@ -983,9 +1243,14 @@ DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
     "race-failover": drill_race_failover,
     "rebalance": drill_rebalance,
     "sigterm": drill_sigterm,
+    "partition-primary": drill_partition_primary,
+    "partition-standby": drill_partition_standby,
+    "partition-all": drill_partition_all,
+    "partition-flap": drill_partition_flap,
 }
 
-# Which layout each drill needs: (etcd members, proxies).
+# Which layout each drill needs: (etcd members, proxies); the partition drills also need network
+# namespaces (``PARTITION_DRILLS``).
 LAYOUTS: dict[str, tuple[int, bool]] = {
     "kill": (1, False),
     "pause": (1, False),
@@ -999,7 +1264,25 @@ LAYOUTS: dict[str, tuple[int, bool]] = {
     "race-failover": (1, False),
     "rebalance": (1, False),
     "sigterm": (1, False),
+    "partition-primary": (1, False),
+    "partition-standby": (1, False),
+    "partition-all": (1, False),
+    "partition-flap": (1, False),
 }
 
+# The drills that need real partitions (``DrillEnv(netns=True)``: root, ``ip netns``).
+PARTITION_DRILLS = ("partition-primary", "partition-standby", "partition-all", "partition-flap")
+
 # The drills that run with leadership groups (the others seed or race one primary).
-GROUP_DRILLS = ("kill", "pause", "cut", "etcd-leader", "failover", "restart", "etcd-restart", "rebalance", "sigterm")
+GROUP_DRILLS = (
+    "kill",
+    "pause",
+    "cut",
+    "etcd-leader",
+    "failover",
+    "restart",
+    "etcd-restart",
+    "rebalance",
+    "sigterm",
+    *PARTITION_DRILLS,
+)
