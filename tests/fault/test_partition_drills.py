@@ -16,11 +16,14 @@ group it could not take over (tests/cluster/test_groups_sim.py shows that case d
 
 from __future__ import annotations
 
+import secrets
+import subprocess
 from collections.abc import Callable
 
 import pytest
+from support import netns
 from support.drills import DRILLS, DrillEnv, env_float
-from support.netns import unavailable
+from support.netns import NetLab, unavailable
 
 TTL = 2  # seconds of lease: the shortest march accepts
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)
@@ -30,6 +33,23 @@ pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.skipif(unavailable() is not None, reason=f"no real partitions here: {unavailable()}"),
 ]
+
+
+def test_the_lab_leaves_nothing_behind_even_when_the_drill_fails() -> None:
+    """Every namespace, veth pair and rule goes with the lab, whatever happened inside; and what a
+    run killed before its ``finally`` left is swept (namespaces name their owner's pid)."""
+    tag = ""
+    with pytest.raises(RuntimeError), NetLab(["n1", "n2"]) as lab:
+        tag = lab.tag
+        lab.cut("n1", "all")
+        lab.cut("n2")
+        raise RuntimeError("the drill failed")
+    assert tag and not [n for n in netns._live_namespaces() if f"-{tag}-" in n] and not netns._links(tag)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = f"{netns.PREFIX}-{dead.pid}-{secrets.token_hex(3)}-n1"
+    subprocess.run(["ip", "netns", "add", orphan], check=True)
+    assert orphan in netns.sweep() and orphan not in netns._live_namespaces()
 
 
 def run(env: DrillEnv, drill: str) -> None:

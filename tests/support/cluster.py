@@ -305,12 +305,15 @@ class MarchCluster:
         """{node_id: 'master' | 'slave' | None} for every node (None: down, paused or silent)."""
         return {n.node_id: n.role(timeout) for n in self.nodes}
 
-    def masters(self, timeout: float = 0.5) -> list[ClusterNode]:
-        return [n for n in self.nodes if n.role(timeout) == "master"]
+    def masters(self, timeout: float = 0.5, skip: Iterable[ClusterNode] = ()) -> list[ClusterNode]:
+        """The live nodes that say they are master (the ``skip`` ones are not asked: one cut off the
+        network would cost every look its timeout)."""
+        skipped = set(map(id, skip))
+        return [n for n in self.nodes if id(n) not in skipped and n.role(timeout) == "master"]
 
-    def primary(self, timeout: float = 0.5) -> ClusterNode | None:
-        """The one live node that says it is master; None if none or more than one does."""
-        masters = self.masters(timeout)
+    def primary(self, timeout: float = 0.5, skip: Iterable[ClusterNode] = ()) -> ClusterNode | None:
+        """The one live node (of those not skipped) that says it is master; None if none or more than one does."""
+        masters = self.masters(timeout, skip)
         return masters[0] if len(masters) == 1 else None
 
     def standbys(self, timeout: float = 0.5) -> list[ClusterNode]:
@@ -384,7 +387,7 @@ class MarchCluster:
         deadline = time.monotonic() + timeout
         last: dict[str, str | None] = {}
         while True:
-            p = self.primary()
+            p = self.primary(skip=exclude)
             if p is not None and id(p) not in excluded and (not settled or self._agree_on(p)):
                 return p
             if time.monotonic() >= deadline:
