@@ -13,7 +13,11 @@ for the cluster to recover, and returns a `DrillResult`:
   another node, ...); `series()` puts them on the load's time series for scripts/drill's chart.
 
 A `DrillEnv` owns the processes of one drill layout: an etcd (1 or 3 members), optional TCP
-proxies (one per march node, all to etcd member 0), and a three-node March cluster. Every
+proxies (one per march node, all to etcd member 0), and a three-node March cluster. With
+``netns=True`` etcd and every node run in network namespaces of their own (``support.netns``) for
+the partition drills (``PARTITION_DRILLS``: real cuts, packets dropped both ways), all removed by
+``stop`` whatever happened. ``sigterm`` (issue 25) sends SIGTERMs around layout changes
+(``support.stops``). Every
 drill leaves the cluster as it found it (all nodes running, one primary, standbys agreeing)
 so repetitions run on the same processes.
 
