@@ -222,6 +222,9 @@ INTERNAL = "ERR internal error: {!r}"
 TRYAGAIN_STARTING = "TRYAGAIN March is loading its state, please retry"
 SHUTTING_DOWN = "TRYAGAIN March is shutting down, please retry on another node"
 CLUSTERDOWN = "CLUSTERDOWN The cluster is down"
+# A node cut off from etcd for longer than its lease lives (``march.cluster.directory``): what it last
+# read of who leads may be stale, so it names nobody; a cluster client asks another node.
+CLUSTERDOWN_CUT_OFF = "CLUSTERDOWN this node lost touch with etcd and knows no primary, please ask another node"
 MOVED = "MOVED {} {}"
 TRYAGAIN_NO_PRIMARY = "TRYAGAIN the primary is not registered yet, please retry"
 TRYAGAIN_TAKING_OVER = "TRYAGAIN this node is taking over as primary, please retry"
