@@ -116,6 +116,13 @@ class Push(list):  # type: ignore[type-arg]
     __slots__ = ()
 
 
+class SetReply(list):  # type: ignore[type-arg]
+    """A RESP3 set (``~``), RESP2 array, in the order given: what Redis sends as a set even when its
+    elements are maps (COMMAND INFO's flags, tips and key specs), which a Python set cannot hold."""
+
+    __slots__ = ()
+
+
 class Encoded(bytes):
     """A reply already in RESP, written as it is (a reply relayed from another node: ``march.links``)."""
 
@@ -912,8 +919,9 @@ def _encode(value: Any, proto: int, out: list[bytes]) -> None:
             out.append(b"$%d\r\n%s\r\n" % (len(body), body))
     elif value is NULL_ARRAY:
         out.append(b"_\r\n" if proto >= 3 else b"*-1\r\n")
-    elif t is Push:
-        out.append((b">%d\r\n" if proto >= 3 else b"*%d\r\n") % len(value))
+    elif t is Push or t is SetReply:
+        mark = (b">%d\r\n" if t is Push else b"~%d\r\n") if proto >= 3 else b"*%d\r\n"
+        out.append(mark % len(value))
         for item in value:
             _encode(item, proto, out)
     elif t is Replies:
