@@ -42,6 +42,7 @@ from .commands.dispatch import call, monitored, rerun, show
 from .commands.forward import NOBODY, Relayed
 from .commands.server import NO_REPLY
 from .commands.table import lookup
+from .errors import Rejected
 from .flow import DROP, STALL, Backpressure
 from .generators.base import NotServing
 from .links import CONTROL
@@ -148,6 +149,7 @@ class Waiting:
         args, coro = self.args, self.coro
         assert coro is not None
         spec = lookup(args[0])
+        rejected = False
         try:
             try:
                 value = await coro
@@ -156,7 +158,8 @@ class Waiting:
             reply = encode(value, client.proto) if value is not NO_REPLY else b""
         except Exception as exc:
             reply = error_reply(exc, args)
-        timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth)
+            rejected = isinstance(exc, Rejected)  # refused once its wait was over (MOVED): no call
+        timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth, rejected)
         return reply
 
     def cancel(self) -> None:
