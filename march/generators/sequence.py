@@ -24,10 +24,12 @@ store). Invariant: every ID handed out is < ``ceiling`` and was handed out while
   than four intervals (measured from a write's landing to the start of the next);
 - **demand**: a write is sized for the requests queued when it starts (``wanted``: the range holds
   them all, plus a batch of at least ``wanted / watermark``: a crowd that found the range empty
-  will ask again within a round trip), and when a write lands the batch becomes at least
-  ``demand / watermark``, ``demand`` being the IDs asked for during its round trip (handed out
-  meanwhile, plus still queued): so the next write starts while a round trip's demand is left.
-  1,000 clients waiting mean at least 1,000 IDs per store round trip;
+  will ask again within a round trip; a generator's first write also counts a whole batch handed
+  out before it started: a new sequence's first crowd, served from its stored range). When a
+  write lands, the batch becomes at least ``demand / watermark``, ``demand`` being the IDs asked
+  for during its round trip (handed out meanwhile, plus still queued): so the next write starts
+  while a round trip's demand is left. 1,000 clients waiting mean at least 1,000 IDs per store
+  round trip;
 - **a climbing rate**: while batches last less than half the interval, a landing sizes the batch
   for the rate seen during its round trip (``demand * interval / latency``), at most ``_RISE``
   times the batch per write, instead of waiting for one doubling per write.
@@ -262,8 +264,14 @@ class SequenceGenerator(DurableBound):
         wanted = self._io.wanted  # IDs the queued requests want: the range holds them all
         if not self._retry_delay:  # a failure streak says nothing about demand
             self._adapt_batch()
-            if wanted:
-                self._fit(wanted)
+            # The first write of a generator knows no round trip yet: a whole batch handed out before
+            # it started (a new sequence's first crowd, served from the range stored with it) will
+            # be asked for again.
+            demand = wanted
+            if not self.writes and self._next - self._base >= self._batch:
+                demand += self._next - self._base
+            if demand:
+                self._fit(demand)
         # Not above the last target: after a failed write that would add a batch per attempt.
         return max(self._ceiling, self._next + max(need, wanted, 0)) + self._batch
 
