@@ -94,7 +94,7 @@ class Connected(Protocol):
     def authenticated(self) -> bool: ...
     def logout(self) -> None: ...
     def user_removed(self) -> bool: ...  # its user was deleted: True if it must close
-    def info_line(self) -> str: ...
+    def info_line(self, current: str = "", running: list[bytes] | None = None) -> str: ...
 
 
 Slow = Callable[[Any, list[bytes]], Any]  # the dispatcher's ``call(client, args)``
@@ -201,6 +201,7 @@ class App:
         self.users = node.users
         self.acl_log = AclLog()
         self.auth_throttle = AuthThrottle()  # failed AUTHs per address and per user, across connections
+        self.link_throttle = AuthThrottle()  # failed link proofs per address and per claimed node: apart from AUTH's
         self.clients: dict[int, Connected] = {}
         self.stats = Stats()
         self.ops_rate = OpsRate(lambda: self.stats.commands)

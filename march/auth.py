@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -673,6 +674,9 @@ THROTTLE_MAX = 2.0  # ...up to this: one address, or one user from anywhere, get
 THROTTLE_QUEUE = 4.0  # an attempt that would wait longer than this (others are queued before it) is refused
 THROTTLE_FORGET = 60.0  # seconds without a failure after which an address or user starts afresh
 THROTTLE_ENTRIES = 10_000  # records per table (addresses, users, known pairs): the oldest go first
+# Wrong passwords remembered per (address, user): a client library that retries a failed AUTH by
+# itself (redis-py 8 does, ten times) repeats one mistake, which is no new guess.
+THROTTLE_GUESSES = 4
 
 
 def _spacing(failures: int) -> float:
@@ -681,6 +685,14 @@ def _spacing(failures: int) -> float:
 
 
 _Key = TypeVar("_Key", str, tuple[str, str])  # an address, a user, or a known (address, user) pair
+
+
+@dataclass
+class _Guesses:
+    """The wrong passwords an (address, user) pair tried lately, as keyed digests (never the passwords)."""
+
+    last: float
+    digests: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -710,8 +722,16 @@ class AuthThrottle:
     recently touched go first): a flood of addresses or user names costs bounded memory. ``clock``
     is monotonic seconds (injected).
 
+    A wrong password an address already tried for a user within ``THROTTLE_FORGET`` (one of its last
+    ``THROTTLE_GUESSES``) is no new guess: ``repeated`` says so, and such an attempt is checked at
+    once (the password may have been set since) and counts nowhere. So a client library retrying a
+    mistyped password (redis-py 8 reconnects and sends it ten more times) gets WRONGPASS at once
+    each time and leaves the throttle as one failure would, while every different password is a
+    guess and waits its turn. The passwords are kept only as HMACs under a key of this process.
+
     Each ``admit`` that returns a wait is followed by ``failed``, ``succeeded`` or (the connection
-    went away before its turn) ``abandoned``.
+    went away before its turn) ``abandoned``; a ``repeated`` attempt is not admitted (``succeeded``
+    with ``admitted=False`` if it is right after all).
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, entries: int = THROTTLE_ENTRIES) -> None:
@@ -721,6 +741,8 @@ class AuthThrottle:
         self._users: OrderedDict[str, _Tries] = OrderedDict()
         self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._pairs: OrderedDict[tuple[str, str], _Tries] = OrderedDict()  # failures of known pairs
+        self._guesses: OrderedDict[tuple[str, str], _Guesses] = OrderedDict()  # wrong passwords of pairs
+        self._key = os.urandom(16)  # what the wrong passwords are kept under: never the passwords themselves
 
     def _get(self, table: OrderedDict[_Key, _Tries], key: _Key, now: float) -> _Tries:
         tries = table.get(key)
@@ -752,8 +774,41 @@ class AuthThrottle:
             r.last = now
         return turn - now
 
-    def failed(self, addr: str, user: str) -> None:
+    def _digest(self, user: str, password: bytes) -> bytes:
+        message = user.encode("utf-8", "surrogateescape") + b"\0" + password
+        return hmac.new(self._key, message, hashlib.sha256).digest()[:16]
+
+    def repeated(self, addr: str, user: str, password: bytes) -> bool:
+        """Whether ``password`` is a wrong one this address tried for ``user`` lately: no new guess."""
+        seen = self._guesses.get((addr, user))
+        if seen is None:
+            return False
+        if self.clock() - seen.last > THROTTLE_FORGET:
+            del self._guesses[(addr, user)]
+            return False
+        return self._digest(user, password) in seen.digests
+
+    def know(self, addr: str, user: str) -> None:
+        """Take (``addr``, ``user``) as a known pair from now on (as after a success), its address's
+        failures kept: another way than a success to know who is who (a node's registered address)."""
+        self._known[(addr, user)] = None
+        self._known.move_to_end((addr, user))
+        while len(self._known) > self.entries:
+            self._known.popitem(last=False)
+
+    def failed(self, addr: str, user: str, password: bytes | None = None) -> None:
+        """An admitted attempt failed; ``password``: the wrong password (remembered as a digest, so that
+        trying it again is no new guess: ``repeated``)."""
         now = self.clock()
+        if password is not None:
+            seen = self._guesses.get((addr, user))
+            if seen is None or now - seen.last > THROTTLE_FORGET:
+                seen = self._guesses[(addr, user)] = _Guesses(now)
+            seen.last = now
+            seen.digests = [*seen.digests[-(THROTTLE_GUESSES - 1) :], self._digest(user, password)]
+            self._guesses.move_to_end((addr, user))
+            while len(self._guesses) > self.entries:
+                self._guesses.popitem(last=False)
         records = self._records(addr, user, now)
         if (addr, user) in self._known:
             records.append(self._get(self._addrs, addr, now))  # a known pair's failure counts for its address
@@ -768,17 +823,16 @@ class AuthThrottle:
         for r in self._records(addr, user, self.clock()):
             r.pending = max(0, r.pending - 1)
 
-    def succeeded(self, addr: str, user: str) -> None:
-        self.abandoned(addr, user)
+    def succeeded(self, addr: str, user: str, admitted: bool = True) -> None:
+        if admitted:
+            self.abandoned(addr, user)
         self._addrs.pop(addr, None)
         self._pairs.pop((addr, user), None)
-        self._known[(addr, user)] = None
-        self._known.move_to_end((addr, user))
-        while len(self._known) > self.entries:
-            self._known.popitem(last=False)
+        self._guesses.pop((addr, user), None)
+        self.know(addr, user)
 
     def __len__(self) -> int:
-        return len(self._addrs) + len(self._users) + len(self._known) + len(self._pairs)
+        return len(self._addrs) + len(self._users) + len(self._known) + len(self._pairs) + len(self._guesses)
 
 
 # --- the ACL file --------------------------------------------------------------------------------

@@ -46,6 +46,10 @@ class ConfigError(ValueError):
     """A setting is missing, unknown or out of range; the message says which and why."""
 
 
+class ConfigTypeError(ConfigError):
+    """A value is not of its option's type at all (``bla`` for a number): CONFIG SET says so in Redis' words."""
+
+
 @dataclass(frozen=True)
 class Config:
     bind: str = "127.0.0.1"
@@ -112,6 +116,7 @@ class Config:
     tls_ca_cert_file: str = ""
     tls_auth_clients: str = "yes"
     tls_cluster: bool = False
+    tls_cluster_required: bool = False
     tls_client_cert_file: str = ""
     tls_client_key_file: str = ""
     config_file: str = ""
@@ -152,6 +157,8 @@ class Config:
                 text = "********"
             elif isinstance(value, bool):
                 text = "yes" if value else "no"
+            elif isinstance(value, float) and value.is_integer():
+                text = str(int(value))  # whole seconds as Redis shows them (``timeout`` is ``0``, not ``0.0``)
             else:
                 text = str(value)
             out[o.name.replace("_", "-")] = text
@@ -579,6 +586,12 @@ OPTIONS: tuple[Option, ...] = (
         restart=errors.RESTART_TLS,
     ),
     Option(
+        "tls_cluster_required",
+        "refuse forwarding links that come over plain TCP (only the TLS port takes them); needs tls_cluster",
+        "tls",
+        restart=errors.RESTART_TLS,
+    ),
+    Option(
         "tls_client_cert_file",
         "the certificate (PEM) this node shows on its TLS forwarding links (default: tls_cert_file)",
         "tls",
@@ -669,6 +682,7 @@ def _validate(c: Config) -> None:
     need(
         not c.tls_cluster or bool(c.tls_port and c.tls_ca_cert_file), "tls_cluster needs tls_port and tls_ca_cert_file"
     )
+    need(not c.tls_cluster_required or c.tls_cluster, "tls_cluster_required needs tls_cluster")
     need(
         bool(c.tls_client_cert_file) == bool(c.tls_client_key_file),
         "tls_client_cert_file and tls_client_key_file go together",
@@ -713,7 +727,7 @@ def parse_value(option: Option, raw: Any, origin: str) -> Any:
         else:
             return str(raw)
     except ValueError:
-        raise ConfigError(f"{origin}: {option.name} expects {option.type.__name__}, got {raw!r}") from None
+        raise ConfigTypeError(f"{origin}: {option.name} expects {option.type.__name__}, got {raw!r}") from None
     try:
         return check_value(option, value)
     except ConfigError as exc:

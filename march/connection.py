@@ -16,7 +16,9 @@ hit are logged, rate-limited.
 
 A request forwarded to another node (``commands.forward.Relayed``) is written to its link at once
 and the read goes on; its reply takes its place in the read's replies, written once it is in
-(``waiting.Relays``).
+(``waiting.Relays``). On the other side, once a connection has proven to be another node's
+forwarding link, its requests go to its lanes (``waiting.Lanes``: each of the entry node's clients
+in order, none waiting for another) instead of the request loop.
 
 A run of identical pipelined requests to a command registered with ``consecutive=`` (INCR) is
 answered from as few calls as the generator allows (one while its durable range holds the run),
@@ -41,18 +43,18 @@ from . import log as march_log
 from .app import App, FastCommand
 from .client import Client
 from .commands import call
-from .commands.dispatch import as_error
+from .commands.dispatch import QUEUED, as_error
 from .commands.forward import Relayed
 from .commands.ops import MONITOR_STARTED
 from .commands.server import NO_REPLY
 from .commands.table import waits
 from .counters import error_kind
-from .errors import CommandError
+from .errors import Rejected
 from .feed import MonitorFeed
 from .flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
 from .resp import RequestParser, encode, encode_error
 from .timing import RequestTimer
-from .waiting import Relays, Waiting
+from .waiting import Lanes, Relays, Waiting
 
 log = logging.getLogger("march")
 
@@ -100,6 +102,7 @@ class Connection(asyncio.Protocol):
         self.waiting: Waiting | None = None
         self.backlog: list[list[bytes]] = []
         self.closing = self.plain = False  # (plain: see ``table``)
+        self.lanes: Lanes | None = None  # another node's proven forwarding link: its requests go to lanes
         self.monitors = app.monitors.feeds  # the MONITOR connections (the same dict for the server's life)
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
@@ -116,12 +119,15 @@ class Connection(asyncio.Protocol):
         if why is not None:
             return _refuse(app, transport, why)
         sock = addr_of(transport.get_extra_info("sockname"))
-        self.client = client = Client(app, app.next_client_id(), addr_of(peer), sock, self.tls is not None)
+        fd = _fileno(transport)
+        self.client = client = Client(app, app.next_client_id(), addr_of(peer), sock, self.tls is not None, fd)
         self.feed = MonitorFeed(client, self, self.monitors, app.pubsub.subscribers)
         self.timer = RequestTimer(client, app.metrics.commands, app.slowlog, app.latency, app)
         client.unsent = self.flow.unsent
         client.query_buffer = self.query_buffer
         client.push = self.feed.line  # (pub/sub messages: written, and bounded, as MONITOR lines are)
+        client.argv_mem = self.argv_mem
+        client.events = self.events
         self.intake.parser.auth_source = client  # Redis' small limits for unauthenticated clients until it is
         self.deaf = False
         self.plain = client.authenticated and client.multi is None  # (changes only by its own requests: ``called``)
@@ -147,6 +153,8 @@ class Connection(asyncio.Protocol):
         self.peers.all.discard(self)
         if self.waiting is not None:
             self.waiting.cancel()
+        if self.lanes is not None:
+            self.lanes.close()
 
     def pause_writing(self) -> None:  # (the transport's buffer passed HIGH_WATER: ``Backpressure``)
         self.flow.pause()
@@ -156,6 +164,17 @@ class Connection(asyncio.Protocol):
 
     def query_buffer(self) -> int:  # bytes of memory its unfinished request holds (CLIENT LIST ``qbuf``)
         return self.intake.held
+
+    def argv_mem(self) -> int:  # bytes of the arguments of the request it waits on (CLIENT LIST ``argv-mem``)
+        waiting = self.waiting
+        return sum(map(len, waiting.args)) if waiting is not None else 0
+
+    def events(self) -> str:
+        """What the connection waits for (CLIENT LIST ``events``): ``r`` reading (not paused behind
+        a request that waits, or behind unsent replies), ``w`` its unsent replies to be written."""
+        transport = self.transport
+        reading = not self.closing and transport.is_reading()
+        return ("r" if reading else "") + ("w" if transport.get_write_buffer_size() else "")
 
     def data_received(self, data: bytes) -> None:
         if self.deaf:
@@ -199,11 +218,13 @@ class Connection(asyncio.Protocol):
         across waits, says how far ``requests`` is known to repeat): no request is compared twice.
         ``out``: replies already made for this read (a waited request's), written with the rest.
         """
+        if self.lanes is not None:  # another node's proven link: every request is on a lane
+            return self.lanes.run(requests, start)
         client, monitors, flow, hot = self.client, self.monitors, self.flow, self.table()
         if out is None:
             out = []
         n, i, alike, stall = len(requests), start, 0, False  # alike: requests answered in runs of identical ones
-        refused: list[int] | None = None  # requests refused with NOAUTH: no call, as in Redis
+        skipped: list[int] | None = None  # requests refused before they ran, or queued: no call, as in Redis
         relays: Relays | None = None  # requests forwarded to another node: their replies' places in ``out``
         began = _perf_ns()  # the read's requests answered at once share its time (``RequestTimer``)
         while i < n:
@@ -228,8 +249,8 @@ class Connection(asyncio.Protocol):
                     hot = self.called(result)
             except Exception as exc:
                 out.append(self.error_reply(exc, args))
-                if isinstance(exc, CommandError) and exc.message == errors.NOAUTH:
-                    refused = [*(refused or ()), i - 1]
+                if isinstance(exc, Rejected):  # refused before it ran: no call (``RequestTimer``)
+                    skipped = [*(skipped or ()), i - 1]
                 continue
             if result.__class__ is int:
                 out.append(b":%d\r\n" % result)
@@ -239,11 +260,13 @@ class Connection(asyncio.Protocol):
             elif waits(result):  # (a coroutine or a future) answer those before it; this one is timed when it is done
                 if relays is None:
                     flow.write(out)
-                self.app.stats.commands += i - start - (len(refused) if refused else 0)
+                self.app.stats.commands += i - start - (len(skipped) if skipped else 0)
                 now = _perf_ns()
-                self.timer.read(requests, start, i - 1, now - began, alike, refused)
+                self.timer.read(requests, start, i - 1, now - began, alike, skipped)
                 return Waiting(result, args, requests, i, now, same_until, relays).start(self)
             elif result is not NO_REPLY:
+                if result is QUEUED:  # queued by MULTI: no call until EXEC runs it
+                    skipped = [*(skipped or ()), i - 1]
                 status = flow.add(out, encode("OK" if result is MONITOR_STARTED else result, client.proto))
                 if status == DROP:
                     return self.drop(f"replies of one read over max_output_buffer ({flow.made} bytes)")
@@ -252,8 +275,8 @@ class Connection(asyncio.Protocol):
                     break
             if client.close_after:
                 break
-        self.app.stats.commands += i - start - (len(refused) if refused else 0)
-        self.timer.read(requests, start, i, _perf_ns() - began, alike, refused)
+        self.app.stats.commands += i - start - (len(skipped) if skipped else 0)
+        self.timer.read(requests, start, i, _perf_ns() - began, alike, skipped)
         if relays is not None:  # the replies are written once the relayed ones are in
             return Waiting(None, requests[i - 1], requests, i, _perf_ns(), same_until, relays).start(self)
         self.read_done(requests, i, same_until, out, stall)
@@ -276,6 +299,8 @@ class Connection(asyncio.Protocol):
         client = self.client
         self.intake.parser.authenticated = client.authenticated  # (after AUTH, HELLO AUTH, RESET)
         self.plain = client.authenticated and client.multi is None and not self.feed.watched()
+        if client.link is not None and client.link.authenticated and self.lanes is None:
+            self.lanes = Lanes(self)  # (MARCH.LINK AUTH proved it: lanes from its next request on)
 
     def read_done(self, requests: list[list[bytes]], i: int, same_until: int, out: list[bytes], stall: bool) -> None:
         """The requests before ``i`` are answered in ``out``: write them; then close, wait for the
@@ -304,7 +329,7 @@ class Connection(asyncio.Protocol):
         """The reply for a request that raised (a bug costs one reply, never the server), counted."""
         self.app.stats.errors += 1
         message = as_error(self.client, exc).message
-        self.app.metrics.commands.of(args[0]).error(error_kind(message))
+        self.app.metrics.commands.of_request(args).error(error_kind(message))
         return encode_error(message)
 
     # --- closing ------------------------------------------------------------------------------
@@ -381,6 +406,15 @@ def shutting_down(app: App) -> bool:
 def limit_hit(message: str, *args: Any, limit: str) -> None:
     """A client limit was hit: one line (rate-limited by march.log, so a flood costs a few lines)."""
     march_log.event(log, logging.WARNING, "client_limit", message, *args, limit=limit)
+
+
+def _fileno(transport: asyncio.BaseTransport) -> int:
+    """The connection's socket descriptor (CLIENT LIST ``fd``), -1 if the transport has none."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else -1
+    except (OSError, ValueError, AttributeError):
+        return -1
 
 
 def addr_of(sockaddr: Any) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from . import errors
+from .cluster.directory import NodeInfo
 from .cluster.layout import ALL_SLOTS, SlotRange
 from .cluster.member import GroupMember
 from .cluster.slots import SLOTS, key_slot
@@ -67,12 +68,26 @@ class Group:
         """The host:port clients are sent to for this group's keys (the TLS one for ``tls``), from the
         member's directory; None when no primary is known or this node serves the group (or takes
         it over: then it is no address to forward to)."""
+        primary = self.primary_node(tls)
+        return None if primary is None else primary.addr
+
+    def primary_node(self, tls: bool = False) -> NodeInfo | None:
+        """The record of this group's primary as registered in etcd (its ``addr`` the TLS address
+        for ``tls``), as ``primary_address`` finds it; None when that is None."""
         if self.member is None or self.serving:
             return None
         primary = self.member.directory.topology.primary
         if primary is None or primary.id == self.member.me.id:
             return None
-        return primary.seen_by(tls).addr
+        return primary.seen_by(tls)
+
+    def node_at(self, addr: str) -> NodeInfo | None:
+        """The registered node whose address (or TLS address) is ``addr`` (a MOVED target), if any."""
+        if self.member is None:
+            return None
+        nodes = self.member.directory.topology.nodes.values()
+        found = next((n for n in nodes if addr in (n.addr, n.tls_addr)), None)
+        return None if found is None else found.seen_by(addr == found.tls_addr)
 
 
 class Groups:

@@ -152,12 +152,12 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
     node.join(app.port, app.tls_port)
     if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.pubsub)
         app.group.member.directory.on_primary_change(app.switch_master)
-        app.links.name = app.group.member.me.id  # what the primaries name this node's forwarding links
         try:
             app.links.tls = link_tls(config)
         except (OSError, ssl.SSLError) as exc:
             raise ListenError(f"TLS links (tls_cluster): {exc}") from exc
     march_log.set_node(node_id(app))
+    app.links.name = node_id(app)  # what this node proves to be on forwarding links, both ways
     if config.metrics_port:
         ports.metrics = MetricsServer(
             registry_for(app),

@@ -392,3 +392,45 @@ def test_guessing_from_a_shared_address_does_not_hold_back_those_who_logged_in_f
     assert [guess(t2, clock, "10.0.0.2", "app") for _ in range(5)] == [0, 0, 0, 0.05, 0.1]
     wait = t2.admit("10.0.0.2", "other")
     assert wait is not None and wait > 0
+
+
+def test_a_repeated_wrong_password_is_no_new_guess() -> None:
+    """A client library retrying one mistyped password (redis-py 8 sends it eleven times) leaves the
+    throttle as one failure would; each different password is a guess and waits its turn."""
+    clock = Clock()
+    t = AuthThrottle(clock)
+    assert t.admit("10.0.0.1", "app") == 0
+    t.failed("10.0.0.1", "app", b"typo")
+    for _ in range(10):  # the retries: answered at once, counted nowhere
+        assert t.repeated("10.0.0.1", "app", b"typo")
+    assert not t.repeated("10.0.0.2", "app", b"typo") and not t.repeated("10.0.0.1", "other", b"typo")
+    waits = []
+    for i in range(6):  # guesses: the first failure above counted once
+        wait = t.admit("10.0.0.1", "app")
+        assert wait is not None
+        clock.now += wait
+        t.failed("10.0.0.1", "app", b"guess%d" % i)
+        waits.append(round(wait, 6))
+    assert waits == [0, 0, 0.05, 0.1, 0.2, 0.4]
+    assert t.repeated("10.0.0.1", "app", b"guess5") and not t.repeated("10.0.0.1", "app", b"typo")  # the last 4 kept
+    clock.now += 61  # THROTTLE_FORGET
+    assert not t.repeated("10.0.0.1", "app", b"guess5")
+    t.failed("10.0.0.1", "app", b"x")
+    t.succeeded("10.0.0.1", "app", admitted=False)  # a success forgets the pair's wrong passwords
+    assert not t.repeated("10.0.0.1", "app", b"x")
+
+
+def test_a_pair_known_without_a_success_is_held_back_only_by_its_own_failures() -> None:
+    """``know``: a forwarding link from the host etcd registered for its node (``commands.forward``):
+    strangers claiming that node from elsewhere, and failures of its address on other names, do
+    not slow it; its own failures do, and count for its address."""
+    clock = Clock()
+    t = AuthThrottle(clock)
+    for i in range(10):  # strangers claim the node from elsewhere, and its host guesses other names
+        guess(t, clock, f"192.0.2.{i}", " march-link:n1")
+        guess(t, clock, "10.0.0.1", f" march-link:x{i}")
+    t.know("10.0.0.1", " march-link:n1")
+    assert t.admit("10.0.0.1", " march-link:n1") == 0
+    t.abandoned("10.0.0.1", " march-link:n1")
+    waits = [guess(t, clock, "10.0.0.1", " march-link:n1") for _ in range(5)]
+    assert waits == [0, 0, 0, 0.05, 0.1]

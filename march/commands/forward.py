@@ -7,17 +7,20 @@ The entry side (this node):
   ACL: a user without ``+incr`` is refused here, counted and logged here), waits while the group is
   in transition, then calls ``forward`` instead of answering MOVED. With no primary known the
   client gets today's CLUSTERDOWN/TRYAGAIN.
-- The request goes over a pooled, pipelined link (``march.links``) and runs there as the same user
-  (``MARCH.LINK AS``; users are the same on every node), so what a handler checks beyond the
-  dispatcher (creating a sequence by INCR needs ``SEQ.CREATE``) is checked there as it would be here.
+- The request goes over a pooled link (``march.links``) on the client's own lane (its client id)
+  and runs there as the same user (named with each request; users are the same on every node), so
+  what a handler checks beyond the dispatcher (creating a sequence by INCR needs ``SEQ.CREATE``) is
+  checked there as it would be here. A request that waits there holds back only the later requests
+  of its own lane: no other client waits for it.
 - A reply that never comes is never asked for again: the client gets ``FORWARD_LOST`` (a plain
-  ``ERR``, which no client library retries by itself; an INCR that ran there is a gap). A link that
+  ``ERR``, which no client library retries by itself; an INCR that ran there is a gap), or
+  ``FORWARD_TIMEOUT`` past its deadline (the link stays unless the primary proves dead). A link that
   could not be opened sent nothing: ``TRYAGAIN``. A ``MOVED`` from the primary (it stopped leading
   meanwhile) means the request did not run there: it is sent once more, to the node that MOVED
-  names, else the client gets ``TRYAGAIN``.
+  names (if it is a registered node), else the client gets ``TRYAGAIN``.
 - A connection's requests keep their order. With a link open, a forwarded request is written at
   once (``Relayed``) and the connection goes on with the requests after it; a connection keeps
-  its link (``client.relay_link``), so the primary runs them in the order sent, and the replies
+  its link (``client.relay_link``) and its lane, so the primary runs them in the order sent, and the replies
   are written in order once the relayed ones are in (``march.waiting.Relays``). A request that
   must first open a link waits (``march.waiting``) before the next one runs.
 - MULTI/EXEC: inside MULTI a key command of a group served elsewhere is queued (not MOVED); EXEC
@@ -28,12 +31,20 @@ The entry side (this node):
 
 The receiving side: ``MARCH.LINK`` (``link_command``), a command no user can run and that COMMAND,
 HELP and ACL do not list (the dispatcher reaches it only for a name it does not know). Without
-``cluster_secret`` it does not exist (``ERR unknown command``). ``HELLO`` gives a fresh nonce;
-``AUTH <node> <proof>`` checks ``HMAC-SHA256(secret, nonce)`` in constant time (one answer per nonce;
-failures count in ``AuthThrottle`` like AUTH's, and get AUTH's WRONGPASS); ``AS <user>`` sets whom
-the link's next requests run as (an unknown user: a user that may run nothing). A link is named
-``march-link:<node>`` (CLIENT LIST, lib-name ``march-link``) and never forwards what it is sent:
-a request it cannot serve gets MOVED, which the entry node handles as above.
+``cluster_secret`` it does not exist (``ERR unknown command``); with ``tls_cluster_required`` it
+answers only on the TLS port. ``HELLO`` gives a fresh nonce; ``AUTH <node> <me> <nonce> <proof>
+<proto>`` checks that ``me`` is this node and the proof (``links.proof``, over both nonces, both
+ids and the direction) in constant time, one answer per nonce, and answers this node's own proof:
+a relayed, reflected or replayed proof fails. Failures get AUTH's WRONGPASS and are throttled
+(``app.link_throttle``, an ``AuthThrottle`` of their own, never shared with AUTH) per source
+address and per claimed node, never in one record for all: a stranger's guesses slow that
+stranger (and whoever claims the same node from elsewhere), and a node that links from the host
+it registered in etcd is a known pair, held back only by failures of its own. Each failure is
+counted (``LinkStats.proofs_failed``, INFO, /metrics) and logged (rate-limited). The proven
+connection then serves lanes (``waiting.Lanes``): every request runs as the user it names (an
+unknown user: a user that may run nothing), only key commands and MULTI/EXEC/DISCARD. A link is
+named ``march-link:<node>`` (CLIENT LIST, lib-name ``march-link``) and never forwards what it is
+sent: a request it cannot serve gets MOVED, which the entry node handles as above.
 
 ``readiness`` says whether this node can serve a plain client every key now (``/ready`` on the
 metrics port, ``march_ready`` in INFO cluster).
@@ -45,16 +56,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from .. import log as march_log
 from ..auth import User
 from ..client import LINK_NOBODY, LinkPeer
 from ..errors import CommandError
-from ..links import LINK_COMMAND, LinkDown, LinkLost, LinkTimeout, Sent, proof_ok
+from ..links import (
+    INITIATOR,
+    LINK_COMMAND,
+    NONCE_MAX,
+    RESPONDER,
+    LinkDown,
+    LinkLost,
+    LinkTimeout,
+    Peer,
+    Sent,
+    new_nonce,
+    proof,
+    proof_ok,
+)
 from ..resp import Encoded
 from .table import CommandSpec, lookup
 
@@ -66,10 +90,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("march")
 
 FORWARD = "forward"  # the ``redirect`` setting that turns forwarding on
-LINK_USER = " march-link"  # the name link proofs are throttled under: no ACL user's name has a space
+LINK_USER = " march-link:"  # + the claimed node: what link proofs are throttled under (no ACL user's name has a space)
 LINK_LIB = "march-link"  # CLIENT LIST lib-name of a link on the receiving side
-NOBODY = User(LINK_NOBODY)  # whom a link runs requests as before its first AS: may run nothing
+NOBODY = User(LINK_NOBODY)  # whom a link runs requests as when they name no known user: may run nothing
 _NAME_SAFE = re.compile(r"[^A-Za-z0-9._:\-\[\]]")  # what of a node id may go into a client name
+_NODE_MAX = 256  # bytes of a claimed node id that count (throttle records, logs): ids are short
 
 
 def forwards(client: Client) -> bool:
@@ -83,24 +108,31 @@ def deadline(app: App) -> float:
     return app.config.max_wait + app.config.store_timeout + 1.0
 
 
+def primary_peer(group: Group, tls: bool) -> Peer | None:
+    """Where a request of ``group`` is forwarded: its primary's address and registered node id."""
+    node = group.primary_node(tls)
+    return None if node is None else Peer(node.addr, node.id)
+
+
 def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | Coroutine[Any, Any, Encoded]:
     """Send ``args`` to its group's primary. With a link open, it is written now and a ``Relayed``
     comes back (the connection answers the requests after it meanwhile, and this one in its
     place); else a coroutine that opens a link first. Either may be awaited for the reply."""
     key = args[spec.keys[0]] if spec.keys[0] else b""
     group, links = client.app.groups.of_key(key), client.app.links
-    addr = group.primary_address(links.tls is not None)
-    if addr is None:
+    peer = primary_peer(group, links.tls is not None)
+    if peer is None:
         raise group.redirect(key, client.tls)  # CLUSTERDOWN or TRYAGAIN, as without forwarding
     kept = client.relay_link
-    link = links.open_link(addr, client.proto, kept)
+    link = links.open_link(peer, client.proto, kept)
     if link is None or (kept is not None and link is not kept):
         # No link yet, or not the one this connection's earlier requests went on (another primary,
         # protocol or a broken link): as a waiting request, sent once those are answered.
         client.relay_link = None
         return _relay(client, group, key, [args])
-    client.relay_link = link  # its next requests go on the same link, so they run in its order
-    return Relayed(client, group, addr, [args], links.write(link, client.user.name.encode(), [args]))
+    client.relay_link = link  # its next requests go on the same link and lane, so they run in its order
+    sent = links.write(link, client.id, client.user.name.encode(), [args])
+    return Relayed(client, group, peer.addr, [args], sent)
 
 
 class Relayed:
@@ -125,33 +157,35 @@ class Relayed:
 
 async def _relay(client: Client, group: Group, key: bytes, requests: list[list[bytes]]) -> Encoded:
     """``requests`` on one link to ``group``'s primary (opened if need be); the last reply."""
-    addr = group.primary_address(client.app.links.tls is not None)
-    if addr is None:
+    peer = primary_peer(group, client.app.links.tls is not None)
+    if peer is None:
         raise group.redirect(key, client.tls)
-    return await _settle(client, group, addr, requests, await _send(client, addr, requests))
+    return await _settle(client, group, peer.addr, requests, await _send(client, peer, requests))
 
 
 async def _settle(
     client: Client, group: Group, addr: str, requests: list[list[bytes]], replies: list[bytes]
 ) -> Encoded:
     """The last of ``replies``, unless one is a MOVED: then nothing ran there, and ``requests`` are
-    sent once more to the node it names (if another), else TRYAGAIN."""
+    sent once more to the registered node it names (if another), else TRYAGAIN."""
     moved = next((r for r in replies if r.startswith(b"-MOVED ")), None)
     if moved is not None:
         target = moved.split()[2].decode("utf-8", "replace")
         me = group.member.me if group.member is not None else None
-        if target == addr or (me is not None and target in (me.addr, me.tls_addr)):
+        node = group.node_at(target)
+        if target == addr or node is None or (me is not None and node.id == me.id):
             raise CommandError(errors.FORWARD_MOVED)
-        replies = await _send(client, target, requests)
+        replies = await _send(client, Peer(target, node.id), requests)
         if any(r.startswith(b"-MOVED ") for r in replies):
             raise CommandError(errors.FORWARD_MOVED)
     return Encoded(replies[-1])
 
 
-async def _send(client: Client, addr: str, requests: list[list[bytes]]) -> list[bytes]:
+async def _send(client: Client, peer: Peer, requests: list[list[bytes]]) -> list[bytes]:
     app = client.app
+    user = client.user.name.encode()
     try:
-        return await app.links.request(addr, client.proto, client.user.name.encode(), requests, deadline(app))
+        return await app.links.request(peer, client.proto, client.id, user, requests, deadline(app))
     except LinkDown:
         raise CommandError(errors.FORWARD_UNREACHABLE) from None
     except LinkLost as exc:
@@ -208,69 +242,103 @@ async def transaction(
 
 
 def link_command(client: Client, args: list[bytes]) -> Any:
-    """``MARCH.LINK HELLO | AUTH node proof | AS user`` (see the module docstring). Anything else, and
-    everything without ``cluster_secret`` or inside MULTI, is an unknown command."""
+    """``MARCH.LINK HELLO | AUTH node me nonce proof proto`` (see the module docstring). Anything
+    else, and everything without ``cluster_secret``, inside MULTI or on a proven link, is an
+    unknown command."""
     sub = args[1].lower() if len(args) > 1 else b""
     peer = client.link
-    if not client.app.config.cluster_secret or client.multi is not None:
+    config = client.app.config
+    if not config.cluster_secret or client.multi is not None or (peer is not None and peer.authenticated):
         raise errors.unknown_command(args)
     if sub == b"hello" and len(args) == 2:
-        client.link = LinkPeer(os.urandom(16).hex().encode())
+        if config.tls_cluster_required and not client.tls:
+            raise CommandError(errors.LINK_NEEDS_TLS)
+        client.link = LinkPeer(new_nonce())
         return client.link.nonce
-    if sub == b"auth" and len(args) == 4 and peer is not None and peer.nonce:
-        return _prove(client, peer, args[2], args[3])
-    if sub == b"as" and len(args) == 3 and peer is not None and peer.authenticated:
-        user = client.app.users.get(args[2].decode("utf-8", "replace"))
-        client.user = user if user is not None else NOBODY
-        return "OK"
+    if sub == b"auth" and len(args) == 7 and peer is not None and peer.nonce:
+        return _prove(client, peer, args[2:])
     raise errors.unknown_command(args)
 
 
-def _prove(client: Client, peer: LinkPeer, node: bytes, answer: bytes) -> Any:
-    """Check a link's proof, throttled as AUTH is (``auth.AuthThrottle``): one answer per nonce."""
+def _prove(client: Client, peer: LinkPeer, fields: list[bytes]) -> Any:
+    """Check a link's proof, throttled per source address and per claimed node (``app.link_throttle``):
+    one answer per nonce."""
     app = client.app
+    node = fields[0][:_NODE_MAX]
+    host, who = _host(client), LINK_USER + node.decode("utf-8", "replace")
     nonce, peer.nonce = peer.nonce, b""
-    wait = app.auth_throttle.admit(_host(client), LINK_USER)
+    if _registered_at(app, node, host):  # the node itself, from where it said it is: its own record only
+        app.link_throttle.know(host, who)
+    wait = app.link_throttle.admit(host, who)
     if wait is None:
-        _failed(client, node, logged=False)
+        _failed(client, node, checked=False)
         raise CommandError(errors.LINK_THROTTLED)
     if wait > 0:
-        return _prove_later(client, peer, nonce, node, answer, wait)
-    return _check(client, peer, nonce, node, answer)
+        return _prove_later(client, peer, nonce, fields, wait)
+    return _check(client, peer, nonce, fields)
 
 
-async def _prove_later(client: Client, peer: LinkPeer, nonce: bytes, node: bytes, answer: bytes, wait: float) -> str:
+async def _prove_later(client: Client, peer: LinkPeer, nonce: bytes, fields: list[bytes], wait: float) -> bytes:
     try:
         await asyncio.sleep(wait)
     except BaseException:
-        client.app.auth_throttle.abandoned(_host(client), LINK_USER)
+        client.app.link_throttle.abandoned(_host(client), LINK_USER + fields[0][:_NODE_MAX].decode("utf-8", "replace"))
         raise
-    return _check(client, peer, nonce, node, answer)
+    return _check(client, peer, nonce, fields)
 
 
-def _check(client: Client, peer: LinkPeer, nonce: bytes, node: bytes, answer: bytes) -> str:
+def _check(client: Client, peer: LinkPeer, nonce: bytes, fields: list[bytes]) -> bytes:
+    """The proof checked: this node's own proof (the connection is a link now), or WRONGPASS."""
     app = client.app
-    if not proof_ok(app.config.cluster_secret.encode(), nonce, answer):
-        app.auth_throttle.failed(_host(client), LINK_USER)
+    node, me, theirs, answer, proto = fields
+    secret = app.config.cluster_secret.encode()
+    host, who = _host(client), LINK_USER + node[:_NODE_MAX].decode("utf-8", "replace")
+    ok = (
+        me == app.links.name.encode()
+        and proto in (b"2", b"3")
+        and 0 < len(theirs) <= NONCE_MAX
+        and proof_ok(secret, INITIATOR, node, me, theirs, nonce, answer)
+    )
+    if not ok:
+        app.link_throttle.failed(host, who)
         _failed(client, node)
         raise CommandError(errors.LINK_PROOF_BAD)
-    app.auth_throttle.succeeded(_host(client), LINK_USER)
+    app.link_throttle.succeeded(host, who)
     peer.authenticated = True
     peer.node = _NAME_SAFE.sub("_", node.decode("utf-8", "replace"))[:64]
     client.login(NOBODY)
+    client.proto = int(proto)
     client.name = f"{LINK_LIB}:{peer.node}"
     client.lib_name = LINK_LIB
-    return "OK"
+    return proof(secret, RESPONDER, node, me, theirs, nonce)
 
 
-def _failed(client: Client, node: bytes, logged: bool = True) -> None:
-    """A wrong (or unchecked) link proof: counted and recorded as a failed AUTH is; never the proof."""
+def _registered_at(app: App, node: bytes, host: str) -> bool:
+    """Whether ``node`` is a node registered in etcd at ``host`` (its address's or TLS address's host)."""
+    member = app.group.member
+    if member is None:
+        return False
+    found = member.directory.topology.nodes.get(node.decode("utf-8", "replace"))
+    return found is not None and host in (found.host, found.tls_addr.rpartition(":")[0])
+
+
+def _failed(client: Client, node: bytes, checked: bool = True) -> None:
+    """A wrong (or, throttled, unchecked) link proof: counted, recorded as a failed AUTH is, and
+    logged (rate-limited: a flood writes a few lines a minute); never the proof."""
     app = client.app
     client.auth_failures += 1
     app.stats.denied_auth += 1
+    app.links.stats.proofs_failed += 1
     app.acl_log.add("auth", "toplevel", "MARCH.LINK", LINK_LIB, client.info_line())
-    if logged and (client.auth_failures == 1 or client.auth_failures % 100 == 0):
-        log.warning("a forwarding link from %s (node %r) failed to prove the cluster secret", client.addr, node[:64])
+    march_log.event(
+        log,
+        logging.WARNING,
+        "forward_link_proof",
+        "a forwarding link from %s (claiming node %r) did not prove the cluster secret%s",
+        client.addr,
+        node[:64],
+        "" if checked else " (throttled: refused unchecked)",
+    )
 
 
 def _host(client: Client) -> str:
@@ -298,11 +366,11 @@ def readiness(app: App, warm: bool = True) -> str | None:
             continue
         if app.config.redirect != FORWARD:
             return f"group {group.index} is served by another node (redirect moved)"
-        addr = group.primary_address(app.links.tls is not None)
-        if addr is None:
+        peer = primary_peer(group, app.links.tls is not None)
+        if peer is None:
             return f"group {group.index} has no primary"
-        if not app.links.reachable(addr):
+        if not app.links.reachable(peer):
             if warm:
-                app.links.warm(addr)
-            return f"no link to group {group.index}'s primary {addr} yet"
+                app.links.warm(peer)
+            return f"no link to group {group.index}'s primary {peer.addr} yet"
     return None

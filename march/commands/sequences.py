@@ -50,7 +50,7 @@ from ..generators.timestamp import TimestampGenerator
 from .args import Args, key_text, parse_int
 from .keys import list_names
 from .permissions import may_change_settings, may_create, may_raise_floor
-from .table import command
+from .table import KEY, Arg, command
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -74,7 +74,14 @@ def incr_run(client: Client, args: list[bytes], count: int) -> range | None:
     return None if gen is None else gen.take_run(count)
 
 
-@_hands_out_ids("incr", 2, consecutive=incr_run, summary="The next ID of the sequence (created at 1 if new).")
+@_hands_out_ids(
+    "incr",
+    2,
+    consecutive=incr_run,
+    summary="The next ID of the sequence (created at 1 if new).",
+    complexity="O(1)",
+    arguments=KEY,
+)
 def incr(client: Client, args: list[bytes]) -> Any:
     gen = client.generators.get(args[1])
     if gen is not None:
@@ -83,7 +90,13 @@ def incr(client: Client, args: list[bytes]) -> Any:
     return _take(client, args[1], 1)
 
 
-@_hands_out_ids("incrby", 3, summary="INCRBY key n: hand out n consecutive IDs, return the last.")
+@_hands_out_ids(
+    "incrby",
+    3,
+    summary="INCRBY key n: hand out n consecutive IDs, return the last.",
+    complexity="O(1)",
+    arguments=(*KEY, Arg("increment", "integer")),
+)
 def incrby(client: Client, args: list[bytes]) -> Any:
     n = parse_int(args[2])  # (the hot path: no cursor for one argument at a fixed place)
     if n < 1:

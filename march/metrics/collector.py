@@ -368,6 +368,15 @@ def _forwarding(app: App) -> Iterator[Metric]:
     errors.add_metric(["lost"], f.lost)
     errors.add_metric(["link"], f.failed)
     yield errors
+    proofs = CounterMetricFamily(
+        "march_link_proof_failures",
+        "Forwarding link handshakes that failed the cluster secret: incoming (a link to this node did not "
+        "prove it, or was refused unchecked by the throttle), outgoing (a listener this node linked to did not).",
+        labels=["side"],
+    )
+    proofs.add_metric(["incoming"], f.proofs_failed)
+    proofs.add_metric(["outgoing"], f.unproven)
+    yield proofs
     ready = readiness(app, warm=False) is None
     yield GaugeMetricFamily("march_ready", "1 if this node can serve every key now (GET /ready).", value=int(ready))
 

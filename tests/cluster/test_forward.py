@@ -135,9 +135,10 @@ def test_the_link_command_is_for_nodes_only(cluster: MarchCluster) -> None:
         assert c.call("COMMAND", "INFO", "march.link") == [None]
         nonce = c.call("MARCH.LINK", "HELLO")
         assert isinstance(nonce, bytes) and len(nonce) == 32
-        assert c.call("MARCH.LINK", "AUTH", "intruder", "00" * 32) == RespError(errors.WRONGPASS)
-        assert isinstance(c.call("MARCH.LINK", "AS", "default"), RespError)  # still no link
-        assert "ERR unknown command" in str(c.call("MARCH.LINK", "AUTH", "intruder", "00" * 32))  # one answer per nonce
+        guess = ("MARCH.LINK", "AUTH", "intruder", primary.node_id, "ab" * 16, "00" * 32, 2)
+        assert c.call(*guess) == RespError(errors.WRONGPASS)
+        assert isinstance(c.call("1", "default", "INCR", "x"), RespError)  # still no link: no lanes
+        assert "ERR unknown command" in str(c.call(*guess))  # one answer per nonce
     assert int(parse_info(primary.call("INFO", "stats"))["acl_access_denied_auth"]) >= 1  # type: ignore[arg-type]
 
 

@@ -512,8 +512,8 @@ def test_reconnecting_in_parallel_gains_a_guesser_nothing(march_factory: Factory
     try:
         deadline = started + 3.0
         while time.monotonic() < deadline:  # 20 connections at once, each guess on a fresh one
-            for c in conns:
-                c.send(encode("AUTH", "default", "guess"))
+            for c in conns:  # (each a different password: one tried before is no new guess)
+                c.send(encode("AUTH", "default", f"guess-{checked + refused}-{id(c)}"))
             for i, c in enumerate(conns):
                 reply = c.read_reply()
                 if reply == WRONGPASS:
