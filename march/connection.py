@@ -2,8 +2,9 @@
 
 One ``Connection`` (an asyncio protocol on uvloop) per client. Each read is parsed into requests
 (``march.resp``); the requests are run in order and their replies written with one ``write`` per
-read. A handler that returns a coroutine (waiting for a store write) pauses that connection: its
-replies stay in order, reading is paused until it is done, and other connections carry on.
+read. A handler that returns a coroutine or a future (waiting for a store write: ``march.waiting``)
+pauses that connection: its replies stay in order, reading is paused until it is done, and other
+connections carry on.
 
 The parts it uses, each its own class: flow control (``march.flow``: unsent replies and
 back-pressure, the node's budget of unfinished requests), request timing (``march.timing``:
@@ -46,6 +47,7 @@ from .commands.dispatch import QUEUED, as_error
 from .commands.forward import Relayed
 from .commands.ops import MONITOR_STARTED
 from .commands.server import NO_REPLY
+from .commands.table import waits
 from .counters import error_kind
 from .errors import Rejected
 from .feed import MonitorFeed
@@ -206,7 +208,7 @@ class Connection(asyncio.Protocol):
 
     # Longer than 60 lines on purpose: the request loop, one branch per kind of result (a relayed
     # one's place since forwarding); split, it would cost a call per request on the hot path.
-    def run(self, requests: list[list[bytes]], start: int, same_until: int = 0) -> None:
+    def run(self, requests: list[list[bytes]], start: int, same_until: int = 0, out: list[bytes] | None = None) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
 
         A hot command with its exact arity on a plain connection (``table``) is called directly,
@@ -214,11 +216,13 @@ class Connection(asyncio.Protocol):
         requests in a row to a command with ``consecutive`` (pipelined INCRs on one key) are answered
         together, as many at a time as the command can; the run is found once (``same_until``, kept
         across waits, says how far ``requests`` is known to repeat): no request is compared twice.
+        ``out``: replies already made for this read (a waited request's), written with the rest.
         """
         if self.lanes is not None:  # another node's proven link: every request is on a lane
             return self.lanes.run(requests, start)
         client, monitors, flow, hot = self.client, self.monitors, self.flow, self.table()
-        out: list[bytes] = []
+        if out is None:
+            out = []
         n, i, alike, stall = len(requests), start, 0, False  # alike: requests answered in runs of identical ones
         skipped: list[int] | None = None  # requests refused before they ran, or queued: no call, as in Redis
         relays: Relays | None = None  # requests forwarded to another node: their replies' places in ``out``
@@ -253,7 +257,7 @@ class Connection(asyncio.Protocol):
             elif result.__class__ is Relayed:  # written to another node: its reply goes in its place
                 relays = relays or Relays(out)
                 relays.add(result, args)
-            elif asyncio.iscoroutine(result):  # answer those before it; this one is timed when it is done
+            elif waits(result):  # (a coroutine or a future) answer those before it; this one is timed when it is done
                 if relays is None:
                     flow.write(out)
                 self.app.stats.commands += i - start - (len(skipped) if skipped else 0)

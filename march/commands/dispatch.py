@@ -36,7 +36,6 @@ one name the table does not know but this module does, ``MARCH.LINK``, is the fo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +45,7 @@ from ..generators.base import NotServing
 from ..store.base import StoreError, StoreFull, StoreRejected
 from .forward import forward, forwards, is_link_command, link_command
 from .permissions import refuse
-from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted
+from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -172,7 +171,7 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
             return await forward(client, spec, args)
         raise reject(client, spec, moved(client, spec, args), args)
     result = call(client, args)
-    if asyncio.iscoroutine(result):
+    if waits(result):
         try:
             return await result
         except NotServing:

@@ -28,9 +28,10 @@
 - ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
 - ``SEQ.LIST``: every sequence name the user may read, in byte order: ``KEYS *`` (``keys.list_names``).
 
-INCR/INCRBY take the generator's synchronous fast path when the durable range has room, and
-return a coroutine (awaited by the dispatcher) only when they must create the key or wait for a
-store write. This module is the INCR hot path: keep it lean.
+INCR/INCRBY take the generator's synchronous fast path when the durable range has room; when it
+has not, they return the generator's future for the request (``later``: queued with the others
+waiting for the same store write, answered in order, no task), and a coroutine (awaited by the
+dispatcher) only when they must read or create the key. This module is the INCR hot path: keep it lean.
 """
 
 from __future__ import annotations
@@ -85,8 +86,7 @@ def incr(client: Client, args: list[bytes]) -> Any:
     gen = client.generators.get(args[1])
     if gen is not None:
         value = gen.take(1)
-        if value is not None:
-            return value
+        return value if value is not None else gen.later(1)
     return _take(client, args[1], 1)
 
 
@@ -106,8 +106,7 @@ def incrby(client: Client, args: list[bytes]) -> Any:
     gen = client.generators.get(args[1])
     if gen is not None:
         value = gen.take(n)
-        if value is not None:
-            return value
+        return value if value is not None else gen.later(n)
     return _take(client, args[1], n)
 
 

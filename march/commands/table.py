@@ -2,7 +2,8 @@
 
 A handler is ``fn(client, args) -> value`` where ``args`` is the whole request (``args[0]`` is the
 command name as sent). It returns a value for ``resp.encode`` (int, bytes, str status, list, dict,
-None, ...) or a coroutine when it must wait (the dispatcher awaits it and keeps replies in order),
+None, ...) or, when it must wait, a coroutine or an ``asyncio.Future`` (``waits``: the dispatcher
+awaits it and keeps replies in order; a future costs no task, the connection only adds a callback),
 or raises ``CommandError``. A handler never touches the transport.
 
 ``arity`` follows Redis: N means exactly N arguments including the name, -N means at least N.
@@ -27,6 +28,7 @@ redacted: what is not known to be harmless is not shown.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -357,6 +359,11 @@ def find_subcommand(spec: CommandSpec, args: list[bytes]) -> Subcommand:
     if not _arity_ok(sub.arity, len(args)):
         raise errors.wrong_arity(f"{spec.name}|{sub.name}")
     return sub
+
+
+def waits(result: Any) -> bool:
+    """A handler's result that is not a value yet: a coroutine or a future, to be awaited."""
+    return asyncio.iscoroutine(result) or isinstance(result, asyncio.Future)
 
 
 def lookup(name: bytes) -> CommandSpec | None:

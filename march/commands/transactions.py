@@ -20,7 +20,6 @@ redis-server):
 
 from __future__ import annotations
 
-import asyncio
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,7 @@ from .dispatch import as_error, call, monitored, show
 from .forward import Relayed, elsewhere, forwards, transaction
 from .ops import MONITOR_STARTED
 from .server import NO_REPLY
-from .table import command, lookup, redacted
+from .table import command, lookup, redacted, waits
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -104,7 +103,7 @@ async def _run(client: Client, queued: list[list[bytes]], exec_args: list[bytes]
             began = time.perf_counter_ns()
             try:
                 value = call(client, args)
-                if asyncio.iscoroutine(value) or isinstance(value, Relayed):  # (Relayed: forwarded, its group moved)
+                if waits(value) or isinstance(value, Relayed):  # (Relayed: forwarded, its group moved)
                     value = await value
                 if value is MONITOR_STARTED or value is NO_REPLY:
                     # MONITOR (and MONITOR again on a monitor) inside a transaction: one reply per command
