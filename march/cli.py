@@ -1,7 +1,19 @@
 """``march serve [options]``: parse arguments, build the Config, run the server. Nothing else.
 
 Every option is also a TOML key and a ``MARCH_<NAME>`` environment variable (see ``config``).
-SIGTERM/SIGINT stop the server gracefully; a second signal forces an immediate exit.
+SIGTERM/SIGINT stop the server gracefully (the orderly stop: a cluster node hands its groups over
+first); a second signal forces an immediate exit.
+
+**A stop signal is never lost and never takes the default action** (which would end the process
+with no hand-over and status -15). ``march serve`` blocks SIGTERM and SIGINT before anything else,
+so one that arrives early stays pending; the event loop's handler is installed first thing in
+``_serve`` and only then are they unblocked (a pending one is acted on at once). They are blocked
+again before the loop closes (closing it puts the default action back). A node whose layout
+changed executes its own command line again (``_start_again``) with them still blocked: the
+signal mask and a pending signal survive ``exec``, so a SIGTERM that lands while the node steps
+down, during the exec or while the new image starts is acted on as soon as the new image has its
+handler. A node told to stop while its layout changes does not start again at all: it exits with
+status 0 (it has stepped down and given its leader keys back).
 
 Passwords given as flags (``--requirepass``, ``--etcd-password``) would sit in the process list
 for the server's whole life: ``march serve`` moves them into its environment and starts itself
@@ -140,8 +152,36 @@ def without_secrets(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     return rest, moved
 
 
+class Stopping:
+    """Whether this server was told to stop by a signal: handled by the loop (``signal``), or still
+    pending, blocked since the loop closed (``asked`` looks at both). ``held``: this process blocks
+    the stop signals whenever the loop does not handle them (its own ``march serve``; an in-process
+    caller's signals are left alone)."""
+
+    def __init__(self, held: bool) -> None:
+        self.held = held
+        self.signal: signal.Signals | None = None
+
+    def asked(self) -> bool:
+        if self.signal is None and self.held:
+            pending = STOP_SIGNALS & signal.sigpending()
+            if pending:
+                self.signal = signal.Signals(min(pending))
+        return self.signal is not None
+
+    def __str__(self) -> str:
+        return self.signal.name if self.signal is not None else "none"
+
+
+# The signals that stop a server (the orderly stop); blocked from the start of ``march serve`` until
+# the event loop handles them, and across a restart in the same process.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "serve":
+    own = argv is None and len(sys.argv) > 1 and sys.argv[1] == "serve"  # this process's own command line
+    if own:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # pending, never the default action (above)
         rest, moved = without_secrets(sys.argv[1:])
         if moved:  # out of the process list: the same process again, the passwords in its environment
             os.execve(sys.executable, [sys.executable, "-m", "march", *rest], {**os.environ, **moved})
@@ -165,9 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     march_log.configure(
         config.log_level, config.log_format, node_id=config.node_name(config.port), secrets=config.secrets()
     )
+    stopping = Stopping(held=own)
     try:
-        uvloop.run(_serve(config))
+        uvloop.run(_serve(config, stopping))
     except LayoutChanged as exc:
+        if stopping.asked():  # told to stop as well: the stop wins (its groups are given back already)
+            logging.getLogger("march").warning("%s; received %s meanwhile: not starting again", exc, stopping)
+            return 0
         _start_again(exc)
     except (StoreError, ListenError) as exc:  # a locked data dir, a port in use: say so, no traceback
         print(f"march: {exc}", file=sys.stderr)
@@ -180,7 +224,8 @@ def _start_again(why: LayoutChanged) -> NoReturn:
     their leader keys back and closed everything: run the same command line again in this process
     (same pid, so a supervisor, a pid file or a test's handle still follows it), to serve in the
     new layout. Sockets and the data dir's files are not inherited (Python opens them
-    non-inheritable), so the new image starts as a fresh process would."""
+    non-inheritable), so the new image starts as a fresh process would. SIGTERM and SIGINT stay
+    blocked across the exec (``STOP_SIGNALS``): one that arrives now is acted on by the new image."""
     logging.getLogger("march").warning("%s", why)
     logging.shutdown()
     sys.stdout.flush()
@@ -188,24 +233,28 @@ def _start_again(why: LayoutChanged) -> NoReturn:
     os.execv(sys.executable, [sys.executable, "-m", "march", *sys.argv[1:]])
 
 
-async def _serve(config: config_mod.Config) -> None:
+async def _serve(config: config_mod.Config, stopping: Stopping) -> None:
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
-    signals = 0
 
     def on_signal(signum: int) -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            logging.getLogger("march").info("received %s, shutting down", signal.Signals(signum).name)
+        if stopping.signal is None:
+            stopping.signal = signal.Signals(signum)
+            logging.getLogger("march").info("received %s, shutting down", stopping.signal.name)
             if not stop.done():
                 stop.set_result(None)
         else:
             os._exit(1)  # a second signal: the operator wants out now
 
-    for s in (signal.SIGTERM, signal.SIGINT):
+    for s in sorted(STOP_SIGNALS):
         loop.add_signal_handler(s, on_signal, s)
-    await serve(config, stop)
+    if stopping.held:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # handled now: one pending since the start is acted on
+    try:
+        await serve(config, stop)
+    finally:
+        if stopping.held:  # before the loop closes and the default action comes back
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
 
 def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:

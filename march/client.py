@@ -2,6 +2,15 @@
 
 The server's protocol object owns one ``Client`` and closes the connection when ``close_after``
 is set. Handlers read and change this state; they never write to the socket.
+
+``info_line`` is the connection's line of CLIENT LIST / CLIENT INFO / ACL LOG ``client-info``: Redis
+7.0's fields in Redis 7.0's order (``networking.c``, ``catClientInfoString``), then Redis 7.2's
+``lib-name`` and ``lib-ver`` (CLIENT SETINFO, which client libraries send, and forwarding links
+name themselves with). Every value is March's own truth: ``fd`` the socket's descriptor, ``qbuf``
+the bytes of an unfinished request, ``argv-mem`` the arguments of the request being run, ``multi-mem``
+those MULTI queued, ``omem`` the replies not sent yet, ``tot-mem`` their sum; March keeps no
+per-client query or reply buffers (``qbuf-free``, ``rbs``, ``rbp``, ``obl``, ``oll`` are 0) nor client
+tracking (``redir=-1``).
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .auth import User
+from .counters import CommandStats
 from .links import Link
 
 if TYPE_CHECKING:
@@ -38,14 +48,23 @@ def _discard(data: bytes) -> None:
     pass
 
 
+def _no_events() -> str:
+    return ""
+
+
 class Client:
     __slots__ = (
         "addr",
         "app",
+        "argv_mem",
         "auth_failures",
         "authenticated",
         "close_after",
+        "cmd",
         "created",
+        "events",
+        "executing",
+        "fd",
         "forwarding",
         "generators",
         "id",
@@ -56,6 +75,7 @@ class Client:
         "link",
         "multi",
         "multi_error",
+        "multi_mem",
         "name",
         "proto",
         "push",
@@ -67,7 +87,7 @@ class Client:
     )
 
     def __init__(
-        self, app: App, client_id: int, addr: str, laddr: str, tls: bool = False, forwarding: bool = False
+        self, app: App, client_id: int, addr: str, laddr: str, tls: bool = False, fd: int = -1, forwarding: bool = False
     ) -> None:
         self.app = app
         self.tls = tls  # connected on the TLS port: redirects and CLUSTER replies name TLS addresses
@@ -78,6 +98,9 @@ class Client:
         self.id = client_id
         self.addr = addr
         self.laddr = laddr
+        self.fd = fd  # the socket's file descriptor (-1: none, as Redis shows a client without a socket)
+        self.cmd: CommandStats | None = None  # the counters of its last request (``timing``): CLIENT LIST ``cmd``
+        self.executing = 0  # while EXEC runs its queued requests: how many (Redis shows them as ``multi=``)
         self.created = time.monotonic()
         self.last_active = self.created  # the last complete request (idle `timeout` counts from it)
         self.auth_failures = 0  # failed AUTHs on this connection (they are throttled)
@@ -89,6 +112,10 @@ class Client:
         self.relay_link: Link | None = None  # the link its forwarded requests go on (``commands.forward``)
         # Writes bytes to this client out of turn (pub/sub messages; the server's connection sets it).
         self.push: Callable[[bytes], None] = _discard
+        # Bytes of the arguments of the request it is running (one that waits), and what the
+        # connection waits for: "r" reading, "w" writing (the server's connection sets them).
+        self.argv_mem: Callable[[], int] = _nothing
+        self.events: Callable[[], str] = _no_events
         self.reset()
 
     def reset(self) -> None:
@@ -99,6 +126,7 @@ class Client:
         self.lib_ver = ""
         self.multi: list[list[bytes]] | None = None
         self.multi_error = False
+        self.multi_mem = 0  # bytes of the arguments MULTI queued (CLIENT LIST multi-mem)
         self.close_after = False
         self.link: LinkPeer | None = None  # another node's forwarding link (RESET makes it a plain client)
         self.logout()
@@ -128,17 +156,34 @@ class Client:
         a handler that builds a large reply checks it as it goes, never after."""
         return self.app.config.max_output_buffer - self.unsent()
 
-    def info_line(self) -> str:
-        """One line of CLIENT LIST / CLIENT INFO, with Redis' field names."""
+    def info_line(self, current: str = "", running: list[bytes] | None = None) -> str:
+        """One line of CLIENT LIST / CLIENT INFO / ACL LOG, with Redis' field names and order (see the
+        module docstring). ``current``: the full name of the command this client is running now
+        (the caller's own line: ``client|list``; ``exec`` while EXEC runs), else its last request's;
+        ``running``: that request's arguments (``argv-mem``)."""
+        app = self.app
         now = time.monotonic()
-        sub = self.app.pubsub.subscribers.get(self.id)  # (Redis' flag P: it has subscriptions)
-        flags = ("P" if sub is not None else "") + ("x" if self.multi is not None else "") or "N"
+        sub = app.pubsub.subscribers.get(self.id)  # (Redis' flag P and TYPE pubsub: it has subscriptions)
+        in_multi = self.multi is not None or self.executing > 0
+        flags = ("O" if self.id in app.monitors.feeds else "") + ("P" if sub is not None else "")
+        flags = (flags + ("x" if in_multi else "")) or "N"
         channels, patterns = (len(sub.channels), len(sub.patterns)) if sub is not None else (0, 0)
+        if self.executing:
+            current, multi = "exec", self.executing  # (Redis: the EXEC running them is the command)
+        else:
+            multi = len(self.multi) if self.multi is not None else -1
+        if not current:
+            cmd = self.cmd
+            current = "NULL" if cmd is None or cmd is app.metrics.commands.unknown else cmd.name
+        qbuf = self.query_buffer()
+        argv = sum(map(len, running)) if running is not None else self.argv_mem()
+        multi_mem = self.multi_mem if in_multi else 0
+        omem = self.unsent()
         return (
-            f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name} "
+            f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} name={self.name} "
             f"age={int(now - self.created)} idle={int(now - self.last_active)} flags={flags} db=0 "
-            f"sub={channels} psub={patterns} "
-            f"ssub=0 multi={len(self.multi) if self.multi is not None else -1} "
-            f"qbuf={self.query_buffer()} omem={self.unsent()} "
-            f"user={self.user.name} lib-name={self.lib_name} lib-ver={self.lib_ver} resp={self.proto}"
+            f"sub={channels} psub={patterns} ssub=0 multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem={argv} "
+            f"multi-mem={multi_mem} rbs=0 rbp=0 obl=0 oll=0 omem={omem} tot-mem={qbuf + argv + multi_mem + omem} "
+            f"events={self.events()} cmd={current} user={self.user.name} redir=-1 resp={self.proto} "
+            f"lib-name={self.lib_name} lib-ver={self.lib_ver}"
         )

@@ -50,6 +50,10 @@ class ConfigError(ValueError):
     """A setting is missing, unknown or out of range; the message says which and why."""
 
 
+class ConfigTypeError(ConfigError):
+    """A value is not of its option's type at all (``bla`` for a number): CONFIG SET says so in Redis' words."""
+
+
 @dataclass(frozen=True)
 class Config:
     bind: str = "127.0.0.1"
@@ -160,6 +164,8 @@ class Config:
                 text = "********"
             elif isinstance(value, bool):
                 text = "yes" if value else "no"
+            elif isinstance(value, float) and value.is_integer():
+                text = str(int(value))  # whole seconds as Redis shows them (``timeout`` is ``0``, not ``0.0``)
             else:
                 text = str(value)
             out[o.name.replace("_", "-")] = text
@@ -759,7 +765,7 @@ def parse_value(option: Option, raw: Any, origin: str) -> Any:
         else:
             return str(raw)
     except ValueError:
-        raise ConfigError(f"{origin}: {option.name} expects {option.type.__name__}, got {raw!r}") from None
+        raise ConfigTypeError(f"{origin}: {option.name} expects {option.type.__name__}, got {raw!r}") from None
     try:
         return check_value(option, value)
     except ConfigError as exc:

@@ -2,8 +2,9 @@
 
 One ``Connection`` (an asyncio protocol on uvloop) per client. Each read is parsed into requests
 (``march.resp``); the requests are run in order and their replies written with one ``write`` per
-read. A handler that returns a coroutine (waiting for a store write) pauses that connection: its
-replies stay in order, reading is paused until it is done, and other connections carry on.
+read. A handler that returns a coroutine or a future (waiting for a store write: ``march.waiting``)
+pauses that connection: its replies stay in order, reading is paused until it is done, and other
+connections carry on.
 
 The parts it uses, each its own class: flow control (``march.flow``: unsent replies and
 back-pressure, the node's budget of unfinished requests), request timing (``march.timing``:
@@ -42,12 +43,13 @@ from . import log as march_log
 from .app import App, FastCommand
 from .client import Client
 from .commands import call
-from .commands.dispatch import as_error
+from .commands.dispatch import QUEUED, as_error
 from .commands.forward import Relayed
 from .commands.ops import MONITOR_STARTED
 from .commands.server import NO_REPLY
+from .commands.table import waits
 from .counters import error_kind
-from .errors import CommandError
+from .errors import Rejected
 from .feed import MonitorFeed
 from .flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
 from .resp import RequestParser, encode, encode_error
@@ -125,14 +127,17 @@ class Connection(asyncio.Protocol):
         if why is not None:
             return _refuse(app, transport, why)
         sock = addr_of(transport.get_extra_info("sockname"))
+        fd = _fileno(transport)
         self.client = client = Client(
-            app, app.next_client_id(), addr_of(peer), sock, self.tls is not None, self.forwarding
+            app, app.next_client_id(), addr_of(peer), sock, self.tls is not None, fd, self.forwarding
         )
         self.feed = MonitorFeed(client, self, self.monitors, app.pubsub.subscribers)
         self.timer = RequestTimer(client, app.metrics.commands, app.slowlog, app.latency, app)
         client.unsent = self.flow.unsent
         client.query_buffer = self.query_buffer
         client.push = self.feed.line  # (pub/sub messages: written, and bounded, as MONITOR lines are)
+        client.argv_mem = self.argv_mem
+        client.events = self.events
         self.intake.parser.auth_source = client  # Redis' small limits for unauthenticated clients until it is
         self.deaf = False
         self.plain = client.authenticated and client.multi is None  # (changes only by its own requests: ``called``)
@@ -170,6 +175,17 @@ class Connection(asyncio.Protocol):
     def query_buffer(self) -> int:  # bytes of memory its unfinished request holds (CLIENT LIST ``qbuf``)
         return self.intake.held
 
+    def argv_mem(self) -> int:  # bytes of the arguments of the request it waits on (CLIENT LIST ``argv-mem``)
+        waiting = self.waiting
+        return sum(map(len, waiting.args)) if waiting is not None else 0
+
+    def events(self) -> str:
+        """What the connection waits for (CLIENT LIST ``events``): ``r`` reading (not paused behind
+        a request that waits, or behind unsent replies), ``w`` its unsent replies to be written."""
+        transport = self.transport
+        reading = not self.closing and transport.is_reading()
+        return ("r" if reading else "") + ("w" if transport.get_write_buffer_size() else "")
+
     def data_received(self, data: bytes) -> None:
         if self.deaf:
             return
@@ -202,7 +218,7 @@ class Connection(asyncio.Protocol):
 
     # Longer than 60 lines on purpose: the request loop, one branch per kind of result (a relayed
     # one's place since forwarding); split, it would cost a call per request on the hot path.
-    def run(self, requests: list[list[bytes]], start: int, same_until: int = 0) -> None:
+    def run(self, requests: list[list[bytes]], start: int, same_until: int = 0, out: list[bytes] | None = None) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
 
         A hot command with its exact arity on a plain connection (``table``) is called directly,
@@ -210,13 +226,15 @@ class Connection(asyncio.Protocol):
         requests in a row to a command with ``consecutive`` (pipelined INCRs on one key) are answered
         together, as many at a time as the command can; the run is found once (``same_until``, kept
         across waits, says how far ``requests`` is known to repeat): no request is compared twice.
+        ``out``: replies already made for this read (a waited request's), written with the rest.
         """
         if self.lanes is not None:  # another node's proven link: every request is on a lane
             return self.lanes.run(requests, start)
         client, monitors, flow, hot = self.client, self.monitors, self.flow, self.table()
-        out: list[bytes] = []
+        if out is None:
+            out = []
         n, i, alike, stall = len(requests), start, 0, False  # alike: requests answered in runs of identical ones
-        refused: list[int] | None = None  # requests refused with NOAUTH: no call, as in Redis
+        skipped: list[int] | None = None  # requests refused before they ran, or queued: no call, as in Redis
         relays: Relays | None = None  # requests forwarded to another node: their replies' places in ``out``
         began = _perf_ns()  # the read's requests answered at once share its time (``RequestTimer``)
         while i < n:
@@ -241,22 +259,24 @@ class Connection(asyncio.Protocol):
                     hot = self.called(result)
             except Exception as exc:
                 out.append(self.error_reply(exc, args))
-                if isinstance(exc, CommandError) and exc.message == errors.NOAUTH:
-                    refused = [*(refused or ()), i - 1]
+                if isinstance(exc, Rejected):  # refused before it ran: no call (``RequestTimer``)
+                    skipped = [*(skipped or ()), i - 1]
                 continue
             if result.__class__ is int:
                 out.append(b":%d\r\n" % result)
             elif result.__class__ is Relayed:  # written to another node: its reply goes in its place
                 relays = relays or Relays(out)
                 relays.add(result, args)
-            elif asyncio.iscoroutine(result):  # answer those before it; this one is timed when it is done
+            elif waits(result):  # (a coroutine or a future) answer those before it; this one is timed when it is done
                 if relays is None:
                     flow.write(out)
-                self.app.stats.commands += i - start - (len(refused) if refused else 0)
+                self.app.stats.commands += i - start - (len(skipped) if skipped else 0)
                 now = _perf_ns()
-                self.timer.read(requests, start, i - 1, now - began, alike, refused)
+                self.timer.read(requests, start, i - 1, now - began, alike, skipped)
                 return Waiting(result, args, requests, i, now, same_until, relays).start(self)
             elif result is not NO_REPLY:
+                if result is QUEUED:  # queued by MULTI: no call until EXEC runs it
+                    skipped = [*(skipped or ()), i - 1]
                 status = flow.add(out, encode("OK" if result is MONITOR_STARTED else result, client.proto))
                 if status == DROP:
                     return self.drop(f"replies of one read over max_output_buffer ({flow.made} bytes)")
@@ -265,8 +285,8 @@ class Connection(asyncio.Protocol):
                     break
             if client.close_after:
                 break
-        self.app.stats.commands += i - start - (len(refused) if refused else 0)
-        self.timer.read(requests, start, i, _perf_ns() - began, alike, refused)
+        self.app.stats.commands += i - start - (len(skipped) if skipped else 0)
+        self.timer.read(requests, start, i, _perf_ns() - began, alike, skipped)
         if relays is not None:  # the replies are written once the relayed ones are in
             return Waiting(None, requests[i - 1], requests, i, _perf_ns(), same_until, relays).start(self)
         self.read_done(requests, i, same_until, out, stall)
@@ -319,7 +339,7 @@ class Connection(asyncio.Protocol):
         """The reply for a request that raised (a bug costs one reply, never the server), counted."""
         self.app.stats.errors += 1
         message = as_error(self.client, exc).message
-        self.app.metrics.commands.of(args[0]).error(error_kind(message))
+        self.app.metrics.commands.of_request(args).error(error_kind(message))
         return encode_error(message)
 
     # --- closing ------------------------------------------------------------------------------
@@ -396,6 +416,15 @@ def shutting_down(app: App) -> bool:
 def limit_hit(message: str, *args: Any, limit: str) -> None:
     """A client limit was hit: one line (rate-limited by march.log, so a flood costs a few lines)."""
     march_log.event(log, logging.WARNING, "client_limit", message, *args, limit=limit)
+
+
+def _fileno(transport: asyncio.BaseTransport) -> int:
+    """The connection's socket descriptor (CLIENT LIST ``fd``), -1 if the transport has none."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else -1
+    except (OSError, ValueError, AttributeError):
+        return -1
 
 
 def addr_of(sockaddr: Any) -> str:

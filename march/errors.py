@@ -19,6 +19,11 @@ class CommandError(Exception):
         self.message = message
 
 
+class Rejected(CommandError):
+    """A request refused before it ran (unknown, wrong arity, NOAUTH, NOPERM, MOVED...): no call, as
+    Redis counts calls (INFO commandstats ``rejected_calls``, not in LATENCY HISTOGRAM)."""
+
+
 # --- generic, word for word as Redis says them --------------------------------------------------
 WRONG_ARITY = "ERR wrong number of arguments for '{}' command"
 UNKNOWN_COMMAND = "ERR unknown command '{}', with args beginning with: {}"
@@ -83,6 +88,14 @@ PROTECTED_MODE = (
 NOPERM_COMMAND = "NOPERM this user has no permissions to run the '{}' command"
 NOPERM_KEY = "NOPERM this user has no permissions to access one of the keys used as arguments"
 NOPERM_CHANNEL = "NOPERM this user has no permissions to access one of the channels used as arguments"
+# EXEC of a command whose permission was revoked after MULTI queued it (Redis' multi.c, execCommand)
+EXEC_NOPERM = (
+    "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. "
+    "This command is no longer allowed for the following reason: {}"
+)
+EXEC_NOPERM_COMMAND = "no permission to execute the command or subcommand"
+EXEC_NOPERM_KEY = "no permission to touch the specified keys"
+EXEC_NOPERM_CHANNEL = "no permission to access one of the channels used as arguments"
 NOPERM_CREATE = "NOPERM this user has no permissions to create the sequence '{}' (needs +seq.create or +@create)"
 NOPERM_FLOOR = "NOPERM this user has no permissions to raise the floor of '{}' (needs +set or +@floor)"
 NOPERM_SETTINGS = "NOPERM this user has no permissions to choose the settings of '{}' (needs +seq.alter or +@seqadmin)"
@@ -222,6 +235,9 @@ INTERNAL = "ERR internal error: {!r}"
 TRYAGAIN_STARTING = "TRYAGAIN March is loading its state, please retry"
 SHUTTING_DOWN = "TRYAGAIN March is shutting down, please retry on another node"
 CLUSTERDOWN = "CLUSTERDOWN The cluster is down"
+# A node cut off from etcd for longer than its lease lives (``march.cluster.directory``): what it last
+# read of who leads may be stale, so it names nobody; a cluster client asks another node.
+CLUSTERDOWN_CUT_OFF = "CLUSTERDOWN this node lost touch with etcd and knows no primary, please ask another node"
 MOVED = "MOVED {} {}"
 TRYAGAIN_NO_PRIMARY = "TRYAGAIN the primary is not registered yet, please retry"
 TRYAGAIN_TAKING_OVER = "TRYAGAIN this node is taking over as primary, please retry"
@@ -262,6 +278,10 @@ CONFIG_SET_RESTART = (
 )
 CONFIG_NO_FILE = "ERR The server is running without a config file"
 CONFIG_NOT_UTF8 = "the value is not valid UTF-8"
+# what CONFIG SET says of a value that is not of its option's type at all (Redis' config.c)
+CONFIG_NOT_INTEGER = "argument couldn't be parsed into an integer"
+CONFIG_NOT_YES_NO = "argument must be 'yes' or 'no'"
+CONFIG_NOT_NUMBER = "argument couldn't be parsed into a number"
 CONFIG_REWRITE_FAILED = "ERR Rewriting config file: {}"
 # Why an option needs a restart (the text after "it needs a restart, "); config.OPTIONS gives each its reason.
 RESTART_LISTEN = "the listening sockets are opened at start"
@@ -370,7 +390,7 @@ def unknown_command(args: list[bytes]) -> CommandError:
         if len(rest) >= 128:
             break
         rest += f"'{a.decode('utf-8', 'replace')[: 128 - len(rest)]}' "
-    return CommandError(UNKNOWN_COMMAND.format(name, rest))
+    return Rejected(UNKNOWN_COMMAND.format(name, rest))
 
 
 # --- the argument parser (commands.args) and container tables: Redis 7.0's texts --------------------

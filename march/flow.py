@@ -51,7 +51,7 @@ class Owner(Protocol):
     @property
     def closing(self) -> bool: ...
 
-    def run(self, requests: list[list[bytes]], start: int, same_until: int) -> None: ...
+    def run(self, requests: list[list[bytes]], start: int, same_until: int, out: list[bytes] | None = None) -> None: ...
 
     def drop(self, why: str) -> None: ...
 
@@ -142,13 +142,21 @@ class Backpressure:
         self.transport.resume_reading()
         owner.run(stalled.requests, stalled.at, stalled.same_until)
 
-    def then(self, requests: list[list[bytes]], at: int, same_until: int) -> None:
-        """A waiting request's reply is written: run the rest of its read now, or once the replies
-        drain (``Stalled``), or drop the client if they pass ``max_output_buffer``."""
+    def then(self, requests: list[list[bytes]], at: int, same_until: int, reply: bytes = b"") -> None:
+        """A waiting request is answered with ``reply``: run the rest of its read now (the reply goes
+        out in one write with theirs), or write it and run them once the replies drain
+        (``Stalled``), or drop the client if they pass ``max_output_buffer``."""
         if not self.paused:
             self.transport.resume_reading()
-            self.owner.run(requests, at, same_until)
-        elif self.over_limit():
+            if reply:
+                self.made += len(reply)
+                self.owner.run(requests, at, same_until, [reply])
+            else:
+                self.owner.run(requests, at, same_until)
+            return
+        if reply:
+            self.transport.write(reply)
+        if self.over_limit():
             self.owner.drop("unread replies over max_output_buffer")
         else:
             self.stalled = Stalled(requests, at, same_until)

@@ -39,7 +39,8 @@ the server adds it up over its connections against a node-wide budget.
 Until the connection authenticates (the server says so with ``authenticated`` or
 ``auth_source``) Redis' stricter limits apply too: more than 10
 arguments or an argument over 16384 bytes is refused (``unauthenticated multibulk length`` /
-``unauthenticated bulk length``), so an unauthenticated client holds at most about 160 KiB.
+``unauthenticated bulk length``, checked in Redis' order: before March's own ``max_bulk``, after
+Redis' 512 MiB), so an unauthenticated client holds at most about 160 KiB.
 Requests pipelined behind an ``AUTH`` or ``HELLO`` in the same read are held to the normal limits,
 as in Redis when that AUTH succeeds; if the connection is still not authenticated at the next read,
 an unfinished one that broke the strict limits is refused then.
@@ -75,6 +76,8 @@ _NOTHING = object()  # hiredis holds no part of a request
 # Redis' limits for a client that has not authenticated (networking.c, processMultibulkBuffer).
 UNAUTH_MAX_ARGS = 10
 UNAUTH_MAX_BULK = 16384
+# Redis' proto-max-bulk-len default: a length past it is "invalid" before it is "unauthenticated"
+REDIS_MAX_BULK = 512 * 1024 * 1024
 _INT64 = 1 << 63
 _INT_MAX = (1 << 31) - 1  # Redis refuses a multibulk count above INT_MAX whatever its other limits
 # Redis' string2ll: an optional minus, no leading zero, no sign or space; the range is checked after.
@@ -109,6 +112,13 @@ NULL_ARRAY = _NullArray()
 
 class Push(list):  # type: ignore[type-arg]
     """An out-of-band frame (pub/sub confirmations and messages): RESP3 push (``>``), RESP2 array."""
+
+    __slots__ = ()
+
+
+class SetReply(list):  # type: ignore[type-arg]
+    """A RESP3 set (``~``), RESP2 array, in the order given: what Redis sends as a set even when its
+    elements are maps (COMMAND INFO's flags, tips and key specs), which a Python set cannot hold."""
 
     __slots__ = ()
 
@@ -300,12 +310,14 @@ class ExactParser:
                 if buf[pos] != _DOLLAR:
                     raise ProtocolError(errors.PROTO_EXPECTED.format("$", chr(buf[pos])))
                 length = _integer(buf, pos + 1, nl)
-                if length is None or length < 0 or length > self._max_bulk:
+                if length is None or length < 0 or length > max(self._max_bulk, REDIS_MAX_BULK):
                     raise ProtocolError(errors.PROTO_BULK_LENGTH)
-                if length > UNAUTH_MAX_BULK:
+                if length > UNAUTH_MAX_BULK:  # before March's own limit, as Redis checks it before its own
                     if strict:
                         raise ProtocolError(errors.PROTO_UNAUTH_BULK_LENGTH)
                     self._provisional = errors.PROTO_UNAUTH_BULK_LENGTH
+                if length > self._max_bulk:
+                    raise ProtocolError(errors.PROTO_BULK_LENGTH)
                 pos = nl + 2
                 blen = length
         self._left, self._blen = left, blen
@@ -907,8 +919,9 @@ def _encode(value: Any, proto: int, out: list[bytes]) -> None:
             out.append(b"$%d\r\n%s\r\n" % (len(body), body))
     elif value is NULL_ARRAY:
         out.append(b"_\r\n" if proto >= 3 else b"*-1\r\n")
-    elif t is Push:
-        out.append((b">%d\r\n" if proto >= 3 else b"*%d\r\n") % len(value))
+    elif t is Push or t is SetReply:
+        mark = (b">%d\r\n" if t is Push else b"~%d\r\n") if proto >= 3 else b"*%d\r\n"
+        out.append(mark % len(value))
         for item in value:
             _encode(item, proto, out)
     elif t is Replies:

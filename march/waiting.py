@@ -1,10 +1,17 @@
-"""A request that waits: its handler returned a coroutine (a store write or read, a promotion).
+"""A request that waits: its handler returned a coroutine (a store read or creation, a promotion)
+or a future (an INCR queued on its sequence for the next store write: ``SequenceGenerator.later``).
 
 Its connection pauses (reading paused, later requests kept in the backlog, replies in order) until
-``Waiting.reply`` is done; then the reply is written and the rest of the read runs from
-``resume_at`` (``finish``). A request that got ``NotServing`` while it waited (this node stopped serving; it
-got no ID) runs again once the change is over (``commands.dispatch.rerun``: here if this node
-serves by then, else a MOVED reply). The request is timed alone (``RequestTimer.waited``).
+the request is answered; then the rest of the read runs from ``resume_at``, and the waited reply
+goes out in the same write as the replies that follow it in the read (one ``write`` for them all,
+not one for the waited reply and one for the rest). A coroutine runs in a task (``finish``); a
+future costs no task: ``answered`` is its done-callback, so the requests a store write answers
+are answered in one pass of the loop, in the order the generator answered them. A request that
+got ``NotServing`` while it waited (this node stopped serving; it got no ID) runs again once the
+change is over (``commands.dispatch.rerun``: here if this node serves by then, else a MOVED
+reply). The request is timed alone (``RequestTimer.waited``). A connection that goes away cancels
+its own request only (its task, or its future: the generator's queue skips it), never the store
+write or the others waiting for it.
 
 A read whose requests were forwarded to another node (``Relays``: written to their link at once,
 while the read went on) waits the same way for their replies, then writes the read's replies in
@@ -31,9 +38,9 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from . import errors
 from .app import FastCommand
@@ -41,7 +48,8 @@ from .client import Client
 from .commands.dispatch import call, monitored, rerun, show
 from .commands.forward import NOBODY, Relayed
 from .commands.server import NO_REPLY
-from .commands.table import lookup
+from .commands.table import lookup, waits
+from .errors import Rejected
 from .flow import DROP, STALL, Backpressure
 from .generators.base import NotServing
 from .links import CONTROL
@@ -103,7 +111,7 @@ class Waiting:
     ``before``, the read's replies so far wait for relayed ones and are written first; ``coro``
     None: nothing else waits (the read ended with relayed requests)."""
 
-    coro: Coroutine[Any, Any, Any] | None  # the handler's coroutine
+    coro: Coroutine[Any, Any, Any] | asyncio.Future[Any] | None  # what the handler returned
     args: list[bytes]
     requests: list[list[bytes]]
     resume_at: int  # the next request of the read to run once this one is answered
@@ -111,13 +119,40 @@ class Waiting:
     same_until: int  # as ``Stalled.same_until``: how far the read is known to repeat
     before: Relays | None = None
     task: asyncio.Task[None] | None = None  # the connection's task that awaits ``reply``
+    conn: Resumable | None = None  # (for ``answered``)
 
     def start(self, conn: Resumable) -> None:
-        """Pause ``conn`` (busy, not reading) until this request is answered (``finish``)."""
+        """Pause ``conn`` (busy, not reading) until this request is answered (``finish``, ``answered``)."""
         conn.busy = True
         conn.transport.pause_reading()
         conn.waiting = self
-        self.task = asyncio.get_running_loop().create_task(self.finish(conn))
+        coro = self.coro
+        if self.before is None and isinstance(coro, asyncio.Future):
+            self.conn = conn
+            coro.add_done_callback(self.answered)
+        else:
+            self.task = asyncio.get_running_loop().create_task(self.finish(conn))
+
+    def answered(self, answer: asyncio.Future[Any]) -> None:
+        """The future is done: its reply, then the rest of the read (one write); ``NotServing``
+        (rare: the term changed, it got no ID) runs it again in a task (``finish``)."""
+        conn = self.conn
+        if conn is None or conn.closing or answer.cancelled():
+            return
+        exc = answer.exception()
+        if isinstance(exc, NotServing):
+            self.coro = rerun(conn.client, self.args)
+            self.task = asyncio.get_running_loop().create_task(self.finish(conn))
+            return
+        args = self.args
+        if isinstance(exc, Exception):
+            reply = conn.error_reply(exc, args)
+        else:
+            value = answer.result()
+            reply = b":%d\r\n" % value if value.__class__ is int else encode(value, conn.client.proto)
+        spec = lookup(args[0])
+        conn.timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth)
+        self.resume(conn, reply)
 
     async def finish(self, conn: Resumable) -> None:
         """Write the reply, then run the rest of the read (``Backpressure.then``), or close."""
@@ -129,14 +164,19 @@ class Waiting:
         reply = await self.reply(conn.client, conn.timer, conn.error_reply) if self.coro is not None else b""
         if conn.closing:
             return
-        if reply:
-            conn.transport.write(reply)
+        self.resume(conn, reply)
+
+    def resume(self, conn: Resumable, reply: bytes) -> None:
+        """Answered with ``reply``: the connection goes on with the rest of the read (the reply goes
+        out with its replies, ``Backpressure.then``), or closes once the reply is written."""
         conn.busy, conn.waiting = False, None
         conn.settle()  # (what ran may have changed the connection: EXEC of a SUBSCRIBE, a throttled AUTH)
         if conn.client.close_after:
+            if reply:
+                conn.transport.write(reply)
             conn.close()
         else:
-            conn.flow.then(self.requests, self.resume_at, self.same_until)
+            conn.flow.then(self.requests, self.resume_at, self.same_until, reply)
 
     async def reply(
         self, client: Client, timer: RequestTimer, error_reply: Callable[[Exception, list[bytes]], bytes]
@@ -148,6 +188,7 @@ class Waiting:
         args, coro = self.args, self.coro
         assert coro is not None
         spec = lookup(args[0])
+        rejected = False
         try:
             try:
                 value = await coro
@@ -156,15 +197,19 @@ class Waiting:
             reply = encode(value, client.proto) if value is not NO_REPLY else b""
         except Exception as exc:
             reply = error_reply(exc, args)
-        timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth)
+            rejected = isinstance(exc, Rejected)  # refused once its wait was over (MOVED): no call
+        timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth, rejected)
         return reply
 
     def cancel(self) -> None:
         """The connection is gone: stop waiting (the handler's store write, if any, goes on without it)."""
+        coro = self.coro
         if self.task is not None and not self.task.done():
             self.task.cancel()
-            if self.coro is not None and inspect.getcoroutinestate(self.coro) == inspect.CORO_CREATED:
-                self.coro.close()  # the task never started it: not "a coroutine that was never awaited"
+            if asyncio.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                coro.close()  # the task never started it: not "a coroutine that was never awaited"
+        elif isinstance(coro, asyncio.Future):
+            coro.cancel()  # its own future only: the generator's queue skips it, the others go on
 
 
 class LaneHost(Protocol):
@@ -196,7 +241,7 @@ class Lane:
     tag: bytes  # what its replies start with: ``*2 :<lane>``
     queue: deque[list[bytes]] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None  # answers its waiting request, then those queued behind it
-    waiting: Coroutine[Any, Any, Any] | None = None  # the handler's coroutine that task awaits (or will)
+    waiting: Awaitable[Any] | None = None  # the handler's coroutine or future that task awaits (or will)
 
     @property
     def idle(self) -> bool:
@@ -318,7 +363,7 @@ class Lanes:
         lane = self.lanes[number] = Lane(client, b"*2\r\n:%d\r\n" % number)
         return lane
 
-    def execute(self, lane: Lane, args: list[bytes]) -> bytes | Coroutine[Any, Any, Any]:
+    def execute(self, lane: Lane, args: list[bytes]) -> bytes | Awaitable[Any]:
         """Run ``args`` on ``lane`` as the user it names: its encoded reply, or the handler's
         coroutine if it must wait."""
         client = lane.client
@@ -343,8 +388,8 @@ class Lanes:
             return self.conn.error_reply(exc, command)
         if result.__class__ is int:
             return b":%d\r\n" % result
-        if asyncio.iscoroutine(result):
-            return result
+        if waits(result):
+            return cast(Awaitable[Any], result)
         return encode(result, client.proto)
 
     async def drain(self, lane: Lane, args: list[bytes]) -> None:
@@ -375,7 +420,7 @@ class Lanes:
             lane.task = None
             _unstarted(lane)
 
-    async def finish(self, client: Client, coro: Coroutine[Any, Any, Any], command: list[bytes], began: int) -> bytes:
+    async def finish(self, client: Client, coro: Awaitable[Any], command: list[bytes], began: int) -> bytes:
         """The encoded reply of a lane's waiting request, once its handler is done; timed. One that
         got ``NotServing`` (this node stopped serving: it got no ID) runs again (``rerun``: here, or
         MOVED, which the entry node follows)."""
@@ -425,5 +470,7 @@ def _unstarted(lane: Lane) -> None:
     """Close the lane's waiting coroutine if nothing ever started it (its task was cancelled first):
     not "a coroutine that was never awaited"."""
     waiting, lane.waiting = lane.waiting, None
-    if waiting is not None and inspect.getcoroutinestate(waiting) == inspect.CORO_CREATED:
+    if isinstance(waiting, asyncio.Future):
+        waiting.cancel()  # its own future only: the generator's queue skips it, the others go on
+    elif asyncio.iscoroutine(waiting) and inspect.getcoroutinestate(waiting) == inspect.CORO_CREATED:
         waiting.close()

@@ -14,6 +14,20 @@ with ``--rounds`` rounds through pytest); here the timing bars are checked stric
 exit status is 0 only if every repetition had no violation and met every bar (`--bars-advisory`:
 no violation is enough; the suite runs the report so, since it never judges speed).
 
+``sigterm`` (issue 25): ``--rounds`` rounds (50 by default) of a SIGTERM at a random moment around a
+change of the layout (before it, while a node steps down, during its restart in the same process,
+after it; every fourth round on a node SIGSTOPped across the change), under load: each must end
+its node with the orderly stop and exit status 0 (tests/cluster/test_groups_change.py runs six).
+
+The partition drills (issue 25) cut nodes off with real network rules: etcd and every node run
+in a network namespace of their own, joined by veth pairs to a bridge (``support.netns``; root and
+``ip netns`` needed, else they are reported as not run). ``partition-primary``: the primary cut
+from etcd; ``partition-standby``: a standby cut from etcd; ``partition-all``: the primary cut from
+everything (etcd, the other nodes, the clients); ``partition-flap``: the primary cut from etcd for
+2-4 s and healed for 0.3-1 s, again and again for 30 s. Each faulted group's longest gap between
+IDs must stay within TTL + 1 s. Every namespace, link and rule is removed when the drill ends,
+whatever happened (and what a killed run left behind is removed at the next start).
+
 ``--groups N`` (issue 17) runs the drills on a cluster of N leadership groups (``march serve
 --groups N`` on every node): the faulted node is the one leading the most groups, and each
 summary adds one line per group (IDs, errors, longest gap between IDs, when a faulted group
@@ -44,12 +58,15 @@ from support.drills import (  # noqa: E402
     DRILLS,
     GROUP_DRILLS,
     LAYOUTS,
+    PARTITION_DRILLS,
     TAKEOVER_NAME_LEN,
     TAKEOVER_SEQUENCES,
     DrillEnv,
     DrillResult,
 )
+from support.netns import sweep, unavailable  # noqa: E402
 from support.races import RACE_ROUNDS  # noqa: E402
+from support.stops import SIGTERM_ROUNDS  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -113,7 +130,10 @@ def main() -> int:
     )
     ap.add_argument("--name-len", type=int, default=TAKEOVER_NAME_LEN, help="bytes per seeded name (default 200)")
     ap.add_argument(
-        "--rounds", type=int, default=RACE_ROUNDS, help=f"rounds of each race drill (default {RACE_ROUNDS})"
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"rounds of each race drill (default {RACE_ROUNDS}) and of the sigterm drill (default {SIGTERM_ROUNDS})",
     )
     ap.add_argument(
         "--groups",
@@ -143,6 +163,10 @@ def main() -> int:
             ap.error(f"{single} run with one group only; with --groups choose from {list(GROUP_DRILLS)}")
     wanted = args.drills or ([*DRILLS, *SUITE_RACES] if args.groups == 1 else list(GROUP_DRILLS))
     chosen = [d for d in wanted if d in DRILLS]
+    if any(d in PARTITION_DRILLS for d in chosen) and not unavailable():
+        left = sweep()  # namespaces and links of runs that died without cleaning up
+        if left:
+            say(f"removed what earlier drill runs left behind: {', '.join(left)}")
     suite_races = [d for d in wanted if d in SUITE_RACES]
 
     def on_signal(signum: int, _frame: object) -> NoReturn:
@@ -154,17 +178,26 @@ def main() -> int:
     results: list[DrillResult] = []
     failed: list[str] = []
     started = time.monotonic()
+
     # One environment per layout, each started once and stopped before the next.
-    layouts = list(dict.fromkeys(LAYOUTS[d] for d in chosen))
+    def layout(d: str) -> tuple[int, bool, bool]:
+        return (*LAYOUTS[d], d in PARTITION_DRILLS)
+
+    layouts = list(dict.fromkeys(layout(d) for d in chosen))
     tmp = tempfile.mkdtemp(prefix="march-drill-")
     try:
-        for members, proxies in layouts:
-            names = [d for d in chosen if LAYOUTS[d] == (members, proxies)]
-            base = Path(tmp) / f"etcd{members}{'-proxied' if proxies else ''}"
+        for members, proxies, netns in layouts:
+            names = [d for d in chosen if layout(d) == (members, proxies, netns)]
+            if netns and unavailable():
+                failed.append(f"{', '.join(names)}: no real partitions here ({unavailable()})")
+                say(f"cannot run {names}: {unavailable()}")
+                continue
+            base = Path(tmp) / f"etcd{members}{'-proxied' if proxies else ''}{'-netns' if netns else ''}"
             env = DrillEnv(
                 base, etcd_members=members, proxies=proxies, lease_ttl=args.ttl, rate=args.rate,
                 warmup_ops=args.ops, hold_ops=args.ops, out=None if args.quiet else say,
                 sequences=args.sequences, name_len=args.name_len, rounds=args.rounds, groups=args.groups,
+                netns=netns,
             )  # fmt: skip
             try:
                 try:
@@ -175,7 +208,9 @@ def main() -> int:
                     continue
                 say(
                     f"== etcd: {members} member(s) at {env.etcd.endpoints}"
-                    f"{' (each node through its own TCP proxy)' if proxies else ''}; march nodes "
+                    f"{' (each node through its own TCP proxy)' if proxies else ''}"
+                    + (f" (each process in a network namespace: {env.lab.describe()})" if env.lab else "")
+                    + "; march nodes "
                     + ", ".join(f"{n.node_id} {n.address}" for n in env.cluster.nodes)
                     + f"; {args.groups} leadership group(s); lease TTL {args.ttl}s; logs under {base}"
                 )
@@ -195,8 +230,9 @@ def main() -> int:
             finally:
                 env.stop()
         for name in suite_races:
-            say(f"-- {name}: {args.rounds} rounds ({SUITE_RACES[name]}, its own three-node cluster)")
-            if not run_suite_race(name, args.rounds):
+            rounds = args.rounds or RACE_ROUNDS
+            say(f"-- {name}: {rounds} rounds ({SUITE_RACES[name]}, its own three-node cluster)")
+            if not run_suite_race(name, rounds):
                 failed.append(f"{name}: a round broke an invariant (output above)")
     finally:
         bad = failed or any(

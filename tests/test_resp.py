@@ -582,9 +582,12 @@ def test_unauthenticated_limits() -> None:
     ten = [b"%d" % i for i in range(10)]
     big = b"x" * 16384
     assert locked().feed(mb(*ten) + mb(b"AUTH", big)) == [ten, [b"AUTH", big]]  # at the limits
-    # Redis' own limits come first (as in Redis): a count over max_args but not INT_MAX is unauthenticated.
+    # Redis' own limits come first (as in Redis): a count over max_args but not INT_MAX is unauthenticated,
+    # and so is a length over max_bulk but within Redis' 512 MiB; past that it is invalid.
     assert protocol_error([b"*100\r\n"], locked())[0] == "unauthenticated multibulk length"
-    assert protocol_error([b"*1\r\n$99999999\r\n"], locked(max_bulk=1 << 20))[0] == "invalid bulk length"
+    assert protocol_error([b"*1\r\n$99999999\r\n"], locked(max_bulk=1 << 20))[0] == "unauthenticated bulk length"
+    assert protocol_error([b"*1\r\n$536870913\r\n"], locked(max_bulk=1 << 20))[0] == "invalid bulk length"
+    assert protocol_error([b"*1\r\n$99999999\r\n"], RequestParser(1024, 1 << 20, 65536))[0] == "invalid bulk length"
 
 
 def test_unauthenticated_limits_apply_at_the_header() -> None:

@@ -2,7 +2,7 @@
 (commandstats, the latency histograms), which go to SLOWLOG and which waits to LATENCY, with the
 server's own counters, SLOWLOG, LATENCY monitor, command table and configuration.
 
-The client is stood for by ``Sender`` (what SLOWLOG shows of it: address, name, MULTI or not).
+The client is stood for by ``Sender`` (what SLOWLOG shows of it: address, name; and its last command).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import march.commands  # noqa: F401  (registers the commands: the stats are foun
 from march import config as config_module
 from march.commands.table import COMMANDS
 from march.config import Config
-from march.counters import CommandTable
+from march.counters import CommandStats, CommandTable
 from march.diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
 from march.timing import RequestTimer
 
@@ -24,7 +24,7 @@ MS = 1_000_000  # ns
 class Sender:
     addr: str = "127.0.0.1:5000"
     name: str = "app"
-    multi: list[list[bytes]] | None = None
+    cmd: CommandStats | None = None
 
 
 @dataclass
@@ -79,12 +79,14 @@ def test_a_mixed_read_is_counted_by_command_each_with_its_share() -> None:
     assert t.calls("get") == 1 and t.total_ns("get") == 1000
 
 
-def test_requests_refused_with_noauth_are_answered_but_take_no_time() -> None:
+def test_requests_refused_before_they_ran_are_answered_but_no_calls() -> None:
     t = timed(0)  # every request is slow: the refused one still is not
     t.timer.read([GET, INCR, INCR], 0, 3, 3000, 0, [0])
     get, incr = t.commands.by_name["get"], t.commands.by_name["incr"]
-    assert get.hist[0] == 1 and get.total_ns == 0  # (counted as answered, in the first slot)
-    assert incr.calls == 2 and incr.total_ns == 2000  # the two that ran share two thirds of the read
+    assert get.calls == 1 and get.total_ns == 1000  # answered, with its share (Prometheus sees it)
+    counts = get.since_reset()
+    assert counts.calls == 0 and counts.usec == 0 and sum(counts.hist) == 0  # but no call (INFO, LATENCY)
+    assert incr.calls == 2 and incr.total_ns == 2000 and incr.since_reset().calls == 2
     assert [e.args[0] for e in t.slowlog.entries] == [b"INCR", b"INCR"]
 
 
@@ -102,12 +104,25 @@ def test_slowlog_skips_unknown_commands_exec_and_requests_multi_queued() -> None
     t = timed(0)
     t.timer.read([[b"NOSUCH"], [b"EXEC"]], 0, 2, 2 * MS, 0, None)
     assert list(t.slowlog.entries) == []
-    t.sender.multi = []  # in MULTI: INCR is queued (logged when EXEC runs it)
+    t.timer.read([[b"MULTI"], INCR], 0, 2, MS, 0, [1])  # INCR queued: logged when EXEC runs it
+    assert [e.args for e in t.slowlog.entries] == [[b"MULTI"]]
+    assert t.commands.by_name["incr"].since_reset().calls == 0
     t.timer.read([INCR], 0, 1, MS, 0, None)
-    assert list(t.slowlog.entries) == []
-    t.sender.multi = None
-    t.timer.read([INCR], 0, 1, MS, 0, None)
-    assert [e.args for e in t.slowlog.entries] == [INCR]
+    assert [e.args for e in t.slowlog.entries] == [INCR, [b"MULTI"]]
+
+
+def test_a_containers_requests_count_in_their_subcommands() -> None:
+    t = timed()
+    listing, name = [b"CLIENT", b"LIST"], [b"client", b"setname", b"x"]
+    t.timer.read([listing, name, name, INCR, [b"Client", b"List"]], 0, 5, 5000, 0, None)
+    assert t.calls("client|list") == 2 and t.calls("client|setname") == 2 and t.calls("incr") == 1
+    assert t.calls("client") == 0
+    assert t.sender.cmd is t.commands.by_name["client|list"]  # the read's last request (CLIENT LIST cmd=)
+    t.timer.read([[b"CONFIG", b"RESETSTAT"]] * 3, 0, 3, 3000, 3, None)  # a run of one subcommand
+    assert t.calls("config|resetstat") == 3 and t.total_ns("config|resetstat") == 3000
+    t.timer.read([[b"CLIENT", b"NOSUCH"], [b"CLIENT"]], 0, 2, 2000, 0, None)
+    assert t.commands.unknown.calls == 1 and t.calls("client") == 1  # Redis counts an unknown subcommand nowhere
+    assert t.sender.cmd is t.commands.by_name["client"]
 
 
 def test_a_request_that_waited_is_a_wait_and_a_latency_event() -> None:
@@ -118,6 +133,14 @@ def test_a_request_that_waited_is_a_wait_and_a_latency_event() -> None:
     assert [e.duration_us for e in t.slowlog.entries] == [25_000]
     [(event, _, ms, worst)] = t.latency.latest()
     assert (event, ms, worst) == (COMMAND_WAIT, 25, 25)
+
+
+def test_a_request_refused_after_its_wait_is_no_call() -> None:
+    t = timed(0)
+    t.timer.waited(INCR, 25 * MS, throttled=False, skipped=True)  # MOVED once the promotion went elsewhere
+    stats = t.commands.by_name["incr"]
+    assert stats.calls == 1 and stats.waits == 1 and stats.since_reset().calls == 0
+    assert list(t.slowlog.entries) == []
 
 
 def test_an_auth_held_back_by_the_throttle_takes_no_time() -> None:

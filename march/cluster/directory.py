@@ -27,6 +27,15 @@
 - A node that steps down forgets that it led (``forget_me_as_leader``): until etcd says who leads
   now, it knows no primary (``CLUSTERDOWN``, empty ``CLUSTER SLOTS``), so cluster clients ask the
   other nodes instead of being sent back to it.
+- **A node cut off from etcd** (``out_of_touch``: its own lease must have ended there, a TTL and
+  etcd's expiry period after etcd last answered) no longer passes on what it last read: its
+  ``CLUSTER SLOTS`` name no primary, and a key request gets ``MOVED`` to another registered node
+  (each in turn) for a group this node led last it knew (the others, in touch with etcd, know who
+  leads it now, or answer ``CLUSTERDOWN`` until someone does), ``CLUSTERDOWN`` (``CUT_OFF``) for
+  the others. Before that point its old lease may still name it in etcd, so the other nodes would
+  send the client straight back: it answers ``CLUSTERDOWN`` for a group it led. So a client
+  library that follows ``MOVED`` (``redis-cli -c``, redis-py ``RedisCluster``) gets an ID from a
+  cut-off primary's address, and two nodes that both lost etcd never send a client back and forth.
 
 The directory never decides who leads (the election does) and never hands out anything.
 """
@@ -37,6 +46,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -138,8 +148,10 @@ class Directory:
         timeout: float,
         lease_ttl: int = 0,
         leader_keys: Sequence[tuple[bytes, bytes]] = (),
+        out_of_touch: Callable[[], float] = lambda: -math.inf,
     ) -> None:
         self.etcd = etcd
+        self.out_of_touch = out_of_touch  # ``LeaseKeeper.out_of_touch``: >= 0 once cut off from etcd for good
         self.keys = keys
         self.me = me
         self.clock = clock
@@ -159,6 +171,11 @@ class Directory:
         self._switch_pending = False  # the primary changed and the listeners have not been told
         self.ttl = lease_ttl  # this node's lease TTL, written in its record (how long a rival waits for it)
         self._rival: _Rival | None = None  # another lease holding this node's id, since when
+        # node id -> (the lease its record is under, clock time this node first read it so): how long
+        # each node has been back (``registered_for``); a node that rejoins comes back under a new lease
+        self._seen: dict[str, tuple[int, float]] = {}
+        self._led: set[int] = set()  # groups this node led, last it knew (it stepped down since)
+        self._turn = 0  # which other node a cut-off node sends the next client to
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -326,6 +343,9 @@ class Directory:
         if found.revision >= self.views[0].revision:
             self.views = views
             self.layout_record = layout
+            now, seen = self.clock.now(), self._seen
+            self._seen = {n: seen[n] if seen.get(n, (0,))[0] == lease else (lease, now) for n, lease in leases.items()}
+            self._led.clear()  # etcd just said who leads each group
             for g, topology in enumerate(views):
                 self._follow(g, topology)
         return views
@@ -358,12 +378,34 @@ class Directory:
             self._changed()  # something may have changed while the watch was down
             await self.clock.sleep(self.timeout)
 
+    def registered_for(self, node_id: str) -> float:
+        """Seconds since this node's reads first found ``node_id`` registered under the lease it is
+        under now (0 if it is not registered): a node back from a partition or a restart is back
+        under a new lease, so this says how long it has been back."""
+        seen = self._seen.get(node_id)
+        return 0.0 if seen is None else self.clock.now() - seen[1]
+
     def forget_me_as_leader(self, g: int = 0) -> None:
         """This node stepped down in group ``g``: until etcd says who leads it, no primary is known."""
         if self.views[g].leader == self.me.id:
             self.views[g] = dataclasses.replace(self.views[g], leader=None, leader_revision=0)
+            self._led.add(g)
 
     # --- what clients are told -------------------------------------------------------------------
+
+    @property
+    def cut_off(self) -> bool:
+        """Cut off from etcd for longer than this node's own lease can have lived there: what it last
+        read of who leads is no longer passed on (module docstring)."""
+        return self.out_of_touch() >= 0
+
+    def _another(self, tls: bool) -> str | None:
+        """The address of another registered node, each in turn (None if there is none)."""
+        others = sorted((n for n in self.views[0].staying().values() if n.id != self.me.id), key=lambda n: n.id)
+        if not others:
+            return None
+        self._turn = (self._turn + 1) % len(others)
+        return others[self._turn].seen_by(tls).addr
 
     def members(self, tls: bool = False, g: int = 0) -> tuple[NodeInfo | None, list[NodeInfo]]:
         """(primary, standbys) of group ``g`` from the last topology read, as a client with or without
@@ -371,7 +413,7 @@ class Directory:
         topology = self.views[g]
         nodes = dict(topology.nodes)
         nodes.setdefault(self.me.id, self.me)
-        primary = nodes.get(topology.leader) if topology.leader is not None else None
+        primary = nodes.get(topology.leader) if topology.leader is not None and not self.cut_off else None
         standbys = sorted((n for n in nodes.values() if primary is None or n.id != primary.id), key=lambda n: n.id)
         return (primary.seen_by(tls) if primary else None), [n.seen_by(tls) for n in standbys]
 
@@ -379,6 +421,11 @@ class Directory:
         """The error for a key request of group ``g`` this node cannot serve: MOVED to the group's
         primary, or retry later."""
         topology = self.views[g]
+        if self.cut_off:
+            other = self._another(tls) if g in self._led or topology.leader == self.me.id else None
+            if other is not None:  # the nodes in touch with etcd know who leads it now
+                return CommandError(errors.MOVED.format(key_slot(key), other))
+            return CommandError(errors.CLUSTERDOWN_CUT_OFF)
         primary = topology.primary
         if primary is None:
             return CommandError(errors.CLUSTERDOWN if topology.leader is None else errors.TRYAGAIN_NO_PRIMARY)

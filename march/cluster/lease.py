@@ -14,6 +14,12 @@ expire the lease, whatever the reply's delay; the margin covers clock-rate diffe
 deadline only moves forward. Listeners hear of every renewal (``on_renewed(deadline)``) and of a
 lease etcd says is gone (``on_gone()``); the serving state and the election subscribe. The clock
 is injected (``march.clock``).
+
+``out_of_touch()`` says how long ago the lease must have ended in etcd if this node has heard
+nothing from etcd since its last answer (a TTL after it, plus etcd's expiry period): what a node
+cut off from etcd tells its clients depends on it (``march.cluster.directory``). It is a hint for
+what clients are told, never a reason to serve: a keep-alive whose answer was lost may have
+renewed the lease later.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ..store.base import StoreError
 log = logging.getLogger("march.cluster")
 
 _RETRY = 0.1  # seconds after a failed keep-alive: etcd may answer again any moment, and one is cheap
+_EXPIRY_PERIOD = 0.5  # etcd removes expired leases on a timer of this period (its lessor's revoke loop)
 
 
 class LeaseKeeper:
@@ -41,6 +48,7 @@ class LeaseKeeper:
         self.deadline = -math.inf
         self.failures = 0  # keep-alives failed in a row
         self.failures_total = 0  # keep-alives failed since the node started (a metric)
+        self.answered = -math.inf  # clock time etcd last answered about the lease (granted, renewed, gone)
         self._renewed: list[Callable[[float], None]] = []
         self._gone: list[Callable[[], None]] = []
 
@@ -53,12 +61,20 @@ class LeaseKeeper:
     def remaining(self) -> float:
         return max(0.0, self.deadline - self.clock.now())
 
+    def out_of_touch(self) -> float:
+        """Seconds since this node's lease must have ended in etcd, counted from etcd's last answer
+        (a TTL, then etcd's expiry period); negative while it may live, -inf before etcd ever answered."""
+        if self.answered == -math.inf:
+            return -math.inf
+        return self.clock.now() - (self.answered + self.ttl + _EXPIRY_PERIOD)
+
     async def ensure(self) -> None:
         """Grant a lease if there is none."""
         if self.id:
             return
         sent = self.clock.now()
         lease, granted = await self.etcd.grant(self.ttl, self.ttl / 3)
+        self.answered = self.clock.now()
         self.id = lease
         self.deadline = -math.inf
         log.info("lease %x granted (ttl %ds)", lease, granted)
@@ -79,6 +95,7 @@ class LeaseKeeper:
                 log.warning("keep-alive failed (%d in a row): %s", self.failures, exc)
             return
         self.failures = 0
+        self.answered = self.clock.now()
         if lease != self.id:
             return  # replaced meanwhile
         if remaining <= 0:

@@ -54,6 +54,11 @@ log = logging.getLogger("march.cluster")
 # Seconds between looks while CLUSTER FAILOVER waits to serve the group it asked for (a group changes
 # hands in milliseconds; the wait is bounded by the command's timeout).
 _TAKEOVER_POLL = 0.02
+# Rebalancing hands a group only to a node registered (under its current lease) for this many lease
+# TTLs: a node back from a partition a moment ago is the likeliest to drop out again, and a group
+# handed to a node that cannot take it over is served by nobody until the others' TTL of patience
+# with the chosen node runs out (the flapping partition drill: gaps of 3 s at TTL 2 s, issue 25).
+SETTLE_TTLS = 2
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,7 @@ class ClusterMember:
             timeout=ttl / 3,
             lease_ttl=ttl,
             leader_keys=[(g.leader, g.handoff) for g in groups],
+            out_of_touch=self.lease.out_of_touch,
         )
         self.control = control_etcd
         self.keys = keys
@@ -231,7 +237,10 @@ class ClusterMember:
         elif now < self._rebalanced_at + self.ttl:
             return
         else:
-            move = balance.next_handover({g: v.leader for g, v in enumerate(views)}, list(nodes), self.me.id)
+            # Only nodes back for a while take part (while one still settling leads a group, nothing
+            # moves until it has settled).
+            settled = [n for n in nodes if n == me or self.directory.registered_for(n) >= SETTLE_TTLS * self.ttl]
+            move = balance.next_handover({g: v.leader for g, v in enumerate(views)}, settled, self.me.id)
         if move is None:
             return
         g, target = move

@@ -259,17 +259,29 @@ def _info_fields(ok: bool, assigned: int, known: int, size: int, epoch: int, my_
     return "".join(f"{k}:{v}\r\n" for k, v in fields)
 
 
+_NONDET = ("nondeterministic_output",)  # Redis' tip for the topology replies
+
 container(
     "cluster",
     ("stale",),
     ("@slow", "@app"),  # read-only topology: what every cluster client asks first
     (
         Subcommand(
-            "slots", 2, "The slot ranges and the nodes that serve them (the primary owns 0-16383).", _cluster_slots
+            "slots",
+            2,
+            "The slot ranges and the nodes that serve them (the primary owns 0-16383).",
+            _cluster_slots,
+            tips=_NONDET,
         ),
-        Subcommand("shards", 2, "The shard (one: the primary and its standbys) with its nodes.", _cluster_shards),
-        Subcommand("nodes", 2, "The nodes in CLUSTER NODES text format.", _cluster_nodes),
-        Subcommand("info", 2, "Cluster state: ok while a primary is known.", _cluster_info),
+        Subcommand(
+            "shards",
+            2,
+            "The shard (one: the primary and its standbys) with its nodes.",
+            _cluster_shards,
+            tips=_NONDET,
+        ),
+        Subcommand("nodes", 2, "The nodes in CLUSTER NODES text format.", _cluster_nodes, tips=_NONDET),
+        Subcommand("info", 2, "Cluster state: ok while a primary is known.", _cluster_info, tips=_NONDET),
         Subcommand("myid", 2, "This node's id.", _cluster_myid),
         Subcommand("keyslot", 3, "The hash slot of a key (CRC16 with hash tags).", _cluster_keyslot, "KEYSLOT <key>"),
         Subcommand(

@@ -30,10 +30,10 @@ from ..resp import Verbatim
 from ..version import REDIS_COMPAT_VERSION
 from .args import Args, parse_int
 from .permissions import refuse
-from .table import Secrets, Subcommand, command, container
+from .table import Arg, Secrets, Subcommand, command, container
 
 if TYPE_CHECKING:
-    from ..app import Connected
+    from ..app import App, Connected
     from ..client import Client
 
 log = logging.getLogger("march")
@@ -52,7 +52,17 @@ _handshake = partial(
 )
 
 
-@command("ping", -1, ("fast", "stale"), _CONN, summary="Reply PONG, or the message given.", group="connection")
+@command(
+    "ping",
+    -1,
+    ("fast", "stale"),
+    _CONN,
+    summary="Reply PONG, or the message given.",
+    group="connection",
+    tips=("request_policy:all_shards", "response_policy:all_succeeded"),
+    complexity="O(1)",
+    arguments=(Arg("message", "string", flags=("optional",)),),
+)
 def ping(client: Client, args: list[bytes]) -> Any:
     cursor = Args(args)
     message = cursor.next() if cursor.more() else None
@@ -62,31 +72,42 @@ def ping(client: Client, args: list[bytes]) -> Any:
     return "PONG" if message is None else message
 
 
-@command("echo", 2, ("fast",), _CONN, summary="Reply the message given.", group="connection", hot=True)
+@command(
+    "echo",
+    2,
+    ("loading", "stale", "fast"),
+    _CONN,
+    summary="Reply the message given.",
+    group="connection",
+    hot=True,
+    complexity="O(1)",
+    arguments=(Arg("message", "string"),),
+)
 def echo(client: Client, args: list[bytes]) -> Any:
     return args[1]
 
 
-def _authenticate(client: Client, name: bytes, password: bytes) -> Any:
+def _authenticate(client: Client, name: bytes, password: bytes, via: str = "auth") -> Any:
     """AUTH name password: "OK", WRONGPASS, or (throttled, see ``auth.AuthThrottle``) a coroutine
-    that waits for this attempt's turn and then answers one of them."""
+    that waits for this attempt's turn and then answers one of them. ``via``: the command (``auth``,
+    ``hello``), as ACL LOG shows it."""
     app = client.app
     if not app.users.loaded:
         raise CommandError(errors.CLUSTERDOWN)  # nobody is known yet (etcd has not answered since the start)
     username = name.decode("utf-8", "replace")
     host = client.addr.rpartition(":")[0]
     if app.auth_throttle.repeated(host, username, password):  # a retry of a mistake (redis-py's): no new guess
-        return _check(client, username, password, repeat=True)
+        return _check(client, username, password, via, repeat=True)
     wait = app.auth_throttle.admit(host, username)
     if wait is None:  # others from this address (or for this user) are queued far ahead: not even checked
-        _failed(client, username, logged=False)  # (unchecked: a flood of these writes no log lines)
+        _failed(client, username, via, logged=False)  # (unchecked: a flood of these writes no log lines)
         raise CommandError(errors.AUTH_THROTTLED)
     if wait > 0:
-        return _check_later(client, username, password, wait)
-    return _check(client, username, password)
+        return _check_later(client, username, password, wait, via)
+    return _check(client, username, password, via)
 
 
-def _check(client: Client, username: str, password: bytes, repeat: bool = False) -> str:
+def _check(client: Client, username: str, password: bytes, via: str, repeat: bool = False) -> str:
     """Check the password now. ``repeat``: a wrong password this address tried for this user lately
     (``AuthThrottle.repeated``), checked at once (it may be right by now) and counted nowhere in the
     throttle."""
@@ -100,29 +121,30 @@ def _check(client: Client, username: str, password: bytes, repeat: bool = False)
         return "OK"
     if not repeat:
         app.auth_throttle.failed(host, username, password)
-    _failed(client, username, logged=not repeat)
+    _failed(client, username, via, logged=not repeat)
     raise CommandError(errors.WRONGPASS)
 
 
-def _failed(client: Client, username: str, logged: bool = True) -> None:
+def _failed(client: Client, username: str, via: str, logged: bool = True) -> None:
     """Count, record (ACL LOG) and log (not every one) a failed AUTH; never the password."""
     app = client.app
     client.auth_failures += 1
     app.stats.denied_auth += 1
-    app.acl_log.add("auth", "multi" if client.multi is not None else "toplevel", "AUTH", username, client.info_line())
+    context = "multi" if client.multi is not None or client.executing else "toplevel"
+    app.acl_log.add("auth", context, "AUTH", username, client.info_line(via))
     failures = client.auth_failures
     if logged and (failures == 1 or failures % 100 == 0):
         log.warning("AUTH failed for user %r from %s (%d on this connection)", username, client.addr, failures)
 
 
-async def _check_later(client: Client, username: str, password: bytes, wait: float) -> str:
+async def _check_later(client: Client, username: str, password: bytes, wait: float, via: str) -> str:
     """This attempt's turn comes after ``wait`` seconds (this connection waits, others don't)."""
     try:
         await asyncio.sleep(wait)
     except BaseException:  # the connection went away before its turn
         client.app.auth_throttle.abandoned(client.addr.rpartition(":")[0], username)
         raise
-    return _check(client, username, password)
+    return _check(client, username, password, via)
 
 
 @_handshake(
@@ -171,7 +193,7 @@ def hello(client: Client, args: list[bytes]) -> Any:
     if name is not None:
         _check_name(name)  # before anything changes
     if auth_pair is not None:
-        result = _authenticate(client, *auth_pair)
+        result = _authenticate(client, *auth_pair, via="hello")
         if result != "OK":  # its turn comes later (throttled): the rest of HELLO after it
             return _hello_after(client, result, proto, name)
     return _hello_rest(client, proto, name)
@@ -202,7 +224,14 @@ def _hello_rest(client: Client, proto: int, name: bytes | None) -> Any:
 
 
 @command(
-    "select", 2, ("loading", "stale", "fast"), _CONN, summary="Select database 0 (the only one).", group="connection"
+    "select",
+    2,
+    ("loading", "stale", "fast"),
+    _CONN,
+    summary="Select database 0 (the only one).",
+    group="connection",
+    complexity="O(1)",
+    arguments=(Arg("index", "integer"),),
 )
 def select(client: Client, args: list[bytes]) -> Any:
     if Args(args).integer() != 0:
@@ -245,8 +274,9 @@ def _set_name(client: Client, name: bytes) -> None:
 # [TYPE type | ID id...], CLIENT KILL addr (the old form: may close the caller) or CLIENT KILL
 # <filter value>... with ID, ADDR, LADDR, TYPE, USER and SKIPME (default yes: the caller is spared
 # unless SKIPME no); every filter is checked before anyone is closed, so a bad one closes nobody.
-# A caller that closes itself gets its reply first (``close_after``). Every March connection is of
-# type ``normal`` (there are no replicas, masters or pub/sub clients): ``TYPE master`` matches none.
+# A caller that closes itself gets its reply first (``close_after``). A March connection is of type
+# ``pubsub`` while it has subscriptions, else ``normal`` (a MONITOR too, as in Redis); there are no
+# replica or master connections: ``TYPE master`` matches none. The lines are ``Client.info_line``'s.
 #
 # CLIENT LIST grows with the clients: its lines are counted against what the caller's output buffer
 # may still take (``Client.reply_room``) as they are made, and the reply is refused
@@ -258,6 +288,7 @@ _CLIENT_TYPES = (b"normal", b"master", b"replica", b"slave", b"pubsub")  # Redis
 
 _CLIENT_ADMIN = ("@admin", "@slow", "@dangerous", "@connection")  # as in Redis: listing and closing others
 _CLIENT_FLAGS = ("noscript", "loading", "stale")
+_NONDET = ("nondeterministic_output",)  # Redis' tip for CLIENT LIST and CLIENT INFO
 
 
 def _client_id(client: Client, args: list[bytes]) -> Any:
@@ -289,7 +320,20 @@ def _client_setinfo(client: Client, args: list[bytes]) -> Any:
 
 
 def _client_info(client: Client, args: list[bytes]) -> Any:
-    return Verbatim(client.info_line() + "\n")
+    return Verbatim(client.info_line("client|info", args) + "\n")
+
+
+def _client_type(kind: bytes) -> str:
+    """The connection type a TYPE filter names (Redis' names; ``replica`` and ``slave`` are one)."""
+    low = kind.lower()
+    if low not in _CLIENT_TYPES:
+        raise CommandError(errors.CLIENT_TYPE.format(kind.decode("utf-8", "replace")))
+    return "replica" if low == b"slave" else low.decode()
+
+
+def _type_of(app: App, c: Connected) -> str:
+    """A connection's type, as Redis tells it: ``pubsub`` while it has subscriptions, else ``normal``."""
+    return "pubsub" if c.id in app.pubsub.subscribers else "normal"
 
 
 def _client_flag(client: Client, args: list[bytes]) -> Any:
@@ -304,24 +348,22 @@ def _client_list(client: Client, args: list[bytes]) -> Any:
     if not option:
         targets = list(app.clients.values())
     elif option == b"type" and len(cursor) == 1:
-        kind = cursor.next()
-        if kind.lower() not in _CLIENT_TYPES:
-            raise CommandError(errors.CLIENT_TYPE.format(kind.decode("utf-8", "replace")))
-        targets = list(app.clients.values()) if kind.lower() == b"normal" else []
+        kind = _client_type(cursor.next())
+        targets = [c for c in app.clients.values() if _type_of(app, c) == kind]
     elif option == b"id" and cursor.more():
         ids = [parse_int(a, errors.CLIENT_LIST_ID) for a in cursor.rest()]  # all checked before any line
         targets = [c for c in map(app.clients.get, ids) if c is not None]  # in the order asked, as Redis
     else:
         raise CommandError(errors.SYNTAX)
     if len(targets) <= _LIST_SLICE:
-        lines = _Lines(client)
+        lines = _Lines(client, args)
         lines.add(targets)
         return lines.reply()
-    return _list_sliced(client, targets)
+    return _list_sliced(client, targets, args)
 
 
-async def _list_sliced(client: Client, targets: list[Connected]) -> Any:
-    lines = _Lines(client)
+async def _list_sliced(client: Client, targets: list[Connected], args: list[bytes]) -> Any:
+    lines = _Lines(client, args)
     for start in range(0, len(targets), _LIST_SLICE):
         if start:
             await asyncio.sleep(0)  # let other connections run between slices
@@ -332,15 +374,16 @@ async def _list_sliced(client: Client, targets: list[Connected]) -> Any:
 class _Lines:
     """CLIENT LIST's reply as it is made, refused as soon as it would pass the caller's output limit."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, args: list[bytes]) -> None:
         self.client = client
+        self.args = args  # the caller's own CLIENT LIST (its line shows it running, as Redis')
         self.room = client.reply_room()
         self.size = 0
         self.parts: list[str] = []
 
     def add(self, clients: list[Connected]) -> None:
         for c in clients:
-            line = c.info_line() + "\n"
+            line = (c.info_line("client|list", self.args) if c is self.client else c.info_line()) + "\n"
             self.size += len(line) if line.isascii() else len(line.encode())
             if self.size > self.room:
                 raise CommandError(errors.CLIENT_LIST_TOO_LARGE.format(self.client.app.config.max_output_buffer))
@@ -358,12 +401,12 @@ class _KillFilter:
     addr: str | None = None
     laddr: str | None = None
     user: str | None = None
-    normal: bool = True  # TYPE: every March connection is normal; TYPE master/replica/pubsub matches none
+    type: str = ""  # TYPE (``_client_type``): "" any; master and replica match none
     skipme: bool = True
 
     def matches(self, caller: Client, c: Connected) -> bool:
         return (
-            self.normal
+            (not self.type or self.type == _type_of(caller.app, c))
             and (not self.id or c.id == self.id)
             and (self.addr is None or c.addr == self.addr)
             and (self.laddr is None or c.laddr == self.laddr)
@@ -380,10 +423,7 @@ def _kill_filter(client: Client, args: list[bytes]) -> _KillFilter:
         if option == b"id":
             chosen.id = cursor.integer(errors.CLIENT_ID, low=1)
         elif option == b"type":
-            kind = cursor.next()
-            if kind.lower() not in _CLIENT_TYPES:
-                raise CommandError(errors.CLIENT_TYPE.format(kind.decode("utf-8", "replace")))
-            chosen.normal = kind.lower() == b"normal"
+            chosen.type = _client_type(cursor.next())
         elif option == b"addr":
             chosen.addr = cursor.text()
         elif option == b"laddr":
@@ -435,7 +475,7 @@ container(
             "SETINFO <LIB-NAME|LIB-VER> <value>",
             flags=_CLIENT_FLAGS,
         ),
-        Subcommand("info", 2, "One line about this connection.", _client_info, flags=_CLIENT_FLAGS),
+        Subcommand("info", 2, "One line about this connection.", _client_info, flags=_CLIENT_FLAGS, tips=_NONDET),
         Subcommand(
             "list",
             -2,
@@ -444,6 +484,7 @@ container(
             "LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB) | ID <id> [<id> ...]]",
             categories=_CLIENT_ADMIN,
             flags=("admin", *_CLIENT_FLAGS),
+            tips=_NONDET,
         ),
         Subcommand(
             "kill",

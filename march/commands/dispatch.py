@@ -36,17 +36,16 @@ one name the table does not know but this module does, ``MARCH.LINK``, is the fo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..errors import CommandError
+from ..errors import CommandError, Rejected
 from ..generators.base import NotServing
 from ..store.base import StoreError, StoreFull, StoreRejected
 from .forward import forward, forwards, is_link_command, link_command
 from .permissions import refuse
-from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted
+from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -67,51 +66,56 @@ def call(client: Client, args: list[bytes]) -> Any:
             raise errors.unknown_command(args)
     a = spec.arity
     if (len(args) != a) if a > 0 else (len(args) < -a):
-        raise reject(client, spec, errors.wrong_arity(spec.name))
+        raise reject(client, spec, errors.wrong_arity(spec.name), args)
     if spec.subcommands:
         try:
             check_container(client, spec, args)
         except CommandError as exc:
-            raise reject(client, spec, exc) from None
+            raise reject(client, spec, exc, args) from None
     if not client.authenticated and "no_auth" not in spec.flags:
         # A cluster node that has not read its users yet (etcd unreachable since it started) knows
         # nobody: it cannot serve, like a node with no primary, rather than ask for a password.
-        raise reject(client, spec, CommandError(errors.NOAUTH if client.app.users.loaded else errors.CLUSTERDOWN))
+        raise reject(client, spec, CommandError(errors.NOAUTH if client.app.users.loaded else errors.CLUSTERDOWN), args)
     if client.multi is not None and "no_multi" in spec.flags:
-        raise reject(client, spec, CommandError(errors.NOT_IN_MULTI))
+        raise reject(client, spec, CommandError(errors.NOT_IN_MULTI), args)
     if client.user.checked(spec) and "no_auth" not in spec.flags:
         denied = client.user.denial(spec, args)
         if denied is not None:
-            raise reject(client, spec, refuse(client, *denied))
+            sub = spec.subcommand(args)
+            raise reject(client, spec, refuse(client, *denied, f"{spec.name}|{sub}" if sub else spec.name), args)
     if spec.primary and spec.keys[1] != spec.keys[0] and len(client.app.groups) > 1:
         try:  # several keys: all in one group, or CROSSSLOT (before any MOVED, as in Redis)
             client.app.groups.check_one(args[i] for i in spec.key_positions(len(args)))
         except CommandError as exc:
-            raise reject(client, spec, exc) from None
+            raise reject(client, spec, exc, args) from None
     if spec.primary and not (group := route(client, spec, args)).serving:
         if client.multi is None and group.in_transition:
             return rerun(client, args)
         if not forwards(client):
-            raise reject(client, spec, moved(client, spec, args))
+            raise reject(client, spec, moved(client, spec, args), args)
         if client.multi is None:
             return forward(client, spec, args)
         # inside MULTI it is queued: EXEC forwards the whole transaction (``commands.forward``)
     monitors = client.app.monitors.feeds
     if monitors and client.id in monitors and _keyspace(spec):
-        raise reject(client, spec, CommandError(errors.MONITOR_KEYSPACE))
+        raise reject(client, spec, CommandError(errors.MONITOR_KEYSPACE), args)
     subscribers = client.app.pubsub.subscribers
     if subscribers and client.proto == 2 and client.id in subscribers and spec.name not in _SUBSCRIBED_MAY:
         sub = spec.subcommand(args)
-        raise reject(
-            client, spec, CommandError(errors.PUBSUB_CONTEXT.format(f"{spec.name}|{sub}" if sub else spec.name))
-        )
+        why = errors.PUBSUB_CONTEXT.format(f"{spec.name}|{sub}" if sub else spec.name)
+        raise reject(client, spec, CommandError(why), args)
     if client.multi is not None and spec.queued:
         if len(client.multi) >= client.app.config.max_multi_commands:
-            raise reject(client, spec, CommandError(errors.MULTI_TOO_LONG.format(client.app.config.max_multi_commands)))
+            raise reject(
+                client, spec, CommandError(errors.MULTI_TOO_LONG.format(client.app.config.max_multi_commands)), args
+            )
         client.multi.append(args)
-        client.app.metrics.commands.of(spec.name.encode()).queued += 1  # a call when EXEC runs it
-        return "QUEUED"
+        client.multi_mem += sum(map(len, args))  # (CLIENT LIST multi-mem)
+        return QUEUED  # no call until EXEC runs it (the connection counts it apart: ``timing``)
     return spec.handler(client, args)
+
+
+QUEUED = "QUEUED"  # a request MULTI queued: no call until EXEC runs it (the connection tells by identity)
 
 
 # What a RESP2 connection with subscriptions may run, as in Redis (its replies would be read as messages).
@@ -165,9 +169,9 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
     if not group.serving:
         if forwards(client):
             return await forward(client, spec, args)
-        raise reject(client, spec, moved(client, spec, args))
+        raise reject(client, spec, moved(client, spec, args), args)
     result = call(client, args)
-    if asyncio.iscoroutine(result):
+    if waits(result):
         try:
             return await result
         except NotServing:
@@ -177,19 +181,22 @@ async def rerun(client: Client, args: list[bytes]) -> Any:
     return result
 
 
-def reject(client: Client, spec: CommandSpec, error: CommandError) -> CommandError:
-    """A request refused before it ran: counted as rejected (INFO commandstats), not as a call. As
-    in Redis, inside MULTI it dooms the transaction, and a refused EXEC discards it:
-    ``EXECABORT Transaction discarded because of: <why>``."""
-    client.app.metrics.commands.of(spec.name.encode()).rejected += 1
+def reject(client: Client, spec: CommandSpec, error: CommandError, args: list[bytes]) -> Rejected:
+    """A request refused before it ran: counted as rejected (INFO commandstats, in its subcommand's
+    counters for a container; an unknown subcommand nowhere, as Redis), not as a call; one EXEC
+    reaches and refuses (its permission revoked since MULTI) is no rejection either, as in Redis
+    (``transactions._run`` counts its error). As in Redis, inside MULTI it dooms the transaction,
+    and a refused EXEC discards it: ``EXECABORT Transaction discarded because of: <why>``."""
+    if not client.executing:
+        client.app.metrics.commands.of_request(args).rejected += 1
     if spec.name == "exec":
         client.multi = None
         client.multi_error = False
         why = error.message[4:] if error.message.startswith("ERR ") else error.message
-        return CommandError(errors.EXECABORT_BECAUSE.format(why))
+        return Rejected(errors.EXECABORT_BECAUSE.format(why))
     if client.multi is not None:
         client.multi_error = True
-    return error
+    return Rejected(error.message)
 
 
 def route(client: Client, spec: CommandSpec, args: list[bytes]) -> Group:

@@ -59,7 +59,7 @@ from ..group import Groups
 from ..keyspace import PAGE, Selection, sift
 from .args import Args, parse_int
 from .permissions import may_create
-from .table import command
+from .table import KEY, KEYS, Arg, command
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -82,6 +82,9 @@ _key_query = partial(
     hot=True,
     group="generic",
     key_access="",  # looks at whether the key exists, not at its value (ACL: any matching pattern)
+    tips=("nondeterministic_output",),  # (TTL, PTTL: TYPE has none)
+    complexity="O(1)",
+    arguments=KEY,
 )
 
 
@@ -110,12 +113,25 @@ def _watermark(gen: Generator | None) -> bytes | None:
     hot=True,
     summary="Watermark W: every ID handed out before is <= W, every later one > W; nil if unknown.",
     group="string",
+    complexity="O(1)",
+    arguments=KEY,
 )
 def get(client: Client, args: list[bytes]) -> Any:
     return _on_key(client, args[1], _watermark)
 
 
-@command("mget", -2, ("readonly", "fast"), _READ, keys=(1, -1, 1), summary="GET for several keys.", group="string")
+@command(
+    "mget",
+    -2,
+    ("readonly", "fast"),
+    _READ,
+    keys=(1, -1, 1),
+    summary="GET for several keys.",
+    group="string",
+    tips=("request_policy:multi_shard",),
+    complexity="O(N) where N is the number of keys to retrieve.",
+    arguments=KEYS,
+)
 def mget(client: Client, args: list[bytes]) -> Any:
     gens = client.generators
     if all(key in gens for key in args[1:]):
@@ -148,6 +164,8 @@ async def _mget(client: Client, keys: list[bytes]) -> list[bytes | None]:
     keys=(1, 1, 1),
     summary="SET key N [NX]: raise the floor so the next ID is > N (never backwards).",
     group="string",
+    complexity="O(1)",
+    arguments=(*KEY, Arg("value", "integer"), Arg("nx", "pure-token", token="NX", flags=("optional",))),
 )
 def set_(client: Client, args: list[bytes]) -> Any:
     cursor = Args(args)
@@ -182,6 +200,9 @@ async def _set(client: Client, key: bytes, floor: int, nx: bool) -> Any:
     key_access="",
     summary="How many of the keys are sequences.",
     group="generic",
+    tips=("request_policy:multi_shard", "response_policy:agg_sum"),
+    complexity="O(N) where N is the number of keys to check.",
+    arguments=KEYS,
 )
 def exists(client: Client, args: list[bytes]) -> Any:
     gens = client.generators
@@ -194,7 +215,7 @@ async def _exists(client: Client, keys: list[bytes]) -> int:
     return sum(1 for gen in await _activate_all(client, keys) if gen is not None)
 
 
-@_key_query("type", 2, summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.")
+@_key_query("type", 2, summary="'string' for a sequence (INCR and GET work on it), 'none' otherwise.", tips=())
 def type_(client: Client, args: list[bytes]) -> Any:
     return _on_key(client, args[1], lambda gen: "none" if gen is None else "string")
 
@@ -217,6 +238,10 @@ def pttl(client: Client, args: list[bytes]) -> Any:
     primary=True,
     summary="Every sequence name matching a glob pattern, in byte order.",
     group="generic",
+    tips=("request_policy:all_shards", "nondeterministic_output_order"),
+    complexity="O(N) with N being the number of keys in the database, under the assumption that the key names in "
+    "the database and the given pattern have limited length.",
+    arguments=(Arg("pattern", "pattern"),),
 )
 def keys(client: Client, args: list[bytes]) -> Any:
     return list_names(client, args[1])
@@ -304,6 +329,7 @@ def _common_prefix(prefixes: list[bytes]) -> bytes:
     primary=True,
     summary="SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]: iterate over sequence names.",
     group="generic",
+    tips=("nondeterministic_output", "request_policy:special"),
 )
 def scan(client: Client, args: list[bytes]) -> Any:
     request = Args(args)
@@ -362,6 +388,8 @@ async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> 
     primary=True,
     summary="How many sequences exist.",
     group="server",
+    tips=("request_policy:all_shards", "response_policy:agg_sum"),
+    complexity="O(1)",
 )
 def dbsize(client: Client, args: list[bytes]) -> Any:
     groups = client.app.groups

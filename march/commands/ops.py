@@ -34,7 +34,7 @@ from ..diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
 from ..resp import Verbatim
 from .args import Args
 from .server import NO_REPLY
-from .table import Subcommand, command, container
+from .table import Subcommand, command, container, lookup_full
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -45,6 +45,13 @@ if TYPE_CHECKING:
 _ADMIN = ("@admin", "@slow", "@dangerous")
 _FLAGS = ("admin", "noscript", "loading", "stale")
 _SUB_FLAGS = ("admin", "loading", "stale")  # SLOWLOG's subcommands (no noscript, as Redis)
+# Redis' tips: each node answers for itself (a cluster client asks every node), reports vary
+_ALL_NODES, _ALL_SUCCEEDED, _NONDET = (
+    "request_policy:all_nodes",
+    "response_policy:all_succeeded",
+    "nondeterministic_output",
+)
+_REPORT = (_NONDET, _ALL_NODES, "response_policy:special")
 
 
 class _MonitorStarted:
@@ -97,6 +104,7 @@ container(
             ),
             categories=_ADMIN,
             flags=_SUB_FLAGS,
+            tips=(_ALL_NODES, _NONDET),
         ),
         Subcommand(
             "len",
@@ -106,6 +114,7 @@ container(
             help=("Return the length of the slowlog.",),
             categories=_ADMIN,
             flags=_SUB_FLAGS,
+            tips=(_ALL_NODES, "response_policy:agg_sum", _NONDET),
         ),
         Subcommand(
             "reset",
@@ -115,6 +124,7 @@ container(
             help=("Reset the slowlog.",),
             categories=_ADMIN,
             flags=_SUB_FLAGS,
+            tips=(_ALL_NODES, _ALL_SUCCEEDED),
         ),
     ),
     summary="SLOWLOG GET [count] | LEN | RESET | HELP: this node's slowest requests (slowlog_log_slower_than).",
@@ -184,6 +194,7 @@ container(
             help=("Return a human readable latency analysis report.",),
             categories=_ADMIN,
             flags=_FLAGS,
+            tips=_REPORT,
         ),
         Subcommand(
             "history",
@@ -194,6 +205,7 @@ container(
             ("Return time-latency samples for the <event> class.",),
             categories=_ADMIN,
             flags=_FLAGS,
+            tips=_REPORT,
         ),
         Subcommand(
             "latest",
@@ -203,6 +215,7 @@ container(
             help=("Return the latest latency samples for all events.",),
             categories=_ADMIN,
             flags=_FLAGS,
+            tips=_REPORT,
         ),
         Subcommand(
             "reset",
@@ -216,6 +229,7 @@ container(
             ),
             categories=_ADMIN,
             flags=_FLAGS,
+            tips=(_ALL_NODES, _ALL_SUCCEEDED),
         ),
         Subcommand(
             "histogram",
@@ -232,6 +246,7 @@ container(
             ),
             categories=_ADMIN,
             flags=_FLAGS,
+            tips=_REPORT,
         ),
     ),
     summary="LATENCY LATEST | HISTORY event | RESET [event...] | DOCTOR | HISTOGRAM [command...] | HELP: "
@@ -264,12 +279,24 @@ def _doctor(client: Client) -> str:
 
 
 def _histograms(client: Client, names: list[bytes]) -> dict[bytes, Any]:
+    """Each command's and subcommand's (``client|list``) latencies since CONFIG RESETSTAT, as Redis:
+    the calls only (not the requests refused before they ran), every command with calls, or those
+    named (a container named: each of its subcommands)."""
     table = client.app.metrics.commands
-    wanted = None if not names else {n.decode("utf-8", "replace").lower() for n in names}
+    if names:
+        wanted: list[str] = []
+        for found in filter(None, map(lookup_full, names)):
+            spec, sub = found
+            wanted += (
+                [f"{spec.name}|{sub.name}"]
+                if sub
+                else [spec.name, *(f"{spec.name}|{s.name}" for s in spec.subcommands)]
+            )
+        chosen = [table.by_name[name] for name in wanted if name in table.by_name]
+    else:
+        chosen = [stats for stats in table.all() if stats is not table.unknown]
     out: dict[bytes, Any] = {}
-    for stats in table.all():
-        if stats is table.unknown or (wanted is not None and stats.name not in wanted):
-            continue
+    for stats in chosen:
         counts = stats.since_reset()  # CONFIG RESETSTAT starts them again, as in Redis
         calls = sum(counts.hist)
         if not calls:

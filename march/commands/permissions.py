@@ -18,19 +18,28 @@ if TYPE_CHECKING:
     from ..client import Client
 
 
-def refuse(client: Client, reason: str, subject: str) -> CommandError:
-    """NOPERM for a command, a key or a channel the user may not use: counted, logged in ACL LOG."""
+def refuse(client: Client, reason: str, subject: str, command: str = "") -> CommandError:
+    """NOPERM for a command, a key or a channel the user may not use: counted, logged in ACL LOG
+    (with the client's line showing ``command``, the full name of the command refused). Inside EXEC
+    (the user's permissions changed after MULTI queued the command) it is Redis' own text for that,
+    logged in context ``multi``, as Redis' ``execCommand``."""
     app = client.app
-    context = "multi" if client.multi is not None else "toplevel"
-    app.acl_log.add(reason, context, subject, client.user.name, client.info_line())
+    context = "multi" if client.multi is not None or client.executing else "toplevel"
+    app.acl_log.add(reason, context, subject, client.user.name, client.info_line(command))
     if reason == "command":
         app.stats.denied_command += 1
-        return CommandError(errors.NOPERM_COMMAND.format(subject))
-    if reason == "channel":
+    elif reason == "channel":
         app.stats.denied_channel += 1
-        return CommandError(errors.NOPERM_CHANNEL)
-    app.stats.denied_key += 1
-    return CommandError(errors.NOPERM_KEY)
+    else:
+        app.stats.denied_key += 1
+    if client.executing:
+        why = {"command": errors.EXEC_NOPERM_COMMAND, "channel": errors.EXEC_NOPERM_CHANNEL}.get(
+            reason, errors.EXEC_NOPERM_KEY
+        )
+        return CommandError(errors.EXEC_NOPERM.format(why))
+    if reason == "command":
+        return CommandError(errors.NOPERM_COMMAND.format(subject))
+    return CommandError(errors.NOPERM_CHANNEL if reason == "channel" else errors.NOPERM_KEY)
 
 
 def may_create(client: Client, key: bytes) -> None:

@@ -28,9 +28,10 @@
 - ``SEQ.DECODE key id``: the fields of a timestamp ID and its time (ISO-8601, UTC).
 - ``SEQ.LIST``: every sequence name the user may read, in byte order: ``KEYS *`` (``keys.list_names``).
 
-INCR/INCRBY take the generator's synchronous fast path when the durable range has room, and
-return a coroutine (awaited by the dispatcher) only when they must create the key or wait for a
-store write. This module is the INCR hot path: keep it lean.
+INCR/INCRBY take the generator's synchronous fast path when the durable range has room; when it
+has not, they return the generator's future for the request (``later``: queued with the others
+waiting for the same store write, answered in order, no task), and a coroutine (awaited by the
+dispatcher) only when they must read or create the key. This module is the INCR hot path: keep it lean.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from ..generators.timestamp import TimestampGenerator
 from .args import Args, key_text, parse_int
 from .keys import list_names
 from .permissions import may_change_settings, may_create, may_raise_floor
-from .table import command
+from .table import KEY, Arg, command
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -73,17 +74,29 @@ def incr_run(client: Client, args: list[bytes], count: int) -> range | None:
     return None if gen is None else gen.take_run(count)
 
 
-@_hands_out_ids("incr", 2, consecutive=incr_run, summary="The next ID of the sequence (created at 1 if new).")
+@_hands_out_ids(
+    "incr",
+    2,
+    consecutive=incr_run,
+    summary="The next ID of the sequence (created at 1 if new).",
+    complexity="O(1)",
+    arguments=KEY,
+)
 def incr(client: Client, args: list[bytes]) -> Any:
     gen = client.generators.get(args[1])
     if gen is not None:
         value = gen.take(1)
-        if value is not None:
-            return value
+        return value if value is not None else gen.later(1)
     return _take(client, args[1], 1)
 
 
-@_hands_out_ids("incrby", 3, summary="INCRBY key n: hand out n consecutive IDs, return the last.")
+@_hands_out_ids(
+    "incrby",
+    3,
+    summary="INCRBY key n: hand out n consecutive IDs, return the last.",
+    complexity="O(1)",
+    arguments=(*KEY, Arg("increment", "integer")),
+)
 def incrby(client: Client, args: list[bytes]) -> Any:
     n = parse_int(args[2])  # (the hot path: no cursor for one argument at a fixed place)
     if n < 1:
@@ -93,8 +106,7 @@ def incrby(client: Client, args: list[bytes]) -> Any:
     gen = client.generators.get(args[1])
     if gen is not None:
         value = gen.take(n)
-        if value is not None:
-            return value
+        return value if value is not None else gen.later(n)
     return _take(client, args[1], n)
 
 

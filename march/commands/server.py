@@ -1,105 +1,126 @@
 """Server commands: COMMAND, CONFIG, INFO, TIME, SHUTDOWN.
 
 ``COMMAND`` is generated from the command table in Redis 7's shape (name, arity, flags, first key, last
-key, step, ACL categories, tips, key specs, subcommands): cluster clients read key positions from
-it.
+key, step, ACL categories, tips, key specs, subcommands; RESP3 sets where Redis sends sets): cluster
+clients read key positions from it. ``COMMAND LIST`` names subcommands too (``client|list``), and
+``COMMAND INFO`` / ``DOCS`` take them, as Redis 7.0.
 
 ``CONFIG SET`` changes only the options ``config.OPTIONS`` declares live, all or none, on this node
 only (a cluster's nodes are each set, or share a config file); it never changes what is persisted
 (no option can lower a stored ceiling). ``CONFIG REWRITE`` writes what it changed into the config
-file. ``INFO`` has the fields ``redis-cli --stat`` and monitoring tools read, with true values
-(never made-up figures): what March does not have (expiry, eviction, replication offsets) is 0.
+file. ``INFO`` has Redis 7.0's sections, titles and order (then March's ``sequences``) and the
+fields ``redis-cli --stat`` and monitoring tools read, with true values (never made-up figures):
+what March does not have (expiry, eviction, a replication stream) is 0; ``replication`` has every
+field of Redis 7.0's (``_replication`` says what each means here). Every check of these shapes is
+against a real redis-server (tests/e2e/test_redis_fields.py, tests/cluster/test_info_replication.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import math
 import os
 import platform
 import resource
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..config import Config, ConfigError, find_option, parse_value, rewrite_file
+from ..config import Config, ConfigError, ConfigTypeError, find_option, parse_value, rewrite_file
 from ..counters import CommandCounts
 from ..errors import CommandError
 from ..glob import compile_glob
-from ..resp import Verbatim
+from ..resp import SetReply, Verbatim
+from ..serving import Phase
 from ..store.base import StoreError
 from ..version import REDIS_COMPAT_VERSION, VERSION
 from .args import Args
 from .forward import readiness
-from .table import COMMANDS, CommandSpec, Secrets, Subcommand, command, container, lookup
+from .table import COMMANDS, CommandSpec, Secrets, Subcommand, command, container, lookup, lookup_full
 
 if TYPE_CHECKING:
     from ..app import App
     from ..client import Client
 
 _ADMIN = ("@admin", "@slow", "@dangerous")
+_ANY_ORDER = ("nondeterministic_output_order",)  # Redis' tip: the same items, in no set order
 
 
-def _key_specs(spec: CommandSpec) -> list[Any]:
+def _key_specs(spec: CommandSpec) -> SetReply:
     first, last, step = spec.keys
     if first == 0:
-        return []
-    flags = ["RW", "UPDATE"] if "write" in spec.flags else ["RO", "ACCESS"]
+        return SetReply()
     last_key = last - first if last >= 0 else last
-    return [
-        {
-            b"flags": flags,
-            b"begin_search": {b"type": b"index", b"spec": {b"index": first}},
-            b"find_keys": {b"type": b"range", b"spec": {b"lastkey": last_key, b"keystep": step, b"limit": 0}},
-        }
-    ]
-
-
-def _info(spec: CommandSpec) -> list[Any]:
-    first, last, step = spec.keys
-    subs = [
+    return SetReply(
         [
+            {
+                b"flags": SetReply(spec.key_flags),
+                b"begin_search": {b"type": b"index", b"spec": {b"index": first}},
+                b"find_keys": {b"type": b"range", b"spec": {b"lastkey": last_key, b"keystep": step, b"limit": 0}},
+            }
+        ]
+    )
+
+
+def _info(spec: CommandSpec, sub: Subcommand | None = None) -> list[Any]:
+    """COMMAND INFO's entry of a command or of one of its subcommands, in Redis 7.0's shape (sets
+    where Redis sends sets, in RESP3)."""
+    if sub is not None:
+        return [
             f"{spec.name}|{sub.name}".encode(),
             sub.arity,
-            list(spec.flags_of(sub.name)),
+            SetReply(spec.flags_of(sub.name)),
             0,
             0,
             0,
-            list(spec.categories_of(sub.name)),
-            [],
-            [],
-            [],
+            SetReply(spec.categories_of(sub.name)),
+            SetReply(t.encode() for t in sub.tips),
+            SetReply(),
+            SetReply(),
         ]
-        for sub in spec.subcommands
-    ]
+    first, last, step = spec.keys
     return [
         spec.name.encode(),
         spec.arity,
-        list(spec.flags),
+        SetReply(spec.flags),
         first,
         last,
         step,
-        list(spec.categories),
-        [],
+        SetReply(spec.categories),
+        SetReply(t.encode() for t in spec.tips),
         _key_specs(spec),
-        subs,
+        [_info(spec, s) for s in spec.subcommands] if spec.subcommands else SetReply(),
     ]
 
 
-def _docs(spec: CommandSpec) -> dict[bytes, Any]:
-    doc: dict[bytes, Any] = {b"summary": spec.summary.encode(), b"since": b"0.1.0", b"group": spec.group.encode()}
-    if spec.subcommands:
-        doc[b"subcommands"] = {
-            f"{spec.name}|{sub.name}".encode(): {
-                b"summary": sub.summary.encode(),
-                b"since": b"0.1.0",
-                b"group": spec.group.encode(),
-            }
-            for sub in spec.subcommands
-        }
+def _docs(spec: CommandSpec, sub: Subcommand | None = None) -> dict[bytes, Any]:
+    """COMMAND DOCS' entry, in Redis 7.0's shape: summary, since, group, then complexity, arguments
+    and subcommands where there are some."""
+    summary = sub.summary if sub is not None else spec.summary
+    doc: dict[bytes, Any] = {b"summary": summary.encode(), b"since": b"0.1.0", b"group": spec.group.encode()}
+    if sub is None:
+        if spec.complexity:
+            doc[b"complexity"] = spec.complexity.encode()
+        if spec.arguments:
+            doc[b"arguments"] = [a.docs() for a in spec.arguments]
+        if spec.subcommands:
+            doc[b"subcommands"] = {f"{spec.name}|{s.name}".encode(): _docs(spec, s) for s in spec.subcommands}
     return doc
+
+
+def _full_names() -> list[tuple[bytes, tuple[str, ...]]]:
+    """Every command and subcommand by its full name, with its ACL categories (COMMAND LIST's order:
+    a command, then its subcommands)."""
+    out: list[tuple[bytes, tuple[str, ...]]] = []
+    for spec in COMMANDS.values():
+        out.append((spec.name.encode(), spec.categories))
+        out += [(f"{spec.name}|{s.name}".encode(), spec.categories_of(s.name)) for s in spec.subcommands]
+    return out
 
 
 def _command_all(client: Client, args: list[bytes]) -> Any:
@@ -114,43 +135,48 @@ def _command_info(client: Client, args: list[bytes]) -> Any:
     names = Args(args, 2).rest()
     if not names:
         return _command_all(client, args)
-    return [_info(s) if s is not None else None for s in map(lookup, names)]
+    found = [lookup_full(n) for n in names]
+    return [_info(*f) if f is not None else None for f in found]
 
 
 def _command_docs(client: Client, args: list[bytes]) -> Any:
     names = Args(args, 2).rest()
-    specs = [s for s in map(lookup, names) if s is not None] if names else list(COMMANDS.values())
-    return {s.name.encode(): _docs(s) for s in specs}
+    if not names:
+        return {s.name.encode(): _docs(s) for s in COMMANDS.values()}
+    found = [f for f in map(lookup_full, names) if f is not None]
+    return {(f"{spec.name}|{sub.name}" if sub else spec.name).encode(): _docs(spec, sub) for spec, sub in found}
 
 
 def _command_list(client: Client, args: list[bytes]) -> Any:
+    """Every command and subcommand (``client|list``), as Redis 7.0's COMMAND LIST, or those a filter keeps."""
     cursor = Args(args, 2)
     if not cursor.more():
-        return [s.name.encode() for s in COMMANDS.values()]
+        return [name for name, _ in _full_names()]
     cursor.choice(b"filterby")
     how = cursor.choice(b"pattern", b"aclcat", b"module")
     what = cursor.next()
     cursor.finish()
     if how == b"pattern":
         glob = compile_glob(what, nocase=True)  # Redis: case-insensitive, like command names
-        return [s.name.encode() for s in COMMANDS.values() if glob.match(s.name.encode())]
+        return [name for name, _ in _full_names() if glob.match(name)]
     if how == b"aclcat":
         cat = "@" + what.decode("utf-8", "replace").lower()
-        return [s.name.encode() for s in COMMANDS.values() if cat in s.categories]
+        return [name for name, categories in _full_names() if cat in categories]
     return []
 
 
 def _command_getkeys(client: Client, args: list[bytes]) -> Any:
+    """Redis 7.0's checks, in its order: the command known (a container's subcommand too), it has
+    keys, then its arity."""
     carried = Args(args, 2).rest()
     spec = lookup(carried[0])
-    if spec is None:
+    if spec is None or (spec.subcommands and len(carried) > 1 and spec.find(carried[1]) is None):
         raise CommandError(errors.GETKEYS_NO_COMMAND)
+    if spec.keys[0] == 0:
+        raise CommandError(errors.GETKEYS_NO_KEYS)
     if not spec.arity_ok(len(carried)):
         raise CommandError(errors.GETKEYS_ARITY)
-    positions = spec.key_positions(len(carried))
-    if not positions:
-        raise CommandError(errors.GETKEYS_NO_KEYS)
-    return [carried[p] for p in positions]
+    return [carried[p] for p in spec.key_positions(len(carried))]
 
 
 container(
@@ -159,19 +185,22 @@ container(
     ("@slow", "@connection", "@app"),
     (
         Subcommand("count", 2, "How many commands.", _command_count),
-        Subcommand("info", -2, "Details of commands.", _command_info, "INFO [<command-name> ...]"),
-        Subcommand("docs", -2, "Documentation of commands.", _command_docs, "DOCS [<command-name> ...]"),
+        Subcommand("info", -2, "Details of commands.", _command_info, "INFO [<command-name> ...]", tips=_ANY_ORDER),
+        Subcommand(
+            "docs", -2, "Documentation of commands.", _command_docs, "DOCS [<command-name> ...]", tips=_ANY_ORDER
+        ),
         Subcommand(
             "list",
             -2,
-            "Command names.",
+            "Command and subcommand names.",
             _command_list,
             "LIST [FILTERBY (MODULE <module-name>|ACLCAT <category>|PATTERN <pattern>)]",
+            tips=_ANY_ORDER,
         ),
         # COMMAND GETKEYS AUTH pw: the carried command's own secrets
         Subcommand(
             "getkeys",
-            -3,
+            -4,
             "The keys of a full command.",
             _command_getkeys,
             "GETKEYS <full-command>",
@@ -181,6 +210,7 @@ container(
     summary="The command table: COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS cmd args...].",
     group="server",
     bare=_command_all,
+    tips=_ANY_ORDER,
 )
 
 
@@ -213,6 +243,8 @@ def _config_get(client: Client, args: list[bytes]) -> dict[bytes, bytes]:
                 out[name.encode()] = value.encode()
     return out
 
+
+_NOT_OF_TYPE = {int: errors.CONFIG_NOT_INTEGER, bool: errors.CONFIG_NOT_YES_NO, float: errors.CONFIG_NOT_NUMBER}
 
 # Redis' persistence options, as CONFIG GET reports them: setting that value (test harnesses set
 # ``save ""``) is accepted and changes nothing; any other value is refused.
@@ -248,6 +280,8 @@ def _config_set(client: Client, args: list[bytes]) -> Any:
             changes[option.name] = parse_value(option, text, "value")
         except UnicodeDecodeError:
             raise CommandError(errors.CONFIG_SET_INVALID.format(name, errors.CONFIG_NOT_UTF8)) from None
+        except ConfigTypeError:
+            raise CommandError(errors.CONFIG_SET_INVALID.format(name, _NOT_OF_TYPE[option.type])) from None
         except ConfigError as exc:
             raise CommandError(errors.CONFIG_SET_INVALID.format(name, exc)) from None
         given[option.name] = name
@@ -318,6 +352,7 @@ container(
             categories=_ADMIN,
             flags=_CONFIG_FLAGS,
             secrets=Secrets(start=2, pairs=_secret_option),
+            tips=("request_policy:all_nodes", "response_policy:all_succeeded"),  # (each node's own settings)
         ),
         Subcommand(
             "rewrite",
@@ -343,7 +378,14 @@ container(
 
 
 @command(
-    "time", 1, ("loading", "stale", "fast"), ("@fast",), summary="Server time: [seconds, microseconds].", group="server"
+    "time",
+    1,
+    ("loading", "stale", "fast"),
+    ("@fast",),
+    summary="Server time: [seconds, microseconds].",
+    group="server",
+    tips=("nondeterministic_output",),
+    complexity="O(1)",
 )
 def time_(client: Client, args: list[bytes]) -> Any:
     now = time.time_ns() // 1000
@@ -375,22 +417,27 @@ class _NoReply:
 _NO_REPLY = _NoReply()
 NO_REPLY = _NO_REPLY
 
-# Redis' order, then March's own. INFO, INFO default: all but commandstats (as in Redis).
-_SECTIONS = (
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "replication",
-    "cpu",
-    "commandstats",
-    "errorstats",
-    "keyspace",
-    "sequences",
-    "cluster",
-)
-_DEFAULT = tuple(s for s in _SECTIONS if s != "commandstats")
+# Redis 7.0's sections in Redis' order and with its titles, then March's own. INFO and INFO default:
+# all but commandstats and latencystats (as in Redis); ``all`` and ``everything``: every one.
+_TITLES = {
+    "server": "Server",
+    "clients": "Clients",
+    "memory": "Memory",
+    "persistence": "Persistence",
+    "stats": "Stats",
+    "replication": "Replication",
+    "cpu": "CPU",
+    "modules": "Modules",
+    "commandstats": "Commandstats",
+    "errorstats": "Errorstats",
+    "latencystats": "Latencystats",
+    "cluster": "Cluster",
+    "keyspace": "Keyspace",
+    "sequences": "Sequences",
+}
+_SECTIONS = tuple(_TITLES)
+_DEFAULT = tuple(s for s in _SECTIONS if s not in ("commandstats", "latencystats"))
+_ALIASES = {"module_list": "modules"}  # Redis' name of the Modules section in its default list
 
 
 @command(
@@ -398,12 +445,14 @@ _DEFAULT = tuple(s for s in _SECTIONS if s != "commandstats")
     -1,
     ("loading", "stale"),
     ("@slow", "@dangerous"),
-    summary="INFO [section...]: server, clients, memory, persistence, stats, replication, cpu, keyspace, "
-    "sequences, cluster.",
+    summary="INFO [section...]: server, clients, memory, persistence, stats, replication, cpu, modules, "
+    "commandstats, errorstats, latencystats, cluster, keyspace, sequences.",
     group="server",
+    tips=("nondeterministic_output", "request_policy:all_shards", "response_policy:special"),
 )
 def info(client: Client, args: list[bytes]) -> Any:
     wanted = [a.decode("utf-8", "replace").lower() for a in Args(args).rest()]
+    wanted = [_ALIASES.get(w, w) for w in wanted]
     if any(w in ("all", "everything") for w in wanted):
         wanted = list(_SECTIONS)
     elif not wanted or "default" in wanted:
@@ -428,7 +477,7 @@ def _info_text(client: Client, sections: list[str], count: int | None) -> Verbat
     parts = []
     for section in sections:
         lines = _section(client, section, count)
-        parts.append(f"# {section.capitalize()}\r\n" + "".join(f"{k}:{v}\r\n" for k, v in lines.items()))
+        parts.append(f"# {_TITLES[section]}\r\n" + "".join(f"{k}:{v}\r\n" for k, v in lines.items()))
     return Verbatim("\r\n".join(parts))
 
 
@@ -470,27 +519,60 @@ def _clients(client: Client, count: int | None) -> dict[str, Any]:
 
 def _cpu(client: Client, count: int | None) -> dict[str, Any]:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {
+    out = {
         "used_cpu_sys": f"{own.ru_stime:.6f}",
         "used_cpu_user": f"{own.ru_utime:.6f}",
         "used_cpu_sys_children": f"{children.ru_stime:.6f}",
         "used_cpu_user_children": f"{children.ru_utime:.6f}",
     }
+    if _RUSAGE_THREAD is not None and threading.current_thread() is threading.main_thread():
+        main = resource.getrusage(_RUSAGE_THREAD)  # the event loop's thread (store calls run on others)
+        out["used_cpu_sys_main_thread"] = f"{main.ru_stime:.6f}"
+        out["used_cpu_user_main_thread"] = f"{main.ru_utime:.6f}"
+    return out
+
+
+_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)  # Linux only, as in Redis
 
 
 def _commandstats(client: Client, count: int | None) -> dict[str, Any]:
+    """Per command and per subcommand (``cmdstat_client|list``) that ran or was refused, as Redis."""
     return {
         f"cmdstat_{name}": f"calls={c.calls},usec={c.usec},usec_per_call={c.usec / c.calls if c.calls else 0:.2f},"
         f"rejected_calls={c.rejected},failed_calls={c.failed}"
         for name, c in _command_counts(client.app).items()
-        if c.calls or c.rejected
+        if c.calls or c.rejected or c.failed
     }
+
+
+_PERCENTILES = (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999))  # Redis' latency-tracking-info-percentiles
+
+
+def _latencystats(client: Client, count: int | None) -> dict[str, Any]:
+    """Redis' ``latency_percentiles_usec_<command>``, from the same histograms as LATENCY HISTOGRAM:
+    each percentile is the upper bound of the power-of-two bucket it falls in (Redis' own histograms
+    report a bucket's upper bound too, at a finer resolution)."""
+    out: dict[str, Any] = {}
+    for name, c in _command_counts(client.app).items():
+        calls = sum(c.hist)
+        if not calls:
+            continue
+        values = []
+        for label, fraction in _PERCENTILES:
+            need, running = max(1, math.ceil(fraction * calls)), 0
+            for k, n in enumerate(c.hist):
+                running += n
+                if running >= need:
+                    values.append(f"{label}={float(1 << max(0, k - 10)):.3f}")  # as LATENCY HISTOGRAM's buckets
+                    break
+        out[f"latency_percentiles_usec_{name}"] = ",".join(values)
+    return out
 
 
 def _errorstats(client: Client, count: int | None) -> dict[str, Any]:
     kinds: dict[str, int] = {}
-    for counts in _command_counts(client.app).values():
-        for kind, n in counts.errors.items():
+    for stats in client.app.metrics.commands.all():  # (unknown commands' errors too, as Redis)
+        for kind, n in stats.since_reset().errors.items():
             kinds[kind] = kinds.get(kind, 0) + n
     return {f"errorstat_{kind}": f"count={n}" for kind, n in sorted(kinds.items()) if n}
 
@@ -599,9 +681,11 @@ def _groups_led(app: App) -> dict[str, Any]:
 
 
 def _command_counts(app: App) -> dict[str, CommandCounts]:
-    """Per command, since the last CONFIG RESETSTAT (the counters /metrics exports are never reset:
-    Prometheus wants them monotonic; ``CommandStats.since_reset`` subtracts the snapshot)."""
-    return {stats.name: stats.since_reset() for stats in app.metrics.commands.all()}
+    """Per command and subcommand, since the last CONFIG RESETSTAT (the counters /metrics exports are
+    never reset: Prometheus wants them monotonic; ``CommandStats.since_reset`` subtracts the
+    snapshot). Not ``unknown``: Redis counts unknown commands nowhere but in errorstats."""
+    table = app.metrics.commands
+    return {stats.name: stats.since_reset() for stats in table.all() if stats is not table.unknown}
 
 
 def reset_stats(app: App) -> None:
@@ -648,28 +732,71 @@ def _human(n: int) -> str:
     return f"{n}B"
 
 
+_NO_REPLID = "0" * 40  # Redis' master_replid2 when there is no previous history
+
+
 def _replication(client: Client) -> dict[str, Any]:
-    """Redis' shape: role:master with its standbys as slaves, or role:slave with the primary's address."""
-    member = client.app.group.member
-    state = client.app.group.state
+    """Redis 7.0's fields, in its order, with March's truth: a node that leads a group (any group) is
+    ``role:master`` with the other nodes as its replicas; a standby is ``role:slave`` of the primary
+    (as ROLE, SENTINEL REPLICAS and CLUSTER NODES say: it serves no key command, and a Sentinel-
+    aware client that finds ``slave`` where it expected the primary asks again, as it should).
+
+    Nothing is replicated (a standby reads what it needs from the store when it takes over), so the
+    offsets, the backlog and the sync are 0; ``master_replid`` names the primary's term (the leader
+    key it holds: its id and create revision), the same on every node that follows it, and new at
+    each failover as Redis' replication id is; a single node's is its run id."""
+    app = client.app
+    member = app.group.member
     if member is None:
-        return {"role": "master", "connected_slaves": 0}
+        return {"role": "master", "connected_slaves": 0, **_repl_tail(app.run_id, "no-failover")}
+    primary, standbys = member.directory.members(client.tls)
+    topology = member.directory.topology
+    replid = _term_id(app, topology.leader, topology.leader_revision) if topology.leader else app.run_id
+    stepping_down = any(g.state.phase is Phase.STEPPING_DOWN for g in app.groups)
+    failover = "failover-in-progress" if stepping_down else "no-failover"
     me = member.me
-    if any(g.state.leading for g in client.app.groups):  # several groups: master of at least one
-        standbys = [n for n in member.directory.topology.standbys() if n.id != me.id]
-        out: dict[str, Any] = {"role": "master", "connected_slaves": len(standbys)}
-        for i, n in enumerate(standbys):
+    if any(g.state.leading for g in app.groups):  # several groups: master of at least one
+        others = [n for n in ([primary] if primary else []) + standbys if n.id != me.id]
+        out: dict[str, Any] = {"role": "master", "connected_slaves": len(others)}
+        for i, n in enumerate(others):
             out[f"slave{i}"] = f"ip={n.host},port={n.port},state=online,offset=0,lag=0"
-        out["lease_remaining_ms"] = int(state.remaining() * 1000)
-        return out
-    primary = member.directory.topology.primary
-    return {
+        return {**out, **_repl_tail(replid, failover)}
+    up = primary is not None and primary.id != me.id
+    out = {
         "role": "slave",
-        "master_host": primary.host if primary else "",
-        "master_port": primary.port if primary else 0,
-        "master_link_status": "up" if primary and primary.id != me.id else "down",
-        "march_role": member.node.loop.describe()[0],  # primary if it leads any group
+        "master_host": primary.host if up and primary else "?",
+        "master_port": primary.port if up and primary else 0,
+        "master_link_status": "up" if up else "down",
+        "master_last_io_seconds_ago": 0 if up else -1,  # its lease is watched continuously
+        "master_sync_in_progress": 0,
+        "slave_read_repl_offset": 0,
+        "slave_repl_offset": 0,
     }
+    if not up:
+        out["master_link_down_since_seconds"] = -1  # (when it went is in INFO cluster: last_change)
+    out.update({"slave_priority": 100, "slave_read_only": 1, "replica_announced": 1, "connected_slaves": 0})
+    return {**out, **_repl_tail(replid, failover)}
+
+
+def _repl_tail(replid: str, failover: str) -> dict[str, Any]:
+    """The fields every role ends with: no replication stream, no backlog, no second history."""
+    return {
+        "master_failover_state": failover,
+        "master_replid": replid,
+        "master_replid2": _NO_REPLID,
+        "master_repl_offset": 0,
+        "second_repl_offset": -1,
+        "repl_backlog_active": 0,
+        "repl_backlog_size": 0,
+        "repl_backlog_first_byte_offset": 0,
+        "repl_backlog_histlen": 0,
+    }
+
+
+def _term_id(app: App, leader: str, revision: int) -> str:
+    """A primary's term as a Redis replication id: 40 hex digits, the same on every node of the
+    cluster, new whenever another leader key is created (a failover)."""
+    return hashlib.sha1(f"{app.config.etcd_prefix}|{leader}|{revision}".encode()).hexdigest()
 
 
 # INFO's sections: each one's fields, from the client (and the number of sequences, when counted)
@@ -681,9 +808,11 @@ _SECTION_FIELDS: dict[str, Callable[[Client, int | None], dict[str, Any]]] = {
     "stats": _stats,
     "replication": lambda client, count: _replication(client),
     "cpu": _cpu,
+    "modules": lambda client, count: {},  # March has no modules (HELLO says ``modules: []``)
     "commandstats": _commandstats,
     "errorstats": _errorstats,
+    "latencystats": _latencystats,
+    "cluster": _cluster,
     "keyspace": _keyspace,
     "sequences": _sequences,
-    "cluster": _cluster,
 }

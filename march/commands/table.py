@@ -2,11 +2,16 @@
 
 A handler is ``fn(client, args) -> value`` where ``args`` is the whole request (``args[0]`` is the
 command name as sent). It returns a value for ``resp.encode`` (int, bytes, str status, list, dict,
-None, ...) or a coroutine when it must wait (the dispatcher awaits it and keeps replies in order),
+None, ...) or, when it must wait, a coroutine or an ``asyncio.Future`` (``waits``: the dispatcher
+awaits it and keeps replies in order; a future costs no task, the connection only adds a callback),
 or raises ``CommandError``. A handler never touches the transport.
 
 ``arity`` follows Redis: N means exactly N arguments including the name, -N means at least N.
 ``keys`` is (first, last, step) as in ``COMMAND INFO``: cluster clients read key positions from it.
+What ``COMMAND INFO`` and ``COMMAND DOCS`` say beyond that comes from the registration too, in Redis
+7.0's shapes: ``tips`` (``request_policy:multi_shard``...), the key spec's flags (from
+``key_access``: ``RW access update`` for INCR, ``RO access`` for GET, ``RO`` for EXISTS),
+``complexity`` and ``arguments`` (``Arg``, as Redis' ``arguments`` entries).
 
 A container command (ACL, CLIENT, CLUSTER, COMMAND, CONFIG, DEBUG, LATENCY, SENTINEL, SLOWLOG) is
 one table of ``Subcommand`` rows registered by ``container``: the same rows run the requests,
@@ -23,6 +28,7 @@ redacted: what is not known to be harmless is not shown.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..diagnostics import REDACTED, Redacted
 from ..errors import CommandError
+from ..resp import SetReply
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -57,6 +64,42 @@ class Secrets:
 
 
 @dataclass(frozen=True, slots=True)
+class Arg:
+    """One argument as ``COMMAND DOCS`` describes it (an entry of Redis' ``arguments``): ``type`` is
+    one of Redis' (``key``, ``string``, ``integer``, ``pattern``, ``pure-token``, ``oneof``, ``block``);
+    ``key_spec``: for a key, its key spec's index; ``flags``: ``optional``, ``multiple``;
+    ``arguments``: a ``oneof``'s or a ``block``'s own."""
+
+    name: str
+    type: str
+    key_spec: int = -1
+    token: str = ""
+    flags: tuple[str, ...] = ()
+    arguments: tuple[Arg, ...] = ()
+
+    def docs(self) -> dict[bytes, Any]:
+        """Its map, fields in Redis' order (``addReplyCommandArgList``)."""
+        out: dict[bytes, Any] = {b"name": self.name.encode(), b"type": self.type.encode()}
+        if self.key_spec >= 0:
+            out[b"key_spec_index"] = self.key_spec
+        if self.token:
+            out[b"token"] = self.token.encode()
+        if self.flags:
+            out[b"flags"] = SetReply(self.flags)  # status strings in a set, as Redis
+        if self.type in ("oneof", "block"):
+            out[b"arguments"] = [a.docs() for a in self.arguments]
+        return out
+
+
+KEY = (Arg("key", "key", key_spec=0),)  # the arguments of a command of one key
+KEYS = (Arg("key", "key", key_spec=0, flags=("multiple",)),)  # of a command of one key or more
+
+# ``key_access`` -> the flags of the key spec (Redis' COMMAND INFO): RW reads and updates the value,
+# R reads it, W overwrites it, "" only looks at the key (EXISTS, TYPE: Redis' ``RO`` with no ``access``)
+_KEY_FLAGS = {"RW": ("RW", "access", "update"), "R": ("RO", "access"), "W": ("OW", "update"), "": ("RO",)}
+
+
+@dataclass(frozen=True, slots=True)
 class Subcommand:
     """One subcommand of a container command (ACL, CLIENT, CONFIG...), one row of its table (``container``).
 
@@ -74,6 +117,7 @@ class Subcommand:
     categories: tuple[str, ...] | None = None
     flags: tuple[str, ...] | None = None
     secrets: Secrets | None = None
+    tips: tuple[str, ...] = ()  # Redis' command tips (COMMAND INFO), e.g. ``nondeterministic_output``
 
     def help_lines(self) -> list[str]:
         return [self.usage or self.name.upper(), *(f"    {line}" for line in self.help or (self.summary,))]
@@ -101,6 +145,14 @@ class CommandSpec:
     sub_index: Mapping[bytes, Subcommand] = field(default_factory=dict)
     # a container's first check, before its subcommand is looked at (DEBUG while it is off: refused)
     gate: Callable[[Client], None] | None = None
+    tips: tuple[str, ...] = ()  # Redis' command tips (COMMAND INFO): request/response policies, output
+    complexity: str = ""  # COMMAND DOCS
+    arguments: tuple[Arg, ...] = ()  # COMMAND DOCS
+
+    @property
+    def key_flags(self) -> tuple[str, ...]:
+        """The flags of its key spec, as Redis' COMMAND INFO names them (from ``key_access``)."""
+        return _KEY_FLAGS[self.key_access]
 
     def categories_of(self, sub: str) -> tuple[str, ...]:
         """A subcommand's ACL categories (its own, else the command's)."""
@@ -187,6 +239,9 @@ def command(
     secrets: Secrets | None = None,
     gate: Callable[[Client], None] | None = None,
     channels: str = "",
+    tips: tuple[str, ...] = (),
+    complexity: str = "",
+    arguments: tuple[Arg, ...] = (),
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``primary``: served by the primary only (default: when it has keys);
     ``queued``: queued inside MULTI (False for the commands that act at once: EXEC, DISCARD...);
@@ -196,7 +251,8 @@ def command(
     with each subcommand's own ACL categories (CLIENT KILL is @admin, CLIENT ID is not), flags (MONITOR
     does not show CLIENT LIST, ``admin``) and secrets; ``secrets``: what MONITOR and SLOWLOG never show;
     ``channels``: every argument is a channel ("channel") or a pattern ("pattern") that ACL channel
-    rules (``&``) must allow, as Redis 7 checks SUBSCRIBE and PSUBSCRIBE."""
+    rules (``&``) must allow, as Redis 7 checks SUBSCRIBE and PSUBSCRIBE;
+    ``tips``, ``complexity``, ``arguments``: what COMMAND INFO and COMMAND DOCS say of it, as Redis."""
 
     def register(fn: Handler) -> Handler:
         spec = CommandSpec(
@@ -224,6 +280,9 @@ def command(
             },
             gate=gate,
             channels=channels,
+            tips=tips,
+            complexity=complexity,
+            arguments=arguments,
         )
         COMMANDS[name] = spec
         SPELLINGS[name.encode()] = spec
@@ -248,6 +307,7 @@ def container(
     help_categories: tuple[str, ...] | None = None,
     bare: Handler | None = None,
     gate: Callable[[Client], None] | None = None,
+    tips: tuple[str, ...] = (),
 ) -> None:
     """Register a container command (``ACL``, ``CLIENT``, ``CONFIG``...) from its table.
 
@@ -276,7 +336,7 @@ def container(
         return find_subcommand(spec, args).handler(client, args)  # (``check_container`` passed it)
 
     arity = -2 if bare is None else -1
-    command(name, arity, flags, categories, summary=summary, group=group, subcommands=rows, gate=gate)(run)
+    command(name, arity, flags, categories, summary=summary, group=group, subcommands=rows, gate=gate, tips=tips)(run)
     spec = COMMANDS[name]
 
 
@@ -301,11 +361,27 @@ def find_subcommand(spec: CommandSpec, args: list[bytes]) -> Subcommand:
     return sub
 
 
+def waits(result: Any) -> bool:
+    """A handler's result that is not a value yet: a coroutine or a future, to be awaited."""
+    return asyncio.iscoroutine(result) or isinstance(result, asyncio.Future)
+
+
 def lookup(name: bytes) -> CommandSpec | None:
     spec = SPELLINGS.get(name)
     if spec is None:
         spec = SPELLINGS.get(name.lower())
     return spec
+
+
+def lookup_full(name: bytes) -> tuple[CommandSpec, Subcommand | None] | None:
+    """A command or a subcommand by its full name, as COMMAND INFO, DOCS and LATENCY HISTOGRAM take
+    them (``incr``, ``client|list``, any case), or None."""
+    top, bar, sub = name.partition(b"|")
+    spec = lookup(top)
+    if spec is None or not bar:
+        return None if spec is None else (spec, None)
+    found = spec.find(sub) if b"|" not in sub else None
+    return None if found is None else (spec, found)
 
 
 def register_refused(name: str, arity: int, group: str = "refused") -> None:

@@ -20,19 +20,18 @@ redis-server):
 
 from __future__ import annotations
 
-import asyncio
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..counters import error_kind
-from ..errors import CommandError
+from ..errors import CommandError, Rejected
 from .dispatch import as_error, call, monitored, show
 from .forward import Relayed, elsewhere, forwards, transaction
 from .ops import MONITOR_STARTED
 from .server import NO_REPLY
-from .table import command, lookup, redacted
+from .table import command, lookup, redacted, waits
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -51,6 +50,7 @@ def multi(client: Client, args: list[bytes]) -> Any:
         raise CommandError(errors.MULTI_NESTED)
     client.multi = []
     client.multi_error = False
+    client.multi_mem = 0
     return "OK"
 
 
@@ -88,29 +88,45 @@ def exec_(client: Client, args: list[bytes]) -> Any:
 
 
 async def _run(client: Client, queued: list[list[bytes]], exec_args: list[bytes]) -> list[Any]:
+    """Run the queued requests in order, each counted as Redis counts the calls EXEC makes: a call
+    (INFO commandstats, ``total_commands_processed``, LATENCY HISTOGRAM, SLOWLOG), an error in its
+    place counted in ``total_error_replies`` and errorstats; one refused when EXEC reaches it (its
+    permission revoked meanwhile, its group moved) is no call, no rejection and no failure of its
+    command, only an error in errorstats (Redis' ``execCommand``). While they run, the client shows as
+    Redis shows it inside EXEC (CLIENT LIST ``flags=x multi=<n> cmd=exec``, ACL LOG context ``multi``)."""
     app = client.app
     results: list[Any] = []
-    for args in queued:
-        _show(client, args)
-        began = time.perf_counter_ns()
-        try:
-            value = call(client, args)
-            if asyncio.iscoroutine(value) or isinstance(value, Relayed):  # (Relayed: forwarded, its group moved)
-                value = await value
-            if value is MONITOR_STARTED or value is NO_REPLY:
-                # MONITOR (and MONITOR again on a monitor) inside a transaction: one reply per command
-                raise CommandError(errors.MONITOR_DENIED)
-        except Exception as exc:  # in place, as Redis reports errors inside EXEC
-            value = as_error(client, exc)
-        took = time.perf_counter_ns() - began
-        spec = lookup(args[0])
-        stats = app.metrics.commands.of(args[0])
-        stats.observe(took)
-        if isinstance(value, CommandError):
-            stats.error(error_kind(value.message))
-        if spec is not None and 0 <= app.config.slowlog_log_slower_than * 1000 <= took:
-            app.slowlog.add(redacted(args), took // 1000, client.addr, client.name, app.config.slowlog_max_len)
-        results.append(value)
+    client.executing = len(queued)
+    try:
+        for args in queued:
+            _show(client, args)
+            began = time.perf_counter_ns()
+            try:
+                value = call(client, args)
+                if waits(value) or isinstance(value, Relayed):  # (Relayed: forwarded, its group moved)
+                    value = await value
+                if value is MONITOR_STARTED or value is NO_REPLY:
+                    # MONITOR (and MONITOR again on a monitor) inside a transaction: one reply per command
+                    raise CommandError(errors.MONITOR_DENIED)
+            except Exception as exc:  # in place, as Redis reports errors inside EXEC
+                value = as_error(client, exc)
+            took = time.perf_counter_ns() - began
+            refused = isinstance(value, Rejected)
+            # a refused one is counted apart from its command (``unknown``: errorstats only), as Redis
+            stats = app.metrics.commands.unknown if refused else app.metrics.commands.of_request(args)
+            stats.observe(took)
+            if isinstance(value, CommandError):
+                app.stats.errors += 1
+                stats.error(error_kind(value.message))
+            if refused:
+                stats.skip(took)
+            else:
+                app.stats.commands += 1
+                if lookup(args[0]) is not None and 0 <= app.config.slowlog_log_slower_than * 1000 <= took:
+                    app.slowlog.add(redacted(args), took // 1000, client.addr, client.name, app.config.slowlog_max_len)
+            results.append(value)
+    finally:
+        client.executing = 0
     _show_exec(client, exec_args)
     return results
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .. import errors
 from ..errors import CommandError
@@ -117,15 +117,34 @@ class Context:
         return ctx
 
 
-class _Io:
-    """A generator's rarer state: made at its first wait or failed write, kept from then on (most
-    sequences never wait and never see a failure, and carry none)."""
+class Queued(NamedTuple):
+    """A request waiting in a generator's queue (``SequenceGenerator.later``)."""
 
-    __slots__ = ("changed", "failure", "rejected", "retry_delay", "wait_timeouts", "waiting", "write_failures")
+    answer: asyncio.Future[int]  # its own: cancelled when its client goes, which stops nobody else
+    n: int  # IDs it wants
+    deadline: float  # clock(): past this, TRYAGAIN
+
+
+class _Io:
+    """A generator's rarer state: made at its first wait or failed write, dropped once nothing in it
+    matters (most sequences never wait and never see a failure, and carry none).
+
+    ``queue``: the requests waiting for the exhausted range to be extended, in arrival order; they
+    share one store write, one wake-up when it lands and one timer for their deadlines (``timer``,
+    set for the first one's). ``wanted``: the IDs they want together (what the next write is sized
+    for)."""
+
+    __slots__ = (
+        "changed", "failure", "queue", "rejected", "retry_delay", "timer", "wait_timeouts", "waiting", "wanted",
+        "write_failures",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.changed: asyncio.Future[None] | None = None  # set when the ceiling may have moved
-        self.waiting = 0  # requests waiting on this generator now
+        self.waiting = 0  # requests waiting on this generator now (queued ones included)
+        self.queue: list[Queued] = []
+        self.wanted = 0
+        self.timer: asyncio.TimerHandle | None = None
         self.retry_delay = 0.0
         self.failure: BaseException | None = None  # the last store failure, until a write lands
         self.rejected: StoreRejected | None = None
@@ -249,22 +268,43 @@ class DurableBound(GeneratorState):
         self._ctx = self._ctx.with_policy(policy)
 
     @abc.abstractmethod
+    async def take_wait(self, n: int) -> int:
+        """``n`` IDs (the last one returned), waiting (bounded) for the store if the range is spent."""
+
+    def later(self, n: int) -> asyncio.Future[int]:
+        """``take_wait`` as a future (here a task of its own; ``SequenceGenerator`` queues instead)."""
+        return asyncio.ensure_future(self.take_wait(n))
+
+    @abc.abstractmethod
     def _next_target(self, need: int) -> int:
         """The ceiling to persist next, for a request that needs ``need`` (the subclass's unit)."""
 
     # --- extension -----------------------------------------------------------------------------
 
     def _extend(self, need: int) -> None:
-        """Start persisting a higher ceiling (one write in flight at a time)."""
+        """Start persisting a higher ceiling (one write in flight at a time). Its target is chosen
+        when the write's task first runs, a loop turn later (``_choose``): the requests of the turn
+        that asked for it (a crowd that found the range empty arrives in one turn) size it too."""
         if self._ctx.lease.ended or self._ceiling >= self._top:
             return
+        self._write = asyncio.get_running_loop().create_task(self._persist(need))
+
+    def _choose(self, need: int) -> int:
+        """The ceiling the write about to start persists (strictly above every earlier target)."""
         if self._target >= self._top:
             # No greater target exists: repeat the last one. If an earlier attempt landed, the store
             # says so under the guard (it returns the stored ceiling), like any late-landing write.
-            target = self._top
-        else:
-            target = self._target = min(self._top, max(self._target + 1, self._next_target(need)))
-        self._write = asyncio.get_running_loop().create_task(self._persist(target))
+            return self._top
+        target = self._target = min(self._top, max(self._target + 1, self._next_target(need)))
+        return target
+
+    def _landed(self, begun: int, started: float, now: float) -> None:
+        """A write that started at ``started`` (``progress()`` was ``begun``) landed at ``now``: the
+        subclass may size the next one from the demand it saw meanwhile. Called before the write is
+        counted (``writes``, ``last_write_at`` are the previous one's) and before the queue is served."""
+
+    def _serve(self) -> None:
+        """Answer the queued requests the range holds now (the subclass's; none queue by default)."""
 
     async def _await_change(self, deadline: float) -> None:
         """Wait until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
@@ -289,8 +329,14 @@ class DurableBound(GeneratorState):
             if self._io is io and self._write is None and io.clean():
                 self._io = _NO_IO  # the last waiter of a write that landed: nothing left to keep
 
-    async def _persist(self, target: int) -> None:
+    async def _persist(self, need: int) -> None:
         ctx = self._ctx
+        if ctx.lease.ended or self._ceiling >= self._top:  # (since it was asked for)
+            self._write = None
+            self._notify()
+            return
+        target = self._choose(need)
+        begun = self.progress()
         started = ctx.clock()
         try:
             stored = await asyncio.wait_for(
@@ -325,6 +371,7 @@ class DurableBound(GeneratorState):
             io.rejected = None
             if io.clean():
                 self._io = _NO_IO  # (most sequences wait once, for their first write after a load)
+        self._landed(begun, started, now)
         self.writes += 1
         self.last_write_at = now
         self._latency = max(0, math.ceil((now - started) / _LATENCY_UNIT))
@@ -345,10 +392,14 @@ class DurableBound(GeneratorState):
         self._notify()
 
     def _notify(self) -> None:
+        """The ceiling may have moved (a write landed or failed, the term changed): the queue is
+        served at once, in order; the coroutines waiting (``_await_change``) look again."""
         io = self._io
         changed, io.changed = io.changed, None  # (``_NO_IO``'s stays None)
         if changed is not None and not changed.done():
             changed.set_result(None)
+        if io.queue:
+            self._serve()
 
     # --- life ----------------------------------------------------------------------------------
 

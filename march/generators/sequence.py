@@ -5,29 +5,55 @@ store). Invariant: every ID handed out is < ``ceiling`` and was handed out while
 
 - ``take(n)`` is the synchronous fast path: it succeeds only when ``next + n <= ceiling`` and the
   lease is valid, and starts an asynchronous extension when the unspent part of the range falls
-  below the watermark. It returns None when the caller must wait (``take_wait``). ``take_run(n)``
+  below the watermark. It returns None when the caller must wait (``later``). ``take_run(n)``
   hands out as many of n IDs as the range holds (a pipelined run of INCRs).
-- ``take_wait(n)`` waits for the extension to land, bounded by ``max_wait``, then raises TRYAGAIN.
-  It never returns an ID the store has not confirmed.
+- ``later(n)``: a request the fast path refused. It gets a future of its own and joins the
+  generator's **queue**: the requests waiting for the exhausted range share one store write, one
+  wake-up when it lands (the queue is served at once, in arrival order, each from the range as
+  far as it holds them) and one timer for their deadlines (``max_wait``, then TRYAGAIN). No task
+  per waiting request. A request whose client goes away is cancelled alone (its future): the
+  others and the store write go on. ``take_wait(n)`` is ``later`` for a coroutine.
+  Nothing is ever answered with an ID the store has not confirmed.
 - The store writes (one in flight, strictly increasing targets, ``GuardFailed`` ends the term,
   other failures back off) are ``DurableBound``'s, shared with timestamp sequences.
-- The batch doubles when one lasted less than half the target interval and halves when one lasted
-  more than four intervals, between ``min_batch`` and ``max_batch``.
+
+**Batch size** (between ``min_batch`` and ``max_batch``; steady state about one store write per
+``batch_interval`` per busy key, whatever its rate):
+
+- it doubles when one batch lasted less than half the interval and halves when one lasted more
+  than four intervals (measured from a write's landing to the start of the next);
+- **demand**: a write is sized for the requests queued when it starts (``wanted``: the range holds
+  them all, plus a batch of at least ``wanted / watermark``: a crowd that found the range empty
+  will ask again within a round trip; a generator's first write also counts a whole batch handed
+  out before it started: a new sequence's first crowd, served from its stored range). When a
+  write lands, the batch becomes at least ``demand / watermark``, ``demand`` being the IDs asked
+  for during its round trip (handed out meanwhile, plus still queued): so the next write starts
+  while a round trip's demand is left. 1,000 clients waiting mean at least 1,000 IDs per store
+  round trip;
+- **a climbing rate**: while batches last less than half the interval, a landing sizes the batch
+  for the rate seen during its round trip (``demand * interval / latency``), at most ``_RISE``
+  times the batch per write, instead of waiting for one doubling per write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from .. import errors
 from ..config import MAX_ID
 from ..errors import CommandError
-from .base import BatchPolicy, Context, DurableBound
+from ..store.base import StoreFull
+from .base import _NO_IO, BatchPolicy, Context, DurableBound, NotServing, Queued, _Io
 
 log = logging.getLogger(__name__)
 
 TOP = MAX_ID + 1  # the highest possible ceiling
+# A landing may grow the batch at most this many times for a climbing rate: the rate of one short
+# round trip (a burst) must not jump straight to max_batch; three landings cover 1,000 -> 512,000.
+_RISE = 8
+_TICK = 0.001  # seconds: the queue's timer never fires sooner than this after it is set
 
 
 class SequenceGenerator(DurableBound):
@@ -71,24 +97,123 @@ class SequenceGenerator(DurableBound):
             return range(first, end)
         return None
 
+    def later(self, n: int) -> asyncio.Future[int]:
+        """The last of ``n`` >= 1 IDs for a request the fast path refused, as a future of its own:
+        answered at once if the range holds them and nobody queues, else in arrival order when the
+        range is extended (see the module docstring). Its exception: ``NotServing`` (it got no ID:
+        redirect or run it again), TRYAGAIN after ``max_wait``, OVERFLOW, a rejected store write."""
+        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if not self._io.queue:
+            try:
+                value = self._hand(n)
+            except Exception as exc:
+                answer.set_exception(exc)
+                return answer
+            if value is not None:
+                answer.set_result(value)
+                return answer
+        io = self._io_state()
+        if io.rejected is not None:
+            answer.set_exception(CommandError(errors.STORE_REJECTED.format(io.rejected)))
+            return answer
+        self.waits += 1
+        io.queue.append(Queued(answer, n, self._ctx.clock() + self._policy.max_wait))
+        io.wanted += n
+        io.waiting += 1
+        if self._write is None:
+            self._extend(0)  # (sized for the whole queue when it starts: ``_next_target``)
+        if io.timer is None:
+            self._arm(io)
+        return answer
+
     async def take_wait(self, n: int) -> int:
         """Like ``take``, waiting (bounded) for the ceiling to be extended; raises on failure."""
-        deadline = self._ctx.clock() + self._policy.max_wait
-        waited = False
-        while True:
-            self._check_serving()
-            end = self._next + n
-            if end - 1 > MAX_ID:
-                raise CommandError(errors.OVERFLOW)
-            if end <= self._ceiling:
-                self._next = end
-                if self._write is None and self._ceiling - end < self._low:
-                    self._extend(0)
-                return end - 1
-            if not waited:
-                waited = True
-                self.waits += 1
-            await self._wait_for_ceiling(end, deadline)
+        return await self.later(n)
+
+    def _hand(self, n: int) -> int | None:
+        """A queued request's step: the last of its ``n`` IDs if the range holds them, else None."""
+        if not self._ctx.valid():
+            raise NotServing(self._ctx.lease.ended or "lease is not valid")
+        end = self._next + n
+        if end - 1 > MAX_ID:
+            raise CommandError(errors.OVERFLOW)
+        if end > self._ceiling:
+            return None
+        self._next = end
+        if self._write is None and self._ceiling - end < self._low:
+            self._extend(0)
+        return end - 1
+
+    def _serve(self) -> None:
+        """Answer the queue in order, as far as the range holds it (the ceiling may have moved, or
+        the term ended); the rest waits for the next write, started here if none is on its way."""
+        io = self._io
+        queue = io.queue
+        now = self._ctx.clock()
+        i = 0
+        while i < len(queue):
+            waiter = queue[i]
+            answer = waiter.answer
+            if not answer.done():  # (done: cancelled, its client went away)
+                try:
+                    value = self._hand(waiter.n)
+                except Exception as exc:  # NotServing, OVERFLOW: this one fails, the next may not
+                    answer.set_exception(exc)
+                else:
+                    if value is not None:
+                        answer.set_result(value)
+                    elif io.rejected is not None:
+                        answer.set_exception(CommandError(errors.STORE_REJECTED.format(io.rejected)))
+                    elif waiter.deadline <= now:
+                        io.wait_timeouts += 1
+                        answer.set_exception(self._timed_out(io))
+                    else:
+                        break
+            io.wanted -= waiter.n
+            i += 1
+        self._dequeue(io, i)
+        if queue and self._write is None:
+            self._extend(0)
+
+    def _dequeue(self, io: _Io, count: int) -> None:
+        """The first ``count`` queued requests are answered (or gone)."""
+        if count:
+            del io.queue[:count]
+            io.waiting -= count
+        if not io.queue and io.timer is not None:
+            io.timer.cancel()
+            io.timer = None
+        if self._io is io and self._write is None and io.clean():
+            self._io = _NO_IO
+
+    def _arm(self, io: _Io) -> None:
+        """One timer for the queue: when its first request's deadline comes (deadlines follow
+        arrival order). The deadline is on the injected clock; the timer on the loop's."""
+        delay = max(_TICK, io.queue[0].deadline - self._ctx.clock())
+        io.timer = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        """TRYAGAIN for the queued requests whose deadline passed (they got no ID)."""
+        io = self._io
+        io.timer = None
+        queue = io.queue
+        now = self._ctx.clock()
+        i = 0
+        while i < len(queue) and (queue[i].answer.done() or queue[i].deadline <= now):
+            waiter = queue[i]
+            if not waiter.answer.done():
+                io.wait_timeouts += 1
+                waiter.answer.set_exception(self._timed_out(io))
+            io.wanted -= waiter.n
+            i += 1
+        self._dequeue(io, i)
+        if io.queue:
+            self._arm(io)
+
+    def _timed_out(self, io: _Io) -> CommandError:
+        if isinstance(io.failure, StoreFull):
+            return CommandError(errors.TRYAGAIN_STORE_FULL)
+        return CommandError(errors.TRYAGAIN_STORE.format(self.key.decode("utf-8", "replace")))
 
     async def raise_floor(self, floor: int) -> None:
         """Make every later ID > ``floor``, durably, before returning (SET key N).
@@ -136,10 +261,19 @@ class SequenceGenerator(DurableBound):
         await self._await_change(deadline)
 
     def _next_target(self, need: int) -> int:
+        wanted = self._io.wanted  # IDs the queued requests want: the range holds them all
         if not self._retry_delay:  # a failure streak says nothing about demand
             self._adapt_batch()
+            # The first write of a generator knows no round trip yet: a whole batch handed out before
+            # it started (a new sequence's first crowd, served from the range stored with it) will
+            # be asked for again.
+            demand = wanted
+            if not self.writes and self._next - self._base >= self._batch:
+                demand += self._next - self._base
+            if demand:
+                self._fit(demand)
         # Not above the last target: after a failed write that would add a batch per attempt.
-        return max(self._ceiling, self._next + max(need, 0)) + self._batch
+        return max(self._ceiling, self._next + max(need, wanted, 0)) + self._batch
 
     def _adapt_batch(self) -> None:
         """How long the last batch lasted: from its write's landing to now (no write yet: unknown)."""
@@ -152,6 +286,25 @@ class SequenceGenerator(DurableBound):
         elif lasted > p.interval * 4 and self._batch > p.min_batch:
             self._batch = max(p.min_batch, self._batch // 2)
         self._low = p.low if self._batch == p.min_batch else max(1, int(self._batch * p.watermark))
+
+    def _landed(self, begun: int, started: float, now: float) -> None:
+        """A write started at ``started`` (``next`` was ``begun``) landed at ``now``: the IDs asked for
+        during its round trip (handed out, plus still queued) size the batch (module docstring)."""
+        demand = self._next - begun + self._io.wanted
+        if not demand:
+            return
+        p = self._policy
+        rising = self.writes > 0 and started - self.last_write_at < p.interval / 2 and now > started
+        self._fit(demand, min(demand * p.interval / (now - started), self._batch * _RISE) if rising else 0.0)
+
+    def _fit(self, demand: int, rate_batch: float = 0.0) -> None:
+        """Grow the batch (never past ``max_batch``) so that ``demand`` IDs are left when the next
+        write starts, and to ``rate_batch`` if larger."""
+        p = self._policy
+        want = max(demand / p.watermark, rate_batch)
+        if want > self._batch and self._batch < p.max_batch:
+            self._batch = min(p.max_batch, int(want))
+            self._low = max(1, int(self._batch * p.watermark))
 
     def info(self) -> dict[str, Any]:
         return {

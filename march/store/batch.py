@@ -12,8 +12,11 @@ which the store contract allows (ceilings only move up; a late write is harmless
 A ``serial`` batcher (SQLite's: its writes run one after another on one thread anyway) sends one
 chunk at a time: calls made while a chunk is on its way wait and go together in the next one
 (group commit), so under load a transaction (one fsync) carries what arrived during the last
-one, instead of one small transaction per loop turn queued behind the others. A lone call is sent
-at once, as before.
+one, instead of one small transaction per loop turn queued behind the others. The next chunk is
+sent the moment the store returns, before the callers of the chunk that returned are answered:
+the store works on the next commit while the loop answers them (answering them first left the
+store idle for that time, and what they sent next closed the commit after it early). A lone call
+is sent at once, as before.
 
 Every chunk sent is reported to ``listeners`` (metrics, the latency monitor, the log of slow or
 failing writes): its operation, its size, how long it took and the store failure, if any. A
@@ -68,20 +71,21 @@ class Batcher(Generic[T, R]):
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._scheduled = False
         self._running: set[asyncio.Task[None]] = set()
+        self._sending = False  # (serial) a chunk is with the store: the calls made meanwhile wait for it
 
     async def __call__(self, item: T) -> R:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[R] = loop.create_future()
         self._pending.append((item, fut))
-        if not self._scheduled:
+        if not self._scheduled and not self._sending:  # (while sending: sent when the store returns)
             self._scheduled = True
             loop.call_soon(self._flush)
         return await fut
 
     def _flush(self) -> None:
         self._scheduled = False
-        if self._serial and self._running:
-            return  # sent when the chunk on its way is done (``_next``)
+        if self._sending:
+            return  # sent when the chunk on its way returns (``_send``)
         pending, self._pending = self._pending, []
         loop = asyncio.get_running_loop()
         while pending:
@@ -96,14 +100,17 @@ class Batcher(Generic[T, R]):
             self._running.add(task)
             task.add_done_callback(self._done)
             if self._serial:
+                self._sending = True
                 self._pending = pending + self._pending  # the rest waits for this chunk
                 return
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
-        if self._serial and self._pending and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._serial and self._sending and task.cancelled():
+            self._sending = False  # (cancelled before the store returned: the next chunk goes now)
+            if self._pending and not self._scheduled:
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
 
     async def _send(self, chunk: list[tuple[T, asyncio.Future[R]]]) -> None:
         results: Sequence[R | BaseException]
@@ -116,6 +123,10 @@ class Batcher(Generic[T, R]):
             raise
         except Exception as exc:
             results = [exc] * len(chunk)
+        if self._serial:
+            self._sending = False
+            if self._pending:
+                self._flush()  # what arrived meanwhile goes to the store before these callers are answered
         if listeners:
             self._report(len(chunk), time.perf_counter() - started, results)
         for (_, fut), result in zip(chunk, results, strict=True):

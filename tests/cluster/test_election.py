@@ -352,3 +352,66 @@ async def test_a_partitioned_primary_stops_before_another_serves_and_no_id_repea
     assert p.group.redirect(b"a").message == f"MOVED {key_slot(b'a')} {q.addr}"
     record = sim.etcd.peek(sim.keys.node(p.name))
     assert record is not None and b'"role": "standby"' in record.value
+
+
+# --- what a node cut off from etcd tells its clients (issue 25) ----------------------------------
+
+
+async def follow(sim: Any, node: SimNode, key: bytes, hops: int = 6) -> tuple[int | errors.CommandError, list[str]]:
+    """A request as a client that follows MOVED sends it: the final reply and the nodes it went through."""
+    by_addr = {n.addr: n for n in sim.nodes}
+    path = [node.name]
+    reply = await node.request(key)
+    for _ in range(hops):
+        if not (isinstance(reply, errors.CommandError) and reply.message.startswith("MOVED ")):
+            break
+        node = by_addr[reply.message.split()[-1]]
+        path.append(node.name)
+        reply = await node.request(key)
+    return reply, path
+
+
+async def test_a_primary_cut_off_from_etcd_sends_clients_on_once_its_lease_has_ended(make_sim: SimFactory) -> None:
+    """A cut-off primary used to answer CLUSTERDOWN until the partition healed: a client that only
+    follows MOVED (redis-cli -c) got nothing from it. Once its own lease must have ended in etcd it
+    names no primary (empty CLUSTER SLOTS) and sends each key request on, MOVED to the other nodes
+    in turn, which know who leads now; before that (the others may still name it) CLUSTERDOWN."""
+    sim = await make_sim(3)
+    p = sim.primary
+    p.cut()
+    await sim.until(lambda: not p.serving, "the cut-off primary steps down", TTL)
+    early = await p.request(b"k")
+    assert isinstance(early, errors.CommandError) and early.message.startswith("CLUSTERDOWN"), early
+    await sim.until(lambda: any(n.serving for n in sim.nodes if n is not p), "a standby takes over", 2 * TTL)
+    q = sim.primary
+    await sim.advance(TTL)  # by now its old lease has ended in etcd, whenever etcd last answered it
+    assert p.member.directory.members()[0] is None  # CLUSTER SLOTS: nobody
+    seen = set()
+    for _ in range(4):
+        reply, path = await follow(sim, p, b"k")
+        assert isinstance(reply, int), (reply, path)
+        assert path[-1] == q.name and len(path) <= 3, path
+        seen.add(path[1])
+    assert seen == {n.name for n in sim.nodes if n is not p}  # each other node in turn
+    p.heal()
+    await sim.until(lambda: p.member.directory.topology.leader == q.name, "it rejoins", 2 * TTL)
+    reply = await p.request(b"k")
+    assert isinstance(reply, errors.CommandError) and reply.message == errors.MOVED.format(key_slot(b"k"), q.addr)
+    assert sim.overlaps == []
+
+
+async def test_nodes_that_all_lost_etcd_never_send_a_client_back_and_forth(make_sim: SimFactory) -> None:
+    """etcd gone for everyone: nobody may serve, and whatever each node answers, a client that
+    follows MOVED ends on an error within two hops, never in a loop between two nodes (a cut-off
+    node that led sends clients on, but one that did not names nobody: it cannot send them back)."""
+    sim = await make_sim(3)
+    sim.primary  # noqa: B018 - one primary before the outage
+    sim.etcd.unreachable = True
+    await sim.until(lambda: not sim.serving(), "the primary steps down", TTL)
+    for _ in range(int(3 * TTL / 0.25)):
+        await sim.advance(0.25)
+        for n in sim.nodes:
+            reply, path = await follow(sim, n, b"k")
+            assert isinstance(reply, errors.CommandError) and not reply.message.startswith("MOVED"), (reply, path)
+            assert len(path) <= 3, path
+    assert sim.serving() == []

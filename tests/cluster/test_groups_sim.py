@@ -26,6 +26,7 @@ from march.errors import CommandError
 from march.etcd.api import Delete
 from march.group import Group
 from march.metrics.collector import registry_for
+from march.serving import Phase
 from march.store.base import GuardFailed
 
 GROUPS = 4
@@ -103,6 +104,80 @@ async def test_losing_the_node_lease_steps_every_group_down(make_sim: SimFactory
         assert new is not victim
         assert await incr(new.node.groups[g], key_of_group(g)) > last[g]
     assert not sim.overlaps, sim.overlaps
+
+
+class Served:
+    """Which nodes serve each group, as their serving states change (clock time), for every node's
+    every group: the longest time a group went unserved."""
+
+    def __init__(self, sim: Sim, groups: int) -> None:
+        self.sim = sim
+        self.now: list[set[str]] = [set() for _ in range(groups)]
+        self.empty_since: list[float | None] = [None] * groups
+        self.longest: list[float] = [0.0] * groups
+        for node in sim.nodes:
+            for g in range(groups):
+                node.node.groups[g].state.subscribe(lambda change, n=node.name, g=g: self._on(n, g, change.phase))
+
+    def _on(self, name: str, g: int, phase: Phase) -> None:
+        now = self.sim.clock.now()
+        if phase is Phase.SERVING:
+            self.now[g].add(name)
+            started = self.empty_since[g]
+            if started is not None:
+                self.longest[g] = max(self.longest[g], now - started)
+            self.empty_since[g] = None
+        else:
+            self.now[g].discard(name)
+            if not self.now[g] and self.empty_since[g] is None:
+                self.empty_since[g] = now
+
+    def reset(self) -> None:
+        self.longest = [0.0] * len(self.longest)
+
+
+async def test_a_node_back_from_a_partition_is_handed_no_group_before_it_has_settled(make_sim: SimFactory) -> None:
+    """Issue 25 (9), the 3 s gap of the flapping partition drill, explained: as soon as a node cut
+    off from etcd was back (a new lease, its record written again), the most loaded node handed it a
+    group by rebalancing (a planned FAILOVER); the partition came back before it took the group over,
+    and nobody served that group until the others' patience with the chosen node (a TTL) ran out.
+    Here a node flaps (back for half a second on a slow link, then cut for 2 TTLs, four times): no
+    group may be handed to it, and no group goes unserved meanwhile."""
+    sim = await make_sim(3, groups=3)
+    served = Served(sim, 3)
+    await sim.until(lambda: spread(sim, 3), "3 groups spread over 3 nodes", 10 * TTL)
+    victim = sim.node("n1")
+    layout = Layout(3)
+    handoffs = [layout.handoff_key(sim.keys, g) for g in range(3)]
+
+    def named() -> bool:
+        return any((kv := sim.etcd.peek(k)) is not None and kv.value == b"n1" for k in handoffs)
+
+    victim.cut()
+    others = [n for n in sim.nodes if n is not victim]
+    await sim.until(
+        lambda: all(len(leaders(sim, g)) == 1 and leaders(sim, g)[0] in others for g in range(3)),
+        "its group taken over",
+        4 * TTL,
+    )
+    served.reset()
+    handed: list[float] = []
+    for _ in range(4):
+        back = sim.clock.now()
+        victim.heal()
+        for client in victim.clients.values():
+            client.delay = 0.1  # a slow link: its record is written, its answer to a hand-off is late
+        await sim.until(lambda b=back: named() or sim.clock.now() - b >= 0.5, "back for 0.5 s", 1.0, step=0.01)
+        if named():
+            handed.append(sim.clock.now() - back)
+        victim.cut()
+        await sim.advance(2 * TTL)
+    unserved = [round(x, 2) for x in served.longest]
+    assert handed == [], f"groups handed to the flapping node {[round(h, 2) for h in handed]} s after it was back; " + (
+        f"each group's longest time unserved: {unserved} s"
+    )
+    assert max(served.longest) < TTL / 2, f"each group's longest time unserved: {unserved} s"
+    assert sim.overlaps == []
 
 
 async def test_etcd_load_per_node_does_not_grow_with_the_number_of_groups(make_sim: SimFactory) -> None:

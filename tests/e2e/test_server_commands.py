@@ -54,11 +54,11 @@ def test_command_table(march_server: MarchServer) -> None:
         table = c.call("COMMAND")
         names = c.call("COMMAND", "LIST")
         docs = c.call("COMMAND", "DOCS", "incr")
-    assert isinstance(count, int) and count == len(table) == len(names)
+    assert isinstance(count, int) and count == len(table)  # (COMMAND LIST: subcommands too, as Redis 7)
     listed = {n.decode().lower() for n in names}
     for cmd in ["ping", "incr", "incrby", "get", "mget", "set", "multi", "exec", "seq.create", "hello", "command"]:
         assert cmd in listed, f"{cmd} missing from COMMAND LIST"
-    assert {row[0].decode().lower() for row in table} == listed
+    assert {row[0].decode().lower() for row in table} == {name for name in listed if "|" not in name}
     assert docs, "COMMAND DOCS incr is empty"
 
 

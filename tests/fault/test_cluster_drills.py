@@ -31,8 +31,10 @@ TTL = 2  # seconds of lease: the shortest march accepts keeps each repetition to
 # The takeover drill runs with the TTL of its bar: 15,000 sequences, TTL 3 s, serving within 6 s.
 TTLS = {"takeover": 3}
 # The races' short versions: tests/cluster/test_races.py; rebalance moves groups, so it runs with
-# four of them in tests/fault/test_group_drills.py (with one group a join moves nothing).
-FAULTS = [d for d in DRILLS if not d.startswith("race-") and d != "rebalance"]
+# four of them in tests/fault/test_group_drills.py (with one group a join moves nothing); sigterm's
+# short version is tests/cluster/test_groups_change.py's; the partition drills (network
+# namespaces) run in tests/fault/test_partition_drills.py.
+FAULTS = [d for d in DRILLS if not d.startswith(("race-", "partition-")) and d not in ("rebalance", "sigterm")]
 
 
 def test_cluster_starts_with_one_primary_and_two_standbys(march_cluster: MarchCluster) -> None:

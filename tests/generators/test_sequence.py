@@ -201,17 +201,18 @@ async def test_extension_starts_below_the_watermark_and_requests_do_not_wait(wor
     await asyncio.sleep(0)
     assert world.store.tried == [] and gen.info()["extending_to"] == 0  # 51 left: not yet
     assert gen.take(1) == 51  # 50 left, fewer than half a batch would be after it: extend now
-    assert gen.info()["extending_to"] == 201
+    assert gen.write is not None  # (its target is chosen when its task first runs, a loop turn later)
     assert durable(world.store) == 101  # the extension is asynchronous: the take did not wait for it
     ledger.got(51)
-    await until(lambda: gen.info()["extending_to"] == 0, "the extension to land")
+    await until(lambda: gen.write is None, "the extension to land")
+    assert world.store.tried == [201]
     assert durable(world.store) == gen.info()["ceiling"] == 201
     await fill(gen, ledger, 150)
-    assert gen.info()["extending_to"] == 0
+    assert gen.write is None
     assert gen.take(1) == 151
     ledger.got(151)
-    assert gen.info()["extending_to"] == 301
-    await until(lambda: gen.info()["extending_to"] == 0, "the second extension to land")
+    assert gen.write is not None
+    await until(lambda: gen.write is None, "the second extension to land")
     assert durable(world.store) == gen.info()["ceiling"] == 301
     await fill(gen, ledger, 250)
     assert world.store.tried == [201, 301]
@@ -251,6 +252,140 @@ async def test_batch_doubles_when_batches_go_fast_and_halves_when_they_last(worl
     # an extension starts once fewer than half of the current batch are left
     assert left_at_trigger == [b // 2 - 1 for b in [100, *batches[:-1]]]
     assert gen.info()["batch"] == 100
+
+
+# --- batches sized by demand -------------------------------------------------------------------
+
+# min_batch 100: the doubling alone would need 4 writes to reach 1,000
+DEMAND = BatchPolicy(min_batch=100, max_batch=1_000_000, interval=1.0, watermark=0.5, max_wait=0.05)
+
+
+async def test_a_thousand_waiters_on_a_fresh_key_are_served_by_its_first_extension(world: World) -> None:
+    """A crowd that finds the range spent is one store write, sized for all of it, and answered in order."""
+    gen = await world.fresh(policy=DEMAND)  # IDs 1..100 durable
+    got = await finish(asyncio.gather(*(gen.take_wait(1) for _ in range(1000))), 5.0)
+    assert got == list(range(1, 1001))  # in the order the requests came
+    assert len(world.store.tried) == 1, world.store.tried  # one write for the crowd
+    assert world.store.tried[0] - 101 >= 1000, world.store.tried  # it holds every one of them, and more
+    assert gen.info()["waits"] == 900  # (the first 100 were in the range)
+    assert gen.info()["batch"] >= 900 / DEMAND.watermark  # the next crowd is expected too
+    assert gen.take(1) == 1001  # no wait for the next one: the range holds a batch past the crowd
+
+
+async def test_a_thousand_waiters_after_a_restart_cost_one_store_write(world: World) -> None:
+    await world.seed(5000)
+    gen = await world.restart(policy=DEMAND)  # nothing spendable: every request waits
+    got = await finish(asyncio.gather(*(gen.take_wait(1) for _ in range(1000))), 5.0)
+    assert got == list(range(5000, 6000))
+    assert len(world.store.tried) == 1 and world.store.tried[0] > 6000 + 1000
+
+
+async def test_a_round_trip_s_demand_sizes_the_next_batch_and_refills_earlier(world: World) -> None:
+    """Requests that queued while a write was on its way (1,000 of them) make the batch at least
+    their number / watermark, so the next write starts while a round trip's demand is left."""
+    gen = await world.fresh(policy=DEMAND)
+    ledger = Ledger(world.store)
+    world.store.hold()
+    await fill(gen, ledger, 51)  # the extension starts (and hangs) at 51
+    await until(lambda: world.store.tried == [201], "the first extension to be on its way")
+    await fill(gen, ledger, 100)
+    crowd = [gen.later(1) for _ in range(1000)]
+    assert not any(f.done() for f in crowd)
+    world.store.release()
+    await finish(asyncio.gather(*crowd), 5.0)
+    assert [f.result() for f in crowd] == list(range(101, 1101))
+    assert gen.info()["batch"] >= 2 * 1000  # demand (49 handed out + 1,000 queued) / watermark
+    assert len(world.store.tried) == 2  # the 900 the first range could not hold: one more write
+    assert gen.info()["remaining"] >= 1000  # and the range left holds another round trip's demand
+
+
+class ClockedStore(RecordingStore):
+    """A store whose writes take three loop turns (requests go on meanwhile), then ``latency`` of the fake clock."""
+
+    def __init__(self, clock: FakeClock, latency: float) -> None:
+        super().__init__()
+        self.clock = clock
+        self.latency = latency
+
+    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        stored = await super().save_ceiling(key, ceiling, guard)
+        self.clock.advance(self.latency)
+        return stored
+
+
+async def test_a_climbing_rate_is_followed_within_a_few_writes() -> None:
+    """40,000 IDs a second from a standing start (min_batch 100): the batch follows the rate seen
+    during a write's round trip (at most 8x per write) instead of doubling once per write."""
+    clock = FakeClock()
+    store = ClockedStore(clock, 0.002)
+    await store.create(SequenceRecord(KEY, "sequence", 1 + DEMAND.min_batch), SINGLE_NODE)
+    gen = SequenceGenerator(KEY, 1 + DEMAND.min_batch, Context.of(store, FakeLease(), clock, DEMAND), 1)
+    ledger = Ledger(store)
+    seen: list[tuple[int, int]] = []  # (batch, store writes) after each 5 ms
+    try:
+        for _ in range(200):  # 200 IDs per 5 ms of the fake clock
+            for _ in range(200):
+                await ledger.take(gen)
+            clock.advance(0.005)
+            await asyncio.sleep(0)
+            seen.append((gen.info()["batch"], gen.info()["store_writes"]))
+    finally:
+        await settle(store, [gen])
+    assert ledger.ids == list(range(1, 40_001))
+    batch, writes = seen[19]  # after 100 ms
+    assert batch >= 20_000 and writes <= 6, seen[:20]  # doubling alone: 3,200 after 6 writes
+    assert seen[-1][1] <= 8, seen  # 1 s of load: a handful of writes
+
+
+# --- the shared wait ---------------------------------------------------------------------------
+
+
+async def test_waiters_share_one_write_and_a_cancelled_one_stops_nobody(world: World) -> None:
+    """N requests waiting for the same extension: one store write and no task of their own; one
+    whose client went away is cancelled alone, the others are answered in order."""
+    await world.seed(5000)
+    gen = await world.restart()
+    world.store.hold()
+    waiting = [gen.later(1) for _ in range(5)]
+    await until(lambda: len(world.store.tried) == 1, "the write to start")
+    tasks = len(asyncio.all_tasks())  # the test's, and the store write's
+    waiting += [gen.later(1) for _ in range(50)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert len(asyncio.all_tasks()) == tasks  # 50 more waiting requests, not one more task
+    assert gen.busy and gen.info()["waits"] == 55
+    waiting[2].cancel()  # its client disconnected
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert gen.write is not None  # the store write goes on
+    world.store.release()
+    answered = [w for i, w in enumerate(waiting) if i != 2]
+    await finish(asyncio.gather(*answered))
+    assert [w.result() for w in answered] == list(range(5000, 5054))  # in order, none skipped
+    assert waiting[2].cancelled()
+    assert len(world.store.tried) == 1 and durable(world.store) > 5053
+    assert not gen.busy  # nothing left queued (the generator may be dropped when idle)
+
+
+async def test_queued_requests_get_tryagain_at_their_deadline_and_the_queue_goes_on(world: World) -> None:
+    gen = await world.fresh()
+    ledger = Ledger(world.store)
+    world.store.hold()
+    await fill(gen, ledger, 100)
+    early = [gen.later(1) for _ in range(3)]
+    world.clock.advance(FIXED.max_wait / 2)
+    late = gen.later(1)  # its deadline comes later
+    world.clock.advance(FIXED.max_wait / 2 + 0.001)
+    for f in early:
+        with pytest.raises(CommandError) as err:
+            await finish(f)
+        assert err.value.message == errors.TRYAGAIN_STORE.format("k")
+    assert not late.done()
+    world.store.release()
+    assert await finish(late) == 101  # the ones that timed out got nothing
+    assert gen.info()["wait_timeouts"] == 3
 
 
 # --- a late, a failed and a hung store write --------------------------------------------------
@@ -445,7 +580,8 @@ async def test_a_write_that_lands_after_the_term_ended_does_not_revive_the_gener
     gen = await world.fresh()
     ledger = Ledger(world.store)
     world.store.hold()
-    await fill(gen, ledger, 51)  # the extension to 201 is in flight
+    await fill(gen, ledger, 51)
+    await until(lambda: world.store.tried == [201], "the extension to 201 to be in flight")
     world.lease.end("demoted")
     world.store.release()
     await finish(gen.drain())
@@ -684,6 +820,9 @@ PROP_POLICY = BatchPolicy(min_batch=8, max_batch=256, interval=1.0, watermark=0.
 _ARGS: dict[str, st.SearchStrategy[Any]] = {
     "take": st.integers(1, 40),  # the fast path: INCRBY's first try
     "wait": st.one_of(st.integers(1, 20), st.integers(1, 300)),  # a request that waits, in a task
+    "queue": st.integers(1, 40),  # an INCRBY the fast path refused, as the connection waits: a future, no task
+    "crowd": st.integers(2, 60),  # that many INCRs at once (a crowd: demand sizing)
+    "cancel": st.integers(0, 1000),  # a waiting request's client goes away (which one: this, modulo)
     "run": st.integers(1, 400),  # a pipelined run of INCRs: what the range holds now (take_run)
     "floor": st.integers(-20, 600),  # SET to the watermark + this, in a task
     "fail": st.integers(1, 3),  # the next store writes fail
@@ -699,6 +838,8 @@ _KINDS = (
     ["take"] * 3
     + ["run"] * 2
     + ["wait"] * 3
+    + ["queue"] * 2
+    + ["crowd", "cancel"]
     + ["floor", "fail", "hold", "hold", "release", "restart"]
     + ["stall", "tick", "advance"] * 2
 )
@@ -708,8 +849,19 @@ _ops = st.sampled_from(_KINDS).flatmap(lambda kind: st.tuples(st.just(kind), _AR
 async def _run_history(ops: list[tuple[str, Any]]) -> None:
     store, clock = RecordingStore(), FakeClock()
     lease = FakeLease()  # one term per generator life: a restart is a new term
+
+    class Recorded(SequenceGenerator):  # (the module's, looked up now: the checker's own test swaps it)
+        """A request that waited is recorded when its IDs are handed out (``_hand``, the step of
+        ``later``, of its queue and of ``take_wait``), not when its future's callback runs."""
+
+        def _hand(self, n: int) -> int | None:
+            value = super()._hand(n)
+            if value is not None:
+                got(value, n)
+            return value
+
     await store.create(SequenceRecord(KEY, "sequence", 1 + PROP_POLICY.min_batch), SINGLE_NODE)
-    gen = SequenceGenerator(KEY, 1 + PROP_POLICY.min_batch, Context.of(store, lease, clock, PROP_POLICY), 1)
+    gen = Recorded(KEY, 1 + PROP_POLICY.min_batch, Context.of(store, lease, clock, PROP_POLICY), 1)
     gens = [gen]
     terms: list[FakeLease] = []
     killed: list[SequenceGenerator] = []
@@ -717,6 +869,7 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
     # every earlier one <= n" (a watermark) or only the first half (a raised floor).
     history: list[tuple[str, int, int]] = []
     tasks: set[asyncio.Task[None]] = set()
+    queued: dict[asyncio.Future[int], SequenceGenerator] = {}  # futures of ``later`` not yet settled
     held = False
 
     def got(last: int, n: int) -> None:
@@ -726,14 +879,22 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
 
     async def waiter(g: SequenceGenerator, n: int) -> None:
         try:
-            value = await g.take_wait(n)
+            await g.take_wait(n)  # (recorded when handed out: ``Recorded``)
         except CommandError as exc:
             assert exc.message.startswith("TRYAGAIN"), exc.message
-            return
         except NotServing:
             assert g in killed, "the live generator stopped serving"
+
+    def check_queued(answer: asyncio.Future[int], g: SequenceGenerator) -> None:
+        if answer.cancelled():
             return
-        got(value, n)  # same loop step as the allocation: the history stays in allocation order
+        exc = answer.exception()
+        if isinstance(exc, CommandError):
+            assert exc.message.startswith("TRYAGAIN"), exc.message
+        elif isinstance(exc, NotServing):
+            assert g in killed, "the live generator stopped serving"
+        else:
+            assert exc is None, repr(exc)
 
     async def floor(g: SequenceGenerator, delta: int) -> None:
         n = g.watermark() + delta
@@ -766,6 +927,12 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
             for t in done:
                 t.result()  # re-raise a failed check
         assert not tasks, "requests still waiting after the store recovered"
+        if queued:
+            await asyncio.wait(set(queued), timeout=10)
+            for answer, g in list(queued.items()):
+                assert answer.done(), "a queued request still waits after the store recovered"
+                check_queued(answer, g)
+            queued.clear()
 
     for op, arg in ops:
         if op == "take":
@@ -779,6 +946,13 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
                 got(ids[-1], len(ids))
         elif op == "wait":
             spawn(waiter(gen, arg))
+        elif op in ("queue", "crowd"):
+            for n in [arg] if op == "queue" else [1] * arg:
+                queued[gen.later(n)] = gen
+        elif op == "cancel":
+            pending = [f for f in queued if not f.done()]
+            if pending:
+                pending[arg % len(pending)].cancel()
         elif op == "floor":
             spawn(floor(gen, arg))
         elif op == "fail":
@@ -801,6 +975,7 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
             # finish); the new one starts from whatever the store holds.
             killed.append(gen)
             lease.end("restart")
+            gen.wake()  # (as the keyspace does when a term ends: its waiting requests look again)
             store.release()
             held = False
             await asyncio.wait_for(gen.drain(), 5)
@@ -809,8 +984,10 @@ async def _run_history(ops: list[tuple[str, Any]]) -> None:
             assert record is not None
             terms.append(lease)
             lease = FakeLease()
-            gen = SequenceGenerator(KEY, record.ceiling, Context.of(store, lease, clock, PROP_POLICY))
+            gen = Recorded(KEY, record.ceiling, Context.of(store, lease, clock, PROP_POLICY))
             gens.append(gen)
+        batch = gen.info()["batch"]
+        assert PROP_POLICY.min_batch <= batch <= PROP_POLICY.max_batch, f"batch {batch} out of its bounds"
         history.append(("bound", gen.watermark(), 1))
     await settle()
     for g in gens:

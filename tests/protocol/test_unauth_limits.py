@@ -24,8 +24,11 @@ Server = MarchServer | RedisServer
         (b"*100\r\n", b"unauthenticated multibulk length"),
         (b"*2\r\n$4\r\nAUTH\r\n$16385\r\n", b"unauthenticated bulk length"),
         (mb("PING") + b"*1\r\n$100000\r\n", b"unauthenticated bulk length"),
+        # over March's own max_bulk (1 MiB) but not Redis' (512 MiB): Redis' unauthenticated limit first
+        (b"*1\r\n$100000000\r\n", b"unauthenticated bulk length"),
+        (b"*1\r\n$600000000\r\n", b"invalid bulk length"),  # over Redis' own limit too
     ],
-    ids=["11-arguments", "100-arguments", "16385-bytes", "after-a-request"],
+    ids=["11-arguments", "100-arguments", "16385-bytes", "after-a-request", "100-MB", "600-MB"],
 )
 def test_large_requests_before_auth_are_refused_at_the_header(locked: Server, payload: bytes, error: bytes) -> None:
     with Raw(locked.port) as c:

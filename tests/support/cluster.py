@@ -122,7 +122,7 @@ class ClusterNode(MarchServer):
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def forward_address(self) -> str:
@@ -151,7 +151,7 @@ class ClusterNode(MarchServer):
         if not self.alive:
             return None
         try:
-            with RespConn(self.port, timeout=timeout) as c:
+            with RespConn(self.port, self.host, timeout=timeout) as c:
                 if self.password is not None:
                     c.call("AUTH", self.password)
                 reply = c.call("INFO", section)
@@ -197,7 +197,7 @@ class ClusterNode(MarchServer):
 
     def call(self, *args: str | int, timeout: float = 2.0) -> object:
         """One command on a fresh connection; the reply (errors as `RespError` values)."""
-        with RespConn(self.port, timeout=timeout) as c:
+        with RespConn(self.port, self.host, timeout=timeout) as c:
             if self.password is not None:
                 c.call("AUTH", self.password)
             return c.call(*args)
@@ -324,12 +324,15 @@ class MarchCluster:
         """{node_id: 'master' | 'slave' | None} for every node (None: down, paused or silent)."""
         return {n.node_id: n.role(timeout) for n in self.nodes}
 
-    def masters(self, timeout: float = 0.5) -> list[ClusterNode]:
-        return [n for n in self.nodes if n.role(timeout) == "master"]
+    def masters(self, timeout: float = 0.5, skip: Iterable[ClusterNode] = ()) -> list[ClusterNode]:
+        """The live nodes that say they are master (the ``skip`` ones are not asked: one cut off the
+        network would cost every look its timeout)."""
+        skipped = set(map(id, skip))
+        return [n for n in self.nodes if id(n) not in skipped and n.role(timeout) == "master"]
 
-    def primary(self, timeout: float = 0.5) -> ClusterNode | None:
-        """The one live node that says it is master; None if none or more than one does."""
-        masters = self.masters(timeout)
+    def primary(self, timeout: float = 0.5, skip: Iterable[ClusterNode] = ()) -> ClusterNode | None:
+        """The one live node (of those not skipped) that says it is master; None if none or more than one does."""
+        masters = self.masters(timeout, skip)
         return masters[0] if len(masters) == 1 else None
 
     def standbys(self, timeout: float = 0.5) -> list[ClusterNode]:
@@ -403,7 +406,7 @@ class MarchCluster:
         deadline = time.monotonic() + timeout
         last: dict[str, str | None] = {}
         while True:
-            p = self.primary()
+            p = self.primary(skip=exclude)
             if p is not None and id(p) not in excluded and (not settled or self._agree_on(p)):
                 return p
             if time.monotonic() >= deadline:

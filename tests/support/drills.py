@@ -13,7 +13,11 @@ for the cluster to recover, and returns a `DrillResult`:
   another node, ...); `series()` puts them on the load's time series for scripts/drill's chart.
 
 A `DrillEnv` owns the processes of one drill layout: an etcd (1 or 3 members), optional TCP
-proxies (one per march node, all to etcd member 0), and a three-node March cluster. Every
+proxies (one per march node, all to etcd member 0), and a three-node March cluster. With
+``netns=True`` etcd and every node run in network namespaces of their own (``support.netns``) for
+the partition drills (``PARTITION_DRILLS``: real cuts, packets dropped both ways), all removed by
+``stop`` whatever happened. ``sigterm`` (issue 25) sends SIGTERMs around layout changes
+(``support.stops``). Every
 drill leaves the cluster as it found it (all nodes running, one primary, standbys agreeing)
 so repetitions run on the same processes.
 
@@ -35,8 +39,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
+import statistics
+import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,10 +54,12 @@ from march.etcd.keys import KeyPaths
 from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
 from support.history import History, group_of_key, group_slots
-from support.load import TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, group_keys, time_series
+from support.load import MAX_SECONDS, TIMESTAMP_KEY, Figures, Load, TimeSeries, figures, group_keys, time_series
+from support.netns import NetLab
 from support.proxy import TcpProxy
 from support.races import RACE_ROUNDS, Member, failover_round, race_node_id
 from support.resp import RespConn, RespError, encode, wait_until
+from support.stops import SETTLE_TIMEOUT, SIGTERM_ROUNDS, StopRound, change, settle_layout, sigterm_round
 
 WARMUP_OPS = 200  # successes before the fault: the load is really running
 HOLD_OPS = 200  # successes after recovery: the new primary really serves
@@ -61,6 +71,7 @@ TAKEOVER_PROBES = 2_000  # distinct old sequences asked at once on the new prima
 ETCD_DOWN = 2.0  # seconds etcd stays down in the etcd-restart drill
 GROUP_WARMUP_OPS = 25  # with groups: IDs each group's keys get before a drill's own warm-up counts
 OTHER_GROUPS_GAP = 0.05  # the issue's bar: the groups a fault did not touch never pause longer than this
+SIGTERM_ROUND_SECONDS = 30  # the load of the sigterm drill lasts this long per round, at most (a round: ~3 s)
 
 
 def recovery_timeout(ttl: float) -> float:
@@ -192,10 +203,13 @@ class DrillEnv:
         out: Callable[[str], None] | None = None,
         sequences: int = TAKEOVER_SEQUENCES,
         name_len: int = TAKEOVER_NAME_LEN,
-        rounds: int = RACE_ROUNDS,
+        rounds: int | None = None,
         groups: int = 1,
+        netns: bool = False,
     ) -> None:
         self.base = base
+        # Real partitions (``support.netns``): etcd and each node in a network namespace of its own.
+        self.lab = NetLab([f"n{i + 1}" for i in range(nodes)]) if netns else None
         self.groups = groups
         self.key_sets = group_keys(groups)  # the load's keys, one list per group
         self.etcd = EtcdCluster(base / "etcd", size=etcd_members, binary=etcd_binary)
@@ -207,7 +221,7 @@ class DrillEnv:
         self.out = out
         self.sequences, self.name_len = sequences, name_len  # for the takeover drill
         self.seeded: list[str] = []  # its sequences, seeded once for every repetition
-        self.rounds = rounds  # for the race drills
+        self.rounds = rounds  # for the race drills (None: RACE_ROUNDS) and ``sigterm`` (None: SIGTERM_ROUNDS)
         self.proxies: dict[str, TcpProxy] = {}
         self._cluster: MarchCluster | None = None
 
@@ -217,6 +231,10 @@ class DrillEnv:
         return self._cluster
 
     def start(self) -> None:
+        if self.lab is not None:
+            self.lab.start()
+            for m in self.etcd.members:
+                m.host, m.wrapper = self.lab.etcd_host, self.lab.wrapper("etcd")
         self.etcd.start()
         endpoints = [m.endpoint for m in self.etcd.members]
         per_node: list[str] = []
@@ -231,8 +249,17 @@ class DrillEnv:
                 k = i % len(endpoints)
                 per_node.append(",".join(endpoints[k:] + endpoints[:k]))
         self._cluster = MarchCluster(
-            self.base / "march", per_node, size=self.nodes, lease_ttl=self.lease_ttl, groups=self.groups
+            self.base / "march",
+            per_node,
+            size=self.nodes,
+            lease_ttl=self.lease_ttl,
+            groups=self.groups,
+            # clients come from the bridge's address, not the loopback: no protected mode
+            extra_args=["--protected-mode", "no"] if self.lab is not None else [],
         )
+        if self.lab is not None:
+            for n in self._cluster.nodes:
+                n.host, n.wrapper = self.lab.node_host(n.node_id), self.lab.wrapper(n.node_id)
         self._cluster.start()
         # One key of every load is a timestamp sequence: the drills check it as they check the rest.
         primary = self._cluster.wait_settled(SETTLE)
@@ -242,11 +269,30 @@ class DrillEnv:
         assert reply == "OK", f"SEQ.CREATE {TIMESTAMP_KEY} TIMESTAMP: {reply!r}"
 
     def stop(self) -> None:
-        if self._cluster is not None:
-            self._cluster.stop()
-        for p in self.proxies.values():
-            p.close()
-        self.etcd.stop()
+        try:
+            if self._cluster is not None:
+                self._cluster.stop()
+            for p in self.proxies.values():
+                p.close()
+            self.etcd.stop()
+        finally:
+            if self.lab is not None:
+                self.lab.close()  # every namespace, veth pair and rule it made, whatever happened
+
+    # -- partitions: the netns lab's real ones, else the TCP proxy between a node and etcd ----------
+    def cut(self, node: ClusterNode, scope: str = "etcd") -> None:
+        """Cut ``node`` off etcd (``"etcd"``) or off everything (``"all"``: needs ``netns``)."""
+        if self.lab is not None:
+            self.lab.cut(node.node_id, scope)
+        else:
+            assert scope == "etcd" and node.node_id in self.proxies, "this cut needs DrillEnv(netns=True)"
+            self.proxies[node.node_id].cut()
+
+    def heal(self, node: ClusterNode) -> None:
+        if self.lab is not None:
+            self.lab.heal(node.node_id)
+        else:
+            self.proxies[node.node_id].restore()
 
     def __enter__(self) -> DrillEnv:
         self.start()
@@ -287,15 +333,22 @@ class DrillEnv:
             load.wait_success(since, not_from=[old.address], timeout=timeout, keys=self.key_sets[g])
 
     @contextlib.contextmanager
-    def load(self, result: DrillResult) -> Iterator[Load]:
+    def load(self, result: DrillResult, max_seconds: float = MAX_SECONDS) -> Iterator[Load]:
         """Concurrent clients recording into ``result.histories`` (continued if not empty), with the
-        live timeline if ``out`` is set; stopped (and checked) at the end of the block. With
-        groups: one RedisCluster and one plain client per group, each on its group's keys."""
+        live timeline if ``out`` is set; stopped (and checked) at the end of the block (the clients
+        stop by themselves after ``max_seconds``). With groups: one RedisCluster and one plain client
+        per group, each on its group's keys."""
         if self.groups == 1:
-            load = Load(self.seeds, result.histories, rate=self.rate)
+            load = Load(self.seeds, result.histories, rate=self.rate, max_seconds=max_seconds)
         else:
             load = Load(
-                self.seeds, result.histories, rate=self.rate, key_sets=self.key_sets, cluster_clients=1, plain_clients=1
+                self.seeds,
+                result.histories,
+                rate=self.rate,
+                key_sets=self.key_sets,
+                cluster_clients=1,
+                plain_clients=1,
+                max_seconds=max_seconds,
             )
         timeline = Timeline(load, self.cluster, self.out, result.drill) if self.out else None
         load.start()
@@ -492,6 +545,235 @@ def _note_last_of(r: DrillResult, old: ClusterNode, fault_at: int, healed_at: in
             f"{(o.sent - fault_at) / 1e6:+.0f} ms, replied {(o.replied - fault_at) / 1e6:+.0f} ms; link restored "
             f"{(until - fault_at) / 1e6:+.0f} ms"
         )
+
+
+# -- real partitions (network namespaces, ``DrillEnv(netns=True)``) ------------------------------
+
+FLAP_SECONDS = 30.0  # how long the flapping drill flaps
+FLAP_CUT = (2.0, 4.0)  # seconds each cut of the flapping drill lasts (random in this range)
+FLAP_HEAL = (0.3, 1.0)  # seconds each heal lasts: short, so a keep-alive may get through and no more
+
+
+def partition_hold(ttl: float) -> float:
+    """How long a partition drill keeps its cut: past the old lease's end and a new election, so
+    the cut-off node's answers once another node serves are seen too."""
+    return 2 * ttl + 1
+
+
+def _gap_bars(r: DrillResult, ttl: float, faulted: list[int], asserted: bool = True) -> None:
+    """The issue's bar for real partitions: each faulted group's longest gap between IDs within TTL + 1 s."""
+    for gf in r.figures.groups:
+        if gf.group in faulted:
+            name = f"group {gf.group} (faulted): longest gap between IDs"
+            r.bars.append(Bar(name, gf.longest_gap, ttl + 1.0, asserted=asserted))
+
+
+def _ids_after_deadline(r: DrillResult, old: ClusterNode, fault_at: int, ttl: float, until: int | None) -> None:
+    """Guarantee 4 seen from outside: a node cut from etcd at ``fault_at`` hands out no ID for a
+    request sent a TTL later (its deadline counts from a keep-alive sent before the cut), up to
+    ``until`` (when it may lead again)."""
+    limit = fault_at + int(ttl * 1e9)
+    late = [
+        o
+        for h in r.histories.values()
+        for o in h.ops
+        if o.node == old.address and o.sent >= limit and (until is None or o.sent < until)
+    ]
+    if late:
+        r.violations.append(
+            f"{old.node_id}, cut off, handed out {len(late)} IDs for requests sent more than a TTL after the cut: "
+            + ", ".join(f"{o.id} (sent +{(o.sent - fault_at) / 1e6:.0f} ms)" for o in late[:5])
+        )
+
+
+def _cut_off_answers(r: DrillResult, env: DrillEnv, old: ClusterNode, key: str, until: float) -> None:
+    """While ``old`` is cut from etcd and another node serves ``key``'s group: what ``old`` answers
+    (tallied in ``r.probes``; never an ID), and that a client pinned to it gets an ID anyway:
+    it answers MOVED to a node in touch with etcd once its old lease must have ended (README
+    "Partitions"), so ``redis-cli -c`` connected to it follows and gets an ID."""
+    moved: list[str] = []
+
+    def sends_on() -> bool:
+        sent = History.now()
+        try:
+            reply = old.call("INCR", key, timeout=2)
+        except OSError as e:
+            reply = e
+        _record(r, "cut-off", key, sent, reply, old.address)
+        if isinstance(reply, int):
+            r.violations.append(f"the cut-off primary answered INCR with ID {reply}")
+            return True
+        target = moved_target(reply)
+        if target is not None and target != old.address:
+            moved.append(target)
+            return True
+        return False
+
+    try:
+        wait_until(sends_on, timeout=max(0.5, until - time.monotonic()), interval=0.05, message="MOVED from it")
+    except AssertionError:
+        r.violations.append(f"the cut-off primary {old.node_id} never sent a client on (MOVED) while cut off")
+        return
+    done = subprocess.run(
+        ["redis-cli", "-c", "-h", old.host, "-p", str(old.port), "INCR", key],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    out = done.stdout.strip()
+    r.notes.append(f"cut off, {old.node_id} answers MOVED to {moved[-1]}; redis-cli -c connected to it: {out!r}")
+    if not out.removeprefix("(integer) ").isdigit():
+        r.violations.append(f"redis-cli -c connected to the cut-off primary got no ID: {out!r} {done.stderr.strip()!r}")
+
+
+def drill_partition_primary(env: DrillEnv, rep: int = 0, scope: str = "etcd") -> DrillResult:
+    """The primary (with groups: the node leading the most) partitioned for real (``support.netns``:
+    packets dropped both ways) from etcd (``scope="etcd"``) or from everything (``"all"``: etcd, the
+    other nodes and the clients), under load, for ``partition_hold`` seconds, then healed. It must
+    hand out no ID for a request sent a TTL after the cut; a standby serves within TTL + 1 s; each
+    faulted group's longest gap between IDs stays within TTL + 1 s; cut from etcd only, it sends
+    clients on with MOVED (``_cut_off_answers``); once healed it redirects to the new primary."""
+    c, ttl = env.cluster, env.lease_ttl
+    assert env.lab is not None, "this drill needs DrillEnv(netns=True)"
+    what = "etcd" if scope == "etcd" else "everything"
+    r = DrillResult(f"partition: primary cut from {what}" + (f" ({env.groups} groups)" if env.groups > 1 else ""), rep)
+    old, affected = env.settled()
+    key = env.key_sets[affected[0]][0]
+    fault_at = History.now()
+    healed_at: int | None = None
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"{old.node_id} cut from {what}")
+        started = time.monotonic()
+        env.cut(old, scope)
+        try:
+            new = env.new_leader(old, affected[0], recovery_timeout(ttl))
+            says = r.mark(f"{new.node_id} says primary")
+            r.notes.append(f"primary {old.node_id} -> {new.node_id}")
+            env.wait_resumed(load, fault_at, old, affected, recovery_timeout(ttl))
+            if scope == "etcd":
+                _cut_off_answers(r, env, old, key, started + partition_hold(ttl) + ttl)
+            wait_until(lambda: time.monotonic() - started >= partition_hold(ttl), timeout=partition_hold(ttl) + 1)
+        finally:
+            env.heal(old)
+            healed_at = r.mark(f"{old.node_id} healed")
+        _expect_redirect(r, old, new, key, recovery_timeout(ttl), env)
+        load.wait_ops(env.hold_ops)
+    # With groups the healed node soon leads its share again: only requests sent while cut off count.
+    until = healed_at if env.groups > 1 else None
+    r.finish(fault_at, old.address, env.groups, affected, until)
+    _ids_after_deadline(r, old, fault_at, ttl, until)
+    # What the nodes did, next to what the clients saw: cut off from everything, the old primary
+    # costs each client request sent to it its 1 s timeout, so the clients see the new primary up to
+    # a second after it serves (as with SIGSTOP); their bars are then reported, not asserted.
+    r.bars.append(Bar("another node says it serves the faulted group", (says - fault_at) / 1e9, ttl + 1.0))
+    seen = scope == "etcd"
+    r.bars.append(Bar("first INCR on the new primary after the cut", r.figures.failover, ttl + 1.0, asserted=seen))
+    _gap_bars(r, ttl, affected, asserted=seen)
+    _note_last_of(r, old, fault_at, healed_at, env.groups)
+    _other_groups(env, r, fault_at, affected)
+    r.settle(c)
+    return r
+
+
+def drill_partition_all(env: DrillEnv, rep: int = 0) -> DrillResult:
+    return drill_partition_primary(env, rep, scope="all")
+
+
+def drill_partition_standby(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """A standby (with groups: a node leading the fewest groups, whose groups are then the faulted
+    ones) cut from etcd for ``partition_hold`` seconds under load, then healed: the primary serves
+    on; each faulted group's longest gap within TTL + 1 s (with one group: the only group's, which
+    the cut must not touch); once healed the standby redirects to the primary again."""
+    c, ttl = env.cluster, env.lease_ttl
+    assert env.lab is not None, "this drill needs DrillEnv(netns=True)"
+    r = DrillResult("partition: standby cut from etcd" + (f" ({env.groups} groups)" if env.groups > 1 else ""), rep)
+    primary, _ = env.settled()
+    if env.groups == 1:
+        victim, affected = next(n for n in c.nodes if n is not primary), []
+    else:
+        leaders = c.wait_leaders(SETTLE, spread=True)
+        victim = min(c.nodes, key=lambda n: (len(c.led_by(n, leaders)), n.node_id))
+        affected = c.led_by(victim, leaders)
+    key = env.key_sets[0][0]
+    fault_at = History.now()
+    healed_at: int | None = None
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"{victim.node_id} cut from etcd")
+        started = time.monotonic()
+        env.cut(victim)
+        try:
+            if affected:
+                env.new_leader(victim, affected[0], recovery_timeout(ttl))
+                env.wait_resumed(load, fault_at, victim, affected, recovery_timeout(ttl))
+            wait_until(lambda: time.monotonic() - started >= partition_hold(ttl), timeout=partition_hold(ttl) + 1)
+            load.wait_success(History.now(), timeout=recovery_timeout(ttl))  # the cluster serves while it is cut
+        finally:
+            env.heal(victim)
+            healed_at = r.mark(f"{victim.node_id} healed")
+        serving = c.wait_primary(recovery_timeout(ttl)) if env.groups == 1 else None
+        if serving is not None and serving is not victim:
+            _expect_redirect(r, victim, serving, key, recovery_timeout(ttl), env)
+        load.wait_ops(env.hold_ops)
+    until = healed_at if env.groups > 1 else None
+    r.finish(fault_at, victim.address if affected else None, env.groups, affected or None, until)
+    if affected:
+        _ids_after_deadline(r, victim, fault_at, ttl, until)
+    _gap_bars(r, ttl, affected or list(range(env.groups)))
+    r.settle(c)
+    return r
+
+
+def _leading(env: DrillEnv, fallback: ClusterNode) -> ClusterNode:
+    """The node leading the most groups now (the primary), as the live nodes agree; ``fallback`` if they do not."""
+    c = env.cluster
+    if env.groups == 1:
+        return c.primary() or fallback
+    leaders = c.leaders()
+    return c.most_leading(leaders) if leaders else fallback
+
+
+def drill_partition_flap(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """Flapping: for ``FLAP_SECONDS`` the primary (the node leading the most groups, found again
+    before each cut) is cut from etcd for 2-4 s, then healed for 0.3-1 s, again and again, under
+    load; then healed for good. Every group is faulted at some point: each group's longest gap
+    between IDs must stay within TTL + 1 s, with no duplicate and no order violation."""
+    c, ttl = env.cluster, env.lease_ttl
+    assert env.lab is not None, "this drill needs DrillEnv(netns=True)"
+    r = DrillResult(
+        "partition: primary cut from etcd, flapping" + (f" ({env.groups} groups)" if env.groups > 1 else ""), rep
+    )
+    rng = random.Random(1000 + rep)
+    victim, _ = env.settled()
+    fault_at = History.now()
+    cuts: list[str] = []
+    with r.stage(), env.load(r) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"flapping for {FLAP_SECONDS:.0f}s")
+        end = time.monotonic() + FLAP_SECONDS
+        try:
+            while time.monotonic() < end:
+                victim = _leading(env, victim)
+                cut_for, heal_for = rng.uniform(*FLAP_CUT), rng.uniform(*FLAP_HEAL)
+                r.mark(f"cut {victim.node_id}")
+                env.cut(victim)
+                time.sleep(cut_for)  # the fault's own rhythm, not a synchronisation
+                env.heal(victim)
+                r.mark(f"heal {victim.node_id}")
+                cuts.append(f"{victim.node_id} {cut_for:.1f}s/{heal_for:.1f}s")
+                time.sleep(heal_for)
+        finally:
+            env.lab.heal()
+        r.mark("healed for good")
+        load.wait_success(History.now(), timeout=recovery_timeout(ttl))
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, None, env.groups)
+    r.notes.append(f"{len(cuts)} cuts (node, cut/heal): {', '.join(cuts)}")
+    _gap_bars(r, ttl, list(range(env.groups)))
+    r.settle(c)
+    return r
 
 
 def drill_kill_etcd_leader(env: DrillEnv, rep: int = 0) -> DrillResult:
@@ -850,11 +1132,60 @@ def drill_race_node_id(env: DrillEnv, rep: int = 0) -> DrillResult:
     """``env.rounds`` rounds of two contenders with one node id bootstrapping a fresh prefix at once
     (``support.races.race_node_id``): one cluster id, one holder of the id, the leader key its own."""
     r = DrillResult("race: two nodes, one node id", rep)
-    race = race_node_id(env.etcd.endpoints, env.rounds, env.out)
+    race = race_node_id(env.etcd.endpoints, env.rounds or RACE_ROUNDS, env.out)
     r.violations += race.violations[:20]
     if len(race.violations) > 20:
         r.violations.append(f"... {len(race.violations)} violations in all")
     r.notes += race.notes
+    return r
+
+
+def drill_sigterm(env: DrillEnv, rep: int = 0) -> DrillResult:
+    """``env.rounds`` rounds (50 by default: the issue's bar) of a SIGTERM at a random moment around
+    a change of the layout (``support.stops.sigterm_round``: from 0.3 s before the change to 1.5 s
+    after, so before it, while the node steps down, during its restart in the same process and
+    after; every fourth round the node is SIGSTOPped across the change, then gets SIGCONT and,
+    0-0.5 s later, SIGTERM), under load. Every SIGTERM must end its node with the orderly stop and
+    exit status 0; the load's history must hold no duplicate and no order violation. The layout is
+    changed back to the drill cluster's at the end."""
+    c = env.cluster
+    rounds = env.rounds or SIGTERM_ROUNDS
+    r = DrillResult(f"SIGTERM around layout changes ({rounds} rounds)", rep)
+    rng = random.Random(rep)
+    env.settled()
+    fault_at = History.now()
+    done: list[StopRound] = []
+    started = time.monotonic()
+    with r.stage(), env.load(r, max_seconds=SIGTERM_ROUND_SECONDS * rounds + 120) as load:
+        load.wait_ops(env.warmup_ops)
+        fault_at = r.mark(f"{rounds} rounds of SIGTERM around a layout change")
+        try:
+            for i in range(rounds):
+                one = sigterm_round(c, env.etcd.endpoints, rng, paused=i % 4 == 3)
+                done.append(one)
+                if one.problems and len(r.violations) < 20:
+                    r.violations.append(f"round {i}: {one.line()}")
+                if env.out is not None:
+                    env.out(f"  sigterm round {i + 1}/{rounds}: {one.line().splitlines()[0]}")
+        finally:
+            if c.groups != env.groups:  # the drill cluster's own layout for the drills after this one
+                change(c, env.etcd.endpoints, env.groups)
+                settle_layout(c, SETTLE_TIMEOUT)
+        r.mark("rounds done")
+        load.wait_ops(env.hold_ops)
+    r.finish(fault_at, None, env.groups)
+    if done:
+        codes = Counter(one.code for one in done)
+        took = sorted(one.took for one in done)
+        orderly = sum(1 for one in done if not one.problems)
+        offsets = [one.offset for one in done]
+        r.notes.append(
+            f"{len(done)} SIGTERMs, {orderly} orderly exits (status 0, 'received SIGTERM' logged); exit statuses "
+            f"{dict(codes)}; SIGTERM to exit: median {statistics.median(took):.2f}s, max {took[-1]:.2f}s; offsets "
+            f"from the change {min(offsets) * 1000:+.0f}..{max(offsets) * 1000:+.0f} ms; "
+            f"{time.monotonic() - started:.0f}s in all"
+        )
+    r.settle(c)
     return r
 
 
@@ -884,8 +1215,9 @@ def drill_race_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
     started = time.monotonic()
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = r.mark(f"{env.rounds} rounds of racing FAILOVERs")
-        for i in range(env.rounds):
+        rounds = env.rounds or RACE_ROUNDS
+        fault_at = r.mark(f"{rounds} rounds of racing FAILOVERs")
+        for i in range(rounds):
             primary = c.wait_settled(SETTLE)
             standbys = sorted((n for n in c.nodes if n is not primary), key=lambda n: n.node_id)
             problems, expected = failover_round(
@@ -899,11 +1231,11 @@ def drill_race_failover(env: DrillEnv, rep: int = 0) -> DrillResult:
             bad += bool(problems)
             r.violations += [f"round {i}: {p}" for p in problems][: max(0, 20 - len(r.violations))]
             if env.out is not None and (problems or (i + 1) % 25 == 0):
-                env.out(f"  race-failover round {i + 1}/{env.rounds}: {problems if problems else 'ok'}")
+                env.out(f"  race-failover round {i + 1}/{rounds}: {problems if problems else 'ok'}")
         r.mark("rounds done")
         load.wait_ops(env.hold_ops)
     r.finish(fault_at, None)
-    r.notes.append(f"{env.rounds} rounds ({bad} with a violation) in {time.monotonic() - started:.1f}s")
+    r.notes.append(f"{env.rounds or RACE_ROUNDS} rounds ({bad} with a violation) in {time.monotonic() - started:.1f}s")
     r.settle(c)
     return r
 
@@ -920,9 +1252,15 @@ DRILLS: dict[str, Callable[[DrillEnv, int], DrillResult]] = {
     "race-node-id": drill_race_node_id,
     "race-failover": drill_race_failover,
     "rebalance": drill_rebalance,
+    "sigterm": drill_sigterm,
+    "partition-primary": drill_partition_primary,
+    "partition-standby": drill_partition_standby,
+    "partition-all": drill_partition_all,
+    "partition-flap": drill_partition_flap,
 }
 
-# Which layout each drill needs: (etcd members, proxies).
+# Which layout each drill needs: (etcd members, proxies); the partition drills also need network
+# namespaces (``PARTITION_DRILLS``).
 LAYOUTS: dict[str, tuple[int, bool]] = {
     "kill": (1, False),
     "pause": (1, False),
@@ -935,7 +1273,26 @@ LAYOUTS: dict[str, tuple[int, bool]] = {
     "race-node-id": (1, False),
     "race-failover": (1, False),
     "rebalance": (1, False),
+    "sigterm": (1, False),
+    "partition-primary": (1, False),
+    "partition-standby": (1, False),
+    "partition-all": (1, False),
+    "partition-flap": (1, False),
 }
 
+# The drills that need real partitions (``DrillEnv(netns=True)``: root, ``ip netns``).
+PARTITION_DRILLS = ("partition-primary", "partition-standby", "partition-all", "partition-flap")
+
 # The drills that run with leadership groups (the others seed or race one primary).
-GROUP_DRILLS = ("kill", "pause", "cut", "etcd-leader", "failover", "restart", "etcd-restart", "rebalance")
+GROUP_DRILLS = (
+    "kill",
+    "pause",
+    "cut",
+    "etcd-leader",
+    "failover",
+    "restart",
+    "etcd-restart",
+    "rebalance",
+    "sigterm",
+    *PARTITION_DRILLS,
+)

@@ -44,9 +44,9 @@ def etcd_binary() -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def _http(port: int, path: str, body: bytes | None = None, timeout: float = 1.0) -> Any:
+def _http(port: int, path: str, body: bytes | None = None, timeout: float = 1.0, host: str = "127.0.0.1") -> Any:
     """GET (or POST ``body``) on one member's client URL; the JSON reply."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST" if body else "GET")
+    req = urllib.request.Request(f"http://{host}:{port}{path}", data=body, method="POST" if body else "GET")
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
@@ -69,15 +69,15 @@ class EtcdMember(_Process):
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
         return [
@@ -106,7 +106,7 @@ class EtcdMember(_Process):
 
     def healthy(self) -> bool:
         try:
-            return bool(_http(self.port, "/health").get("health") == "true")
+            return bool(_http(self.port, "/health", host=self.host).get("health") == "true")
         except (OSError, ValueError):
             return False
 
@@ -125,7 +125,7 @@ class EtcdMember(_Process):
 
     def status(self, timeout: float = 1.0) -> dict[str, Any]:
         """The member's `Maintenance.Status` through the gRPC gateway: its id, the leader's id, raft term."""
-        reply: dict[str, Any] = _http(self.port, "/v3/maintenance/status", b"{}", timeout)
+        reply: dict[str, Any] = _http(self.port, "/v3/maintenance/status", b"{}", timeout, self.host)
         self._member_id = reply["header"]["member_id"]
         return reply
 

@@ -1,9 +1,10 @@
 """Server processes for tests and benchmarks: `MarchServer` (`python -m march serve`) and
 `RedisServer` (a real redis-server, no persistence, for comparison tests).
 
-Both bind 127.0.0.1 on a free port, write stdout+stderr to a log file (shown in failure
-messages), are ready when a TCP connection + PING answers, and are reaped by `stop()`
-whatever state they are in. Readiness is polled with a deadline, never slept for.
+Both bind 127.0.0.1 on a free port (a drill in network namespaces sets ``host`` and ``wrapper``),
+write stdout+stderr to a log file (shown in failure messages), are ready when a TCP connection +
+PING answers, and are reaped by `stop()` whatever state they are in. Readiness is polled with a
+deadline, never slept for.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class _Process:
 
     def __init__(self, log_path: Path, port: int | None) -> None:
         self.log_path = log_path
+        self.host = "127.0.0.1"  # where it listens (a drill in network namespaces gives each its own)
+        self.wrapper: list[str] = []  # a command prefix, e.g. `ip netns exec <ns>` (which executes: same pid)
         self.port = port if port is not None else free_port()
         self._fixed_port = port is not None
         self.proc: subprocess.Popen[bytes] | None = None
@@ -80,10 +83,10 @@ class _Process:
         self._reap()
         self.starts += 1
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap()
-        self._log.write(f"=== start #{self.starts}: {' '.join(self.command())}\n".encode())
+        self._log.write(f"=== start #{self.starts}: {' '.join(self.wrapper + self.command())}\n".encode())
         self._log.flush()
         self.proc = subprocess.Popen(
-            self.command(),
+            self.wrapper + self.command(),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -116,7 +119,7 @@ class _Process:
                     f"{self.name} exited with code {self.returncode_after_exit} before it was ready\n{self.describe()}"
                 )
             try:
-                with RespConn(self.port, timeout=2.0) as c:
+                with RespConn(self.port, self.host, timeout=2.0) as c:
                     last = c.call("PING")
                 if self.ready_reply_ok(last):
                     return
@@ -194,11 +197,11 @@ class _Process:
         return f"--- {self.name} log ({self.log_path}) ---\n{self.log_tail()}--- end of log ---"
 
     def conn(self, timeout: float = 10.0) -> RespConn:
-        return RespConn(self.port, timeout=timeout)
+        return RespConn(self.port, self.host, timeout=timeout)
 
     def __repr__(self) -> str:
         state = f"pid {self.proc.pid}" if self.running and self.proc else "stopped"
-        return f"<{type(self).__name__} 127.0.0.1:{self.port} {state}>"
+        return f"<{type(self).__name__} {self.host}:{self.port} {state}>"
 
 
 class MarchServer(_Process):
@@ -230,7 +233,7 @@ class MarchServer(_Process):
         return cls(base / "data", log_path=base / "march.log", **kwargs)
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "march", "serve", "--bind", "127.0.0.1", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "march", "serve", "--bind", self.host, "--port", str(self.port)]
         cmd += ["--data-dir", str(self.data_dir)]
         if self.requirepass is not None:
             cmd += ["--requirepass", self.requirepass]
