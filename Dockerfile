@@ -44,10 +44,13 @@ FROM ${BASE}
 COPY --from=build /opt/march /opt/march
 COPY config/march.toml /etc/march/march.toml
 # A fixed numeric user, written directly: minimal bases may lack useradd.
+# /var/lib/march-secret: where compose mounts the volume the nodes share the forwarding links'
+# secret in (a new volume takes this directory's owner: the node's user may write the secret there).
 RUN echo 'march:x:10001:10001:march:/var/lib/march:/usr/sbin/nologin' >>/etc/passwd \
  && echo 'march:x:10001:' >>/etc/group \
- && mkdir -p /var/lib/march \
- && chown 10001:10001 /var/lib/march
+ && mkdir -p /var/lib/march /var/lib/march-secret \
+ && chown 10001:10001 /var/lib/march /var/lib/march-secret \
+ && chmod 700 /var/lib/march-secret
 USER 10001:10001
 WORKDIR /var/lib/march
 # Inside a container the node must listen on every interface; its data (single-node mode; in a

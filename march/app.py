@@ -211,6 +211,7 @@ class App:
         self.run_id = os.urandom(20).hex()
         self.port = config.port
         self.tls_port = 0  # the TLS port listened on (0: none)
+        self.forward_port = 0  # the forwarding port listened on (0: none; ``forward_port``)
         self.max_clients = config.max_clients  # lowered at start if the file-descriptor limit is lower
         self._ids = itertools.count(1)
         self.shutdown_requested: asyncio.Event | None = None

@@ -127,7 +127,11 @@ def commands_table() -> str:
     return "\n".join(lines)
 
 
-_SECRET_FLAGS = {"--requirepass": "MARCH_REQUIREPASS", "--etcd-password": "MARCH_ETCD_PASSWORD"}
+_SECRET_FLAGS = {
+    "--requirepass": "MARCH_REQUIREPASS",
+    "--etcd-password": "MARCH_ETCD_PASSWORD",
+    "--cluster-secret": "MARCH_CLUSTER_SECRET",
+}
 
 
 def without_secrets(argv: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -65,6 +65,7 @@ class Client:
         "events",
         "executing",
         "fd",
+        "forwarding",
         "generators",
         "id",
         "laddr",
@@ -85,9 +86,14 @@ class Client:
         "user",
     )
 
-    def __init__(self, app: App, client_id: int, addr: str, laddr: str, tls: bool = False, fd: int = -1) -> None:
+    def __init__(
+        self, app: App, client_id: int, addr: str, laddr: str, tls: bool = False, fd: int = -1, forwarding: bool = False
+    ) -> None:
         self.app = app
         self.tls = tls  # connected on the TLS port: redirects and CLUSTER replies name TLS addresses
+        # Connected on the forwarding port (forward_port): a key of a group served elsewhere is
+        # forwarded to its primary, never answered MOVED (``commands.forward.forwards``).
+        self.forwarding = forwarding
         self.generators = app.keyspace.generators  # the INCR hot path reads it through the client
         self.id = client_id
         self.addr = addr

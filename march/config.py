@@ -16,6 +16,7 @@ command line, ``MARCH_DATA_DIR`` in the environment, ``data-dir`` in ``CONFIG GE
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -40,6 +41,9 @@ MAX_BATCH = 1_000_000_000
 # (and where a restart starts) may be a minute ahead of real time. Always a cap: 0 is no value.
 LEAD_MIN_MS = 100
 LEAD_MAX_MS = 60_000
+# Random bytes of a cluster secret made for ``cluster_secret_file`` (64 hex digits): a listener that
+# sees a link's proof cannot guess a secret that long offline.
+SECRET_BYTES = 32
 
 
 class ConfigError(ValueError):
@@ -99,12 +103,15 @@ class Config:
     etcd_prefix: str = "/march"
     node_id: str = ""
     advertise: str = ""
+    link_address: str = ""
     lease_ttl: int = 3
     join_other_cluster: bool = False
     sentinel_master_name: str = "march"
     groups: int = 1
     redirect: str = "moved"
+    forward_port: int = 0
     cluster_secret: str = ""
+    cluster_secret_file: str = ""
     etcd_user: str = ""
     etcd_password: str = ""
     etcd_ca_cert_file: str = ""
@@ -509,6 +516,13 @@ OPTIONS: tuple[Option, ...] = (
         restart=errors.RESTART_CLUSTER,
     ),
     Option(
+        "link_address",
+        "host:port other nodes open forwarding links to (default: advertise); with tls_cluster, its host "
+        "and tls_port. For nodes that reach each other by other addresses than clients do (containers)",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
+    ),
+    Option(
         "lease_ttl",
         "seconds of the leadership lease; a dead primary is replaced after about this",
         "cluster",
@@ -525,7 +539,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "sentinel_master_name",
-        "the master name SENTINEL commands answer for (the cluster's primary), as clients' Sentinel settings name it",
+        "the master name SENTINEL commands answer for (group 0's primary, at its forward_port when it has one), as "
+        "clients' Sentinel settings name it",
         "cluster",
     ),
     Option(
@@ -538,18 +553,35 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "redirect",
-        "what a node does with a key request for a group it does not serve: moved (answer MOVED, for "
-        "cluster clients) or forward (relay it to the group's primary, for plain clients)",
+        "what the RESP and TLS ports do with a key request for a group this node does not serve: moved "
+        "(answer MOVED, for cluster clients) or forward (relay it to the group's primary, as forward_port "
+        "always does)",
         "cluster",
         restart=errors.RESTART_CLUSTER,
     ),
     Option(
+        "forward_port",
+        "a second TCP port for plain and Sentinel clients (0 = none): it serves every key, forwarding those "
+        "of groups this node does not lead to their primaries, and SENTINEL replies name it; the RESP port "
+        "keeps redirect. Needs cluster_secret",
+        "cluster",
+        restart=errors.RESTART_LISTEN,
+        bounds=Bounds(0, 65535, "a TCP port; 0 is off"),
+    ),
+    Option(
         "cluster_secret",
         "the secret nodes authenticate their forwarding links with (the same on every node; needed for "
-        "redirect forward)",
+        "redirect forward and forward_port)",
         "cluster",
         restart=errors.RESTART_CLUSTER,
         secret=True,
+    ),
+    Option(
+        "cluster_secret_file",
+        "a file holding cluster_secret, read at start when cluster_secret is empty; a node that finds "
+        "no file creates it with a random secret, so every node must read the same file (a shared volume)",
+        "cluster",
+        restart=errors.RESTART_CLUSTER,
     ),
     Option("etcd_user", "etcd user name (with etcd_password)", "cluster", restart=errors.RESTART_ETCD),
     Option("etcd_password", "etcd password", "cluster", restart=errors.RESTART_ETCD, secret=True),
@@ -679,6 +711,11 @@ def _validate(c: Config) -> None:
     need(c.sequence_idle_seconds == 0 or c.sequence_idle_seconds >= 1, "sequence_idle_seconds must be 0 or at least 1")
     need(c.redirect in ("moved", "forward"), "redirect must be moved or forward")
     need(c.redirect == "moved" or bool(c.cluster_secret), "redirect forward needs cluster_secret")
+    need(not c.forward_port or bool(c.cluster_secret), "forward_port needs cluster_secret (or cluster_secret_file)")
+    need(
+        not c.forward_port or c.forward_port not in (c.port, c.tls_port, c.metrics_port),
+        "forward_port must differ from port, tls_port and metrics_port",
+    )
     need(
         not c.tls_cluster or bool(c.tls_port and c.tls_ca_cert_file), "tls_cluster needs tls_port and tls_ca_cert_file"
     )
@@ -696,6 +733,7 @@ def _validate(c: Config) -> None:
     for endpoint in c.etcd_endpoints:
         need(_is_host_port(endpoint), f"etcd endpoint {endpoint!r} must be host:port")
     need(not c.advertise or _is_host_port(c.advertise), "advertise must be host:port")
+    need(not c.link_address or _is_host_port(c.link_address), "link_address must be host:port")
 
 
 def _is_host_port(text: str) -> bool:
@@ -764,7 +802,41 @@ def load(
     for name, raw in (flags or {}).items():
         if raw is not None:
             values[name] = parse_value(_BY_NAME[name], raw, "--" + name.replace("_", "-"))
+    if values.get("cluster_secret_file") and not values.get("cluster_secret"):
+        values["cluster_secret"] = read_secret_file(values["cluster_secret_file"])
     return Config(**values)
+
+
+def read_secret_file(path: str) -> str:
+    """The cluster secret ``path`` holds (one line; blanks around it ignored). Where there is no file
+    yet, one is made first with a random secret (``SECRET_BYTES``), mode 0600, whole or not at all:
+    of nodes that start together on one shared file, one makes it and every one reads that secret."""
+    target = Path(path)
+    try:
+        if not target.exists():
+            _make_secret_file(target)
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cluster_secret_file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    secret = text.strip()
+    if not secret or "\n" in secret:
+        raise ConfigError(f"cluster_secret_file {path} must hold the secret on one line")
+    return secret
+
+
+def _make_secret_file(target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".new")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, 0o600)
+            f.write(os.urandom(SECRET_BYTES).hex() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):  # another node's, made meanwhile, stays
+            os.link(name, target)  # only where there is no file
+    finally:
+        os.unlink(name)
 
 
 def with_changes(config: Config, **changes: Any) -> Config:

@@ -84,9 +84,17 @@ class Connections(InputBudget):
 class Connection(asyncio.Protocol):
     """One client's connection (see the module docstring)."""
 
-    def __init__(self, app: App, peers: Connections, tls: ssl.SSLContext | None = None, admitted: bool = False) -> None:
+    def __init__(
+        self,
+        app: App,
+        peers: Connections,
+        tls: ssl.SSLContext | None = None,
+        admitted: bool = False,
+        forwarding: bool = False,
+    ) -> None:
         self.app, self.peers = app, peers
         self.tls = tls  # came in on the TLS port (already through its handshake): redirects name TLS addresses
+        self.forwarding = forwarding  # came in on the forwarding port: keys served elsewhere are forwarded
         # A TLS connection counts toward max_clients (``peers.handshakes``) from its accept to its handshake's end.
         self.admitted = admitted
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
@@ -120,7 +128,9 @@ class Connection(asyncio.Protocol):
             return _refuse(app, transport, why)
         sock = addr_of(transport.get_extra_info("sockname"))
         fd = _fileno(transport)
-        self.client = client = Client(app, app.next_client_id(), addr_of(peer), sock, self.tls is not None, fd)
+        self.client = client = Client(
+            app, app.next_client_id(), addr_of(peer), sock, self.tls is not None, fd, self.forwarding
+        )
         self.feed = MonitorFeed(client, self, self.monitors, app.pubsub.subscribers)
         self.timer = RequestTimer(client, app.metrics.commands, app.slowlog, app.latency, app)
         client.unsent = self.flow.unsent

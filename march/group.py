@@ -10,8 +10,8 @@ group of its slot serves here.
 
 Everything about routing a request derives from the group's ``ServingState``: serve it here
 (``serving``), wait for a promotion or a hand-over to end (``in_transition``), or redirect it
-(``redirect``: ``MOVED`` to the primary, or ``CLUSTERDOWN``; ``primary_address``: where a forwarded
-request goes).
+(``redirect``: ``MOVED`` to the primary, or ``CLUSTERDOWN``; ``primary_node``: the primary's record,
+where a forwarded request goes).
 
 ``Keyspaces`` is what the commands see as ``app.keyspace`` with several groups: each call goes to
 the keyspace of its key's group (with one group ``app.keyspace`` is that group's keyspace itself).

@@ -1,7 +1,7 @@
 """The listeners: the ports a node accepts clients on, and what the process may open.
 
-- ``listen``: the plain port (uvloop's own server; each accepted connection is a
-  ``march.connection.Connection``).
+- ``listen``: the plain port, and the forwarding port (``forward_port``) the same way (uvloop's own
+  server; each accepted connection is a ``march.connection.Connection``, told which port it came in on).
 - ``TlsListener``: the TLS port, which accepts connections itself so that each counts toward
   max_clients from its accept, as in Redis; ``tls_context`` (Redis' TLS options).
 - ``clients_the_fd_limit_allows``: ``max_clients`` as the process' file limit allows it.
@@ -42,11 +42,12 @@ class ListenError(Exception):
     """The listening socket could not be opened (port in use, bad address)."""
 
 
-async def listen(app: App, peers: Connections, bind: str, port: int) -> asyncio.Server:
-    """The plain port: every accepted connection is a ``Connection`` of ``app``."""
+async def listen(app: App, peers: Connections, bind: str, port: int, forwarding: bool = False) -> asyncio.Server:
+    """A plain port: every accepted connection is a ``Connection`` of ``app`` (``forwarding``: of the
+    forwarding port, whose clients get keys served elsewhere forwarded, never MOVED)."""
     try:
         return await asyncio.get_running_loop().create_server(
-            lambda: Connection(app, peers), bind, port, reuse_address=True
+            lambda: Connection(app, peers, forwarding=forwarding), bind, port, reuse_address=True
         )
     except OSError as exc:
         raise ListenError(f"cannot listen on {bind}:{port}: {exc}") from exc

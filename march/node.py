@@ -194,14 +194,19 @@ class Node:
             await self.store.close()
             raise
 
-    def join(self, port: int, tls_port: int = 0) -> None:
+    def join(self, port: int, tls_port: int = 0, forward_port: int = 0) -> None:
         """Cluster mode: register as ``advertise`` (default bind:port; TLS clients are sent to the
-        same host on ``tls_port``) and start the election."""
+        same host on ``tls_port``, Sentinel replies name it on ``forward_port``; other nodes link to
+        ``link_address``, default the advertised address) and start the election."""
         if not self.config.cluster:
             return
         c = self.config
         addr = c.address(port)
-        tls_addr = f"{addr.rpartition(':')[0]}:{tls_port}" if tls_port else ""
+        host = addr.rpartition(":")[0]
+        tls_addr = f"{host}:{tls_port}" if tls_port else ""
+        forward_addr = f"{host}:{forward_port}" if forward_port else ""
+        link_host = c.link_address.rpartition(":")[0]
+        link_tls_addr = f"{link_host}:{tls_port}" if c.link_address and tls_port else ""
         identity = ClusterIdentity(
             self.etcd["control"], self.keys, c.data_dir, c.etcd, c.join_other_cluster, timeout=c.lease_ttl / 3
         )
@@ -217,7 +222,14 @@ class Node:
             control_etcd=self.etcd["control"],
             keys=self.keys,
             groups=specs,
-            me=NodeInfo(c.node_name(port), addr, tls_addr=tls_addr),
+            me=NodeInfo(
+                c.node_name(port),
+                addr,
+                tls_addr=tls_addr,
+                forward_addr=forward_addr,
+                link_addr=c.link_address,
+                link_tls_addr=link_tls_addr,
+            ),
             identity=identity,
             ttl=c.lease_ttl,
             clock=self.clock,

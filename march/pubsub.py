@@ -142,8 +142,9 @@ class PubSub:
 
 def _message(master: bytes, old: NodeInfo | None, new: NodeInfo, tls: bool) -> bytes:
     """``<master-name> <old-ip> <old-port> <new-ip> <new-port>``: the addresses a client on the TLS
-    port (or not) uses."""
-    n = new.seen_by(tls)
-    o = old.seen_by(tls) if old is not None else None
+    port (or not) uses, as every Sentinel reply names them (``NodeInfo.for_sentinel``: a node's
+    forwarding port when it has one)."""
+    n = new.for_sentinel(tls)
+    o = old.for_sentinel(tls) if old is not None else None
     old_part = f"{o.host} {o.port}" if o is not None else "? 0"
     return b"%s %s %s %d" % (master, old_part.encode(), n.host.encode(), n.port)

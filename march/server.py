@@ -2,7 +2,7 @@
 ports and runs until it is told to stop. The top of the house: it imports the node and the
 listeners; nothing below imports it (the listeners and connections are given what it built).
 
-- The ports: the plain one and the TLS one (``march.listeners``), each accepted connection a
+- The ports: the plain one, the TLS one and the forwarding one (``march.listeners``), each accepted connection a
   ``march.connection.Connection``; ``--metrics-port`` serves Prometheus (``march.metrics``).
 - Observability: the store's transactions go to the metrics, LATENCY and the log (``StoreWatch``).
 - Memory: large request buffers get their own mappings from glibc and go back to the system when
@@ -133,7 +133,7 @@ async def serve(config: Config, stop: Awaitable[Any], ready: asyncio.Future[int]
 
 
 async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
-    """Open the ports (plain, TLS, metrics) and join the node's group."""
+    """Open the ports (plain, TLS, forwarding, metrics) and join the node's group."""
     config = app.config
     server = await listen(app, peers, config.bind, config.port)
     ports.servers.append(server)
@@ -149,7 +149,12 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
             ports.tls[-1].start()
         app.tls_port = ports.tls[0].port
         log.info("TLS on %s:%d (client certificates: %s)", config.bind, app.tls_port, config.tls_auth_clients)
-    node.join(app.port, app.tls_port)
+    if config.forward_port:  # every key served, by forwarding: for plain and Sentinel clients
+        forwarding = await listen(app, peers, config.bind, config.forward_port, forwarding=True)
+        ports.servers.append(forwarding)
+        app.forward_port = forwarding.sockets[0].getsockname()[1]
+        log.info("forwarding port on %s:%d (every key, for plain and Sentinel clients)", config.bind, app.forward_port)
+    node.join(app.port, app.tls_port, app.forward_port)
     if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.pubsub)
         app.group.member.directory.on_primary_change(app.switch_master)
         try:

@@ -467,3 +467,70 @@ def test_address_and_node_name() -> None:
     assert Config(bind="10.0.0.5").node_name(7000) == "10.0.0.5:7000"
     assert Config(advertise="march-1:6379").node_name(7000) == "march-1:6379"
     assert Config(advertise="march-1:6379", node_id="n1").node_name(7000) == "n1"
+
+
+# --- the forwarding port, the link address, the cluster secret's file --------------------------------
+
+
+_TLS = {"tls_cert_file": "c", "tls_key_file": "k", "tls_auth_clients": "no"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"forward_port": 7481}, "forward_port needs cluster_secret"),
+        ({"forward_port": 7381, "port": 7381, "cluster_secret": "s"}, "forward_port must differ"),
+        ({"forward_port": 7380, "tls_port": 7380, "cluster_secret": "s", **_TLS}, "forward_port must differ"),
+        ({"forward_port": 9121, "metrics_port": 9121, "cluster_secret": "s"}, "forward_port must differ"),
+        ({"forward_port": 70000, "cluster_secret": "s"}, "forward_port must be between 0 and 65535"),
+        ({"link_address": "march1"}, "link_address must be host:port"),
+    ],
+)
+def test_forward_port_and_link_address_are_checked(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config(**changes)  # type: ignore[arg-type]
+
+
+def test_forward_port_with_a_secret_and_a_link_address() -> None:
+    c = Config(forward_port=7481, cluster_secret="s", link_address="march1:7379")
+    assert (c.forward_port, c.link_address) == (7481, "march1:7379")
+    assert c.public_items()["cluster-secret"] == "********"
+
+
+def test_the_secret_file_is_made_once_and_read_by_every_node(tmp_path: Path) -> None:
+    """No file: the first node to start writes a random secret (mode 0600, whole or not at all);
+    every later start, of any node given the same file, reads that one."""
+    path = tmp_path / "shared" / "cluster-secret"
+    env = {"MARCH_CLUSTER_SECRET_FILE": str(path), "MARCH_FORWARD_PORT": "7481"}
+    first = load(None, env, {})
+    assert len(first.cluster_secret) == 64 and int(first.cluster_secret, 16) >= 0
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in path.parent.iterdir()] == ["cluster-secret"]  # no temporary file left
+    again = load(None, env, {"node_id": "n2"})
+    assert again.cluster_secret == first.cluster_secret
+    assert first.cluster_secret not in first.public_items().values()
+    other = load(None, {"MARCH_CLUSTER_SECRET_FILE": str(tmp_path / "other")}, {})
+    assert other.cluster_secret != first.cluster_secret
+
+
+def test_a_given_secret_wins_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cluster-secret"
+    c = load(None, {"MARCH_CLUSTER_SECRET": "mine", "MARCH_CLUSTER_SECRET_FILE": str(path)}, {})
+    assert c.cluster_secret == "mine" and not path.exists()
+    path.write_text("  from-the-file \n")
+    assert load(None, {"MARCH_CLUSTER_SECRET_FILE": str(path)}, {}).cluster_secret == "from-the-file"
+
+
+@pytest.mark.parametrize("text", ["", "\n", "two\nlines\n"])
+def test_a_secret_file_must_hold_one_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "cluster-secret"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="must hold the secret on one line"):
+        load(None, {"MARCH_CLUSTER_SECRET_FILE": str(path)}, {})
+
+
+def test_a_secret_file_that_cannot_be_made_says_why(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match=r"cluster_secret_file .*not-a-directory/cluster-secret"):
+        load(None, {"MARCH_CLUSTER_SECRET_FILE": str(blocker / "cluster-secret")}, {})

@@ -20,6 +20,7 @@ import hiredis
 import pytest
 
 from march import errors, links
+from march.cluster.directory import NodeInfo
 from march.commands.forward import _settle
 from march.errors import CommandError
 from march.links import (
@@ -261,22 +262,28 @@ def test_reply_end_finds_one_whole_reply() -> None:
 
 async def test_a_moved_from_the_primary_is_followed_once(primary: TinyPrimary) -> None:
     """A MOVED means the request did not run there: sent once more to the node it names (the entry
-    side's rule, ``commands.forward._settle``), never to the one that refused it, nor to itself."""
+    side's rule, ``commands.forward._settle``), at the address that node takes links at, never to
+    the one that refused it, nor to itself, nor to an address no registered node has."""
     links = new_links()
     config = SimpleNamespace(max_wait=1.0, store_timeout=1.0)
     app = SimpleNamespace(links=links, config=config)
     client = SimpleNamespace(app=app, id=5, proto=2, user=SimpleNamespace(name="app"))
-    nodes = {primary.addr: SimpleNamespace(id="p1"), "127.0.0.1:1": SimpleNamespace(id=ME)}
+    # p1 is told to clients at an address nobody listens at (a container's published port, seen
+    # from another container) and takes links at its own (link_address)
+    told = "10.255.255.1:7001"
+    nodes = {told: NodeInfo("p1", told, link_addr=primary.addr), "127.0.0.1:1": NodeInfo(ME, "127.0.0.1:1")}
     group = SimpleNamespace(member=SimpleNamespace(me=SimpleNamespace(id=ME)), node_at=nodes.get)
     echo = [[b"ECHO", b"x"]]
-    moved_here = [b"-MOVED 1 %s\r\n" % primary.addr.encode()]
-    assert await _settle(client, group, "127.0.0.1:2", echo, moved_here) == b"$1\r\nx\r\n"  # type: ignore[arg-type]
+    moved_there = [b"-MOVED 1 %s\r\n" % told.encode()]
+    assert await _settle(client, group, Peer("127.0.0.1:2", "p2"), echo, moved_there) == b"$1\r\nx\r\n"  # type: ignore[arg-type]
     assert len(primary.requests(b"ECHO")) == 1
-    # not to the node that refused it, nor to this node, nor to an address no registered node has
-    for refused_by, names in (("127.0.0.1:2", "127.0.0.1:2"), ("127.0.0.1:2", "127.0.0.1:1"), ("x:2", "127.0.0.1:3")):
-        with pytest.raises(CommandError) as refused:
+    for refused_by, names in ((Peer(primary.addr, "p1"), told), (Peer("127.0.0.1:2", "p2"), "127.0.0.1:1")):
+        with pytest.raises(CommandError) as refused:  # the node that refused it; this node
             await _settle(client, group, refused_by, echo, [b"-MOVED 1 %s\r\n" % names.encode()])  # type: ignore[arg-type]
         assert refused.value.message == errors.FORWARD_MOVED
+    with pytest.raises(CommandError) as refused:  # no registered node there
+        await _settle(client, group, Peer("127.0.0.1:2", "p2"), echo, [b"-MOVED 1 127.0.0.1:3\r\n"])  # type: ignore[arg-type]
+    assert refused.value.message == errors.FORWARD_MOVED
     assert len(primary.requests(b"ECHO")) == 1  # nothing more was sent
     await links.close()
 

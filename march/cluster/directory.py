@@ -1,7 +1,9 @@
 """The node directory and the topology: who is in the cluster, who leads, where clients go.
 
-- Each node writes ``<prefix>/nodes/<id>`` (JSON: id, advertised address, role, pid, lease TTL)
-  under its lease, so a dead node disappears with its lease; it rewrites it when its role changes.
+- Each node writes ``<prefix>/nodes/<id>`` (JSON: id, advertised address and TLS address, the
+  forwarding port's address that Sentinel replies name, the addresses other nodes link to, role,
+  groups led, pid, lease TTL) under its lease, so a dead node disappears with its lease; it
+  rewrites it when its role changes.
 - **A node id has one holder.** The record is created only where absent and rewritten only while
   it is under this node's lease (compare in the same transaction), never overwritten blindly. A
   process that finds its id under another lease waits for that lease to end (a node restarted
@@ -77,10 +79,26 @@ class NodeInfo:
     tls_addr: str = ""  # host:port that TLS clients are sent to ("": no TLS port)
     leads: tuple[int, ...] = ()  # the groups this node leads, as its record says (spreading, CLUSTER NODES)
     takeover: int = -1  # CLUSTER FAILOVER run here: the group it asks its primary for (-1: none)
+    forward_addr: str = ""  # host:port of its forwarding port (forward_port), which Sentinel replies name ("": none)
+    link_addr: str = ""  # host:port other nodes open forwarding links to ("": addr; link_address)
+    link_tls_addr: str = ""  # ... and TLS links (tls_cluster; "": tls_addr)
 
     def seen_by(self, tls: bool) -> NodeInfo:
         """This node as a client connected with or without TLS should be told of it."""
         return dataclasses.replace(self, addr=self.tls_addr) if tls and self.tls_addr else self
+
+    def for_sentinel(self, tls: bool) -> NodeInfo:
+        """This node as Sentinel replies name it: its forwarding port, which serves every key, when
+        it has one (not to a TLS client: that port is plain TCP), else as ``seen_by``."""
+        if not tls and self.forward_addr:
+            return dataclasses.replace(self, addr=self.forward_addr)
+        return self.seen_by(tls)
+
+    def link(self, tls: bool) -> str:
+        """Where another node opens a forwarding link to this one (``tls``: a TLS link)."""
+        if tls and (self.link_tls_addr or self.tls_addr):
+            return self.link_tls_addr or self.tls_addr
+        return self.link_addr or self.addr
 
     @property
     def host(self) -> str:
@@ -200,6 +218,9 @@ class Directory:
             "id": self.me.id,
             "addr": self.me.addr,
             "tls_addr": self.me.tls_addr,
+            "forward_addr": self.me.forward_addr,
+            "link_addr": self.me.link_addr,
+            "link_tls_addr": self.me.link_tls_addr,
             "role": role,
             "leads": list(leads),
             "takeover": takeover,
@@ -300,6 +321,9 @@ class Directory:
                         data.get("tls_addr", ""),
                         tuple(int(g) for g in data.get("leads", ())),
                         int(data.get("takeover", -1)),
+                        str(data.get("forward_addr", "")),
+                        str(data.get("link_addr", "")),
+                        str(data.get("link_tls_addr", "")),
                     )
                     leases[data["id"]] = kv.lease
                 except (ValueError, KeyError, TypeError):

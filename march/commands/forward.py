@@ -1,5 +1,9 @@
-"""Forwarding (``redirect forward``): a key request for a group this node does not serve is relayed
-to the group's primary and its reply relayed back, so a plain client can use any node.
+"""Forwarding: a key request for a group this node does not serve is relayed to the group's primary
+and its reply relayed back, so a plain client can use any node. It is a property of the port a
+client came in on (``forwards``): the forwarding port (``forward_port``) forwards, the RESP port
+answers MOVED (cluster clients need it to learn the slot map) unless ``redirect forward`` makes it
+forward too. Links go to the address a primary takes them at (``NodeInfo.link``: ``link_address``,
+default its advertised address), which may differ from the one clients are told (containers).
 
 The entry side (this node):
 
@@ -98,8 +102,9 @@ _NODE_MAX = 256  # bytes of a claimed node id that count (throttle records, logs
 
 
 def forwards(client: Client) -> bool:
-    """Whether a request of ``client`` that this node cannot serve is forwarded (never one a link sent)."""
-    return client.link is None and client.app.config.redirect == FORWARD
+    """Whether a request of ``client`` that this node cannot serve is forwarded: on the forwarding
+    port (``forward_port``), or on any port with ``redirect forward``; never one a link sent."""
+    return client.link is None and (client.forwarding or client.app.config.redirect == FORWARD)
 
 
 def deadline(app: App) -> float:
@@ -109,9 +114,10 @@ def deadline(app: App) -> float:
 
 
 def primary_peer(group: Group, tls: bool) -> Peer | None:
-    """Where a request of ``group`` is forwarded: its primary's address and registered node id."""
-    node = group.primary_node(tls)
-    return None if node is None else Peer(node.addr, node.id)
+    """Where a request of ``group`` is forwarded: the address its primary takes links at (``tls``:
+    TLS links) and its registered node id."""
+    node = group.primary_node()
+    return None if node is None else Peer(node.link(tls), node.id)
 
 
 def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | Coroutine[Any, Any, Encoded]:
@@ -132,16 +138,16 @@ def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | C
         return _relay(client, group, key, [args])
     client.relay_link = link  # its next requests go on the same link and lane, so they run in its order
     sent = links.write(link, client.id, client.user.name.encode(), [args])
-    return Relayed(client, group, peer.addr, [args], sent)
+    return Relayed(client, group, peer, [args], sent)
 
 
 class Relayed:
     """A forwarded request written to its link; awaiting it gives the reply (or raises its error)."""
 
-    __slots__ = ("addr", "client", "group", "requests", "sent")
+    __slots__ = ("client", "group", "peer", "requests", "sent")
 
-    def __init__(self, client: Client, group: Group, addr: str, requests: list[list[bytes]], sent: Sent) -> None:
-        self.client, self.group, self.addr, self.requests, self.sent = client, group, addr, requests, sent
+    def __init__(self, client: Client, group: Group, peer: Peer, requests: list[list[bytes]], sent: Sent) -> None:
+        self.client, self.group, self.peer, self.requests, self.sent = client, group, peer, requests, sent
 
     def __await__(self) -> Generator[Any, None, Encoded]:
         return self.reply().__await__()
@@ -152,7 +158,7 @@ class Relayed:
             replies = await client.app.links.replies(self.sent, deadline(client.app))
         except LinkLost as exc:
             raise _lost(exc) from None
-        return await _settle(client, self.group, self.addr, self.requests, replies)
+        return await _settle(client, self.group, self.peer, self.requests, replies)
 
 
 async def _relay(client: Client, group: Group, key: bytes, requests: list[list[bytes]]) -> Encoded:
@@ -160,11 +166,11 @@ async def _relay(client: Client, group: Group, key: bytes, requests: list[list[b
     peer = primary_peer(group, client.app.links.tls is not None)
     if peer is None:
         raise group.redirect(key, client.tls)
-    return await _settle(client, group, peer.addr, requests, await _send(client, peer, requests))
+    return await _settle(client, group, peer, requests, await _send(client, peer, requests))
 
 
 async def _settle(
-    client: Client, group: Group, addr: str, requests: list[list[bytes]], replies: list[bytes]
+    client: Client, group: Group, peer: Peer, requests: list[list[bytes]], replies: list[bytes]
 ) -> Encoded:
     """The last of ``replies``, unless one is a MOVED: then nothing ran there, and ``requests`` are
     sent once more to the registered node it names (if another), else TRYAGAIN."""
@@ -173,9 +179,9 @@ async def _settle(
         target = moved.split()[2].decode("utf-8", "replace")
         me = group.member.me if group.member is not None else None
         node = group.node_at(target)
-        if target == addr or node is None or (me is not None and node.id == me.id):
+        if node is None or node.id == peer.node or (me is not None and node.id == me.id):
             raise CommandError(errors.FORWARD_MOVED)
-        replies = await _send(client, Peer(target, node.id), requests)
+        replies = await _send(client, Peer(node.link(client.app.links.tls is not None), node.id), requests)
         if any(r.startswith(b"-MOVED ") for r in replies):
             raise CommandError(errors.FORWARD_MOVED)
     return Encoded(replies[-1])
@@ -319,7 +325,9 @@ def _registered_at(app: App, node: bytes, host: str) -> bool:
     if member is None:
         return False
     found = member.directory.topology.nodes.get(node.decode("utf-8", "replace"))
-    return found is not None and host in (found.host, found.tls_addr.rpartition(":")[0])
+    if found is None:
+        return False
+    return host in {a.rpartition(":")[0] for a in (found.addr, found.tls_addr, found.link_addr, found.link_tls_addr)}
 
 
 def _failed(client: Client, node: bytes, checked: bool = True) -> None:
@@ -354,9 +362,9 @@ def is_link_command(name: bytes) -> bool:
 
 def readiness(app: App, warm: bool = True) -> str | None:
     """None when this node can serve a plain client's key requests now: it serves every group, or it
-    forwards and every other group has a primary it holds a link to; else why not. With ``warm``
-    (on the event loop only) asking opens the missing links in the background (``Links.warm``), so
-    a later ask may say ready."""
+    forwards (``redirect forward``, or on its ``forward_port``) and every other group has a primary
+    it holds a link to; else why not. With ``warm`` (on the event loop only) asking opens the
+    missing links in the background (``Links.warm``), so a later ask may say ready."""
     if app.shutdown_requested is not None and app.shutdown_requested.is_set():
         return "shutting down"
     if not app.users.loaded:
@@ -364,8 +372,8 @@ def readiness(app: App, warm: bool = True) -> str | None:
     for group in app.groups:
         if group.serving:
             continue
-        if app.config.redirect != FORWARD:
-            return f"group {group.index} is served by another node (redirect moved)"
+        if app.config.redirect != FORWARD and not app.config.forward_port:
+            return f"group {group.index} is served by another node (redirect moved, no forward_port)"
         peer = primary_peer(group, app.links.tls is not None)
         if peer is None:
             return f"group {group.index} has no primary"

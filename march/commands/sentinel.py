@@ -1,10 +1,11 @@
 """Sentinel discovery: the subset of Redis Sentinel that client libraries ask, and ROLE.
 
 Every node answers on its own RESP port as if it were one of the cluster's sentinels, under one
-master name (``sentinel_master_name``, default ``march``) that names the current primary of the
-(single-group) cluster. So an application configured for Sentinel (redis-py ``Sentinel``, ioredis
-``sentinels``, Jedis ``JedisSentinelPool``, Lettuce ``RedisURI.Builder.sentinel``) lists the nodes
-as its sentinels and finds the primary through them. What they send, checked in their sources:
+master name (``sentinel_master_name``, default ``march``) that names the current primary (of group
+0, at its forwarding port when it has one: below). So an application configured for Sentinel
+(redis-py ``Sentinel``, ioredis ``sentinels``, Jedis ``JedisSentinelPool``, Lettuce
+``RedisURI.Builder.sentinel``) lists the nodes as its sentinels and finds the primary through them.
+What they send, checked in their sources:
 
 - redis-py: ``SENTINEL MASTERS`` (each entry's ``flags``, ``ip``, ``port``,
   ``num-other-sentinels``), ``SENTINEL SLAVES`` for ``slave_for``;
@@ -20,6 +21,15 @@ string, one map per instance (a flat array in RESP2), a null array for an unknow
 GET-MASTER-ADDR-BY-NAME and Sentinel's error text for it elsewhere. Fields March has no meaning
 for (ping times, replication offsets) are 0; the timeouts are the lease TTL, after which a dead
 primary is replaced.
+
+**Which port is named.** The master is group 0's primary (with one group, the primary). A node with a
+forwarding port (``forward_port``: it serves every key, forwarding those of groups it does not lead
+to their primaries) is named at that port, in every address these replies give for a data node
+(master, replicas, ROLE, ``+switch-master``), so a Sentinel client lands on a connection that
+serves every key of a cluster of several groups, while cluster clients on the RESP port keep getting
+MOVED. Without one (or to a client on the TLS port: the forwarding port is plain TCP) the RESP or
+TLS port is named, which serves only the keys of the groups its node leads. The sentinels
+themselves (SENTINEL SENTINELS) are the nodes' RESP ports, where the application listed them.
 
 The answer comes from this node's view of the directory (``ClusterMember.directory``), the same one
 ``CLUSTER SLOTS`` and ``MOVED`` use: it never decides who may serve, it only points. A pointer that
@@ -62,13 +72,16 @@ class _View:
             self.me = NodeInfo(app.config.address(port), app.config.address(port))
             self.primary: NodeInfo | None = self.me
             self.standbys: list[NodeInfo] = []
+            self.others: list[NodeInfo] = []
             self.epoch = 0
-        else:
-            self.me = member.me.seen_by(client.tls)
-            self.primary, self.standbys = member.directory.members(client.tls)
-            self.epoch = member.directory.topology.leader_revision
-        nodes = [*([self.primary] if self.primary else []), *self.standbys]
-        self.others = [n for n in nodes if n.id != self.me.id]
+            return
+        self.me = member.me.seen_by(client.tls)
+        primary, standbys = member.directory.members()
+        self.primary = primary.for_sentinel(client.tls) if primary else None
+        self.standbys = [n.for_sentinel(client.tls) for n in standbys]
+        self.epoch = member.directory.topology.leader_revision
+        nodes = [*([primary] if primary else []), *standbys]
+        self.others = [n.seen_by(client.tls) for n in nodes if n.id != self.me.id]  # as sentinels: their RESP ports
 
 
 def _b(value: int | str) -> bytes:

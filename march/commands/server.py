@@ -657,6 +657,7 @@ def _cluster(client: Client, count: int | None) -> dict[str, Any]:
         "march_not_ready_because": ready or "",
         "march_node_id": member.me.id,
         "march_advertise": member.me.addr,
+        "march_forward_address": member.me.forward_addr,  # what Sentinel replies name ("": no forward_port)
         "march_role": member.node.loop.describe()[0],  # primary if it leads any group
         "march_phase": state.phase.value,
         "etcd_prefix": app.config.etcd_prefix,

@@ -354,7 +354,8 @@ def test_node_examples_follow_a_killed_primary(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "NODE_PATH": str(node_modules), variable: addresses},
+        # (the Sentinel example draws MARCH_KEYS in turn: one key here, so its IDs must increase)
+        env={"PATH": "/usr/bin:/bin", "NODE_PATH": str(node_modules), variable: addresses, "MARCH_KEYS": "orders"},
         text=True,
     ) as proc:
 
@@ -362,8 +363,8 @@ def test_node_examples_follow_a_killed_primary(
             assert proc.stdout is not None
             for line in proc.stdout:
                 kind, _, value = line.strip().partition(" ")
-                if kind == "id":
-                    draws.add(int(value))
+                if kind == "id":  # `id N`, or `id KEY N` (the Sentinel example)
+                    draws.add(int(value.split()[-1]))
                 elif kind == "reached":
                     reached.append(value)
                 else:

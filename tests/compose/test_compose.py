@@ -1,17 +1,20 @@
 """The README's compose command, run for real by each of the three common tools through
 `scripts/compose-check`: from a fresh copy of the source, `<tool> up -d --build` builds the nodes'
 image itself (a tag no earlier run made, so a failed build cannot hide behind an old image: Debian's
-podman-compose 1.0.3 exits 0 even then), three etcd members and three March nodes come up, IDs are
-drawn through every published port with `redis-cli -c`, the primary's container gets `podman kill`
-(SIGKILL), IDs are drawn again through the failover, and every ID must be greater than the one
-before.
+podman-compose 1.0.3 exits 0 even then), three etcd members and three March nodes come up in the
+file's default layout (three groups, each node the primary of one, a forwarding port on each, the
+links' secret written by the first node into a shared volume), IDs of a key of every group are drawn
+through every published RESP port with `redis-cli -c`, every forwarding port and the port
+`SENTINEL get-master-addr-by-name` names, the container of group 0's primary gets `podman kill`
+(SIGKILL), IDs of every key are drawn again through the failover (and through the port Sentinel
+names then), and each key's IDs must increase.
 
 The tools: Debian 12's podman-compose (1.0.3), the current podman-compose from PyPI (the version
 scripts/_env.sh pins, in its own venv) and Debian's docker-compose 1.29 against podman's Docker API
 socket (`podman system service`, started and stopped by the script). To keep the suite short, one
 run is the full check (the monitoring profile's Prometheus scraping the three nodes, the killed
-node back as a standby), on the PyPI podman-compose because it has `--profile`; the other two run
-`--quick`: the same build through compose, bring-up, IDs, kill -9 of the primary and IDs after it,
+node back and drawing again), on the PyPI podman-compose because it has `--profile`; the other two
+run `--quick`: the same build through compose, bring-up, IDs, kill -9 of a primary and IDs after it,
 without those extras (about 40 s each once podman's layer cache is warm). The online build (a
 `podman build` of its own, pip fetching from the index) is left to scripts/compose-check by hand:
 with changed code it costs a minute of downloads.
@@ -112,8 +115,9 @@ def test_compose_cluster_keeps_ids_increasing_when_the_primary_is_killed(tool: s
     assert rc == 0, out
     assert f"OK ({tool}):" in out, out
     assert "built by compose" in out and f"built localhost/march:check-{project}" in out, out
-    assert "failover: first ID" in out, out
+    assert "failover: first ID of orders" in out, out
+    assert "the master Sentinel names now" in out, out  # a Sentinel-style draw through a forwarding port
     if not quick:
         assert "scrapes 3 nodes" in out, out
-        assert "back as a standby" in out, out
+        assert "rejoined" in out, out
     assert _leftovers(project) == []

@@ -3,7 +3,7 @@
 One test per Markdown file (README.md, clients/python/README.md, docs/*.md): its examples run in
 order against a fresh single node (a ``MarchServer``), and those of a cluster section (from
 ``$ scripts/cluster`` on) against a fresh three-node cluster on a real etcd, with the leadership
-groups of config/cluster (one per node), as ``scripts/cluster`` starts it. The notation, the
+groups of config/cluster (one per node) and its forwarding ports, as ``scripts/cluster`` starts it. The notation, the
 skip marker and what is run are in ``support.examples`` and docs/examples.md. Then the runner's
 own tests: it must fail on a wrong expected output, or it checks nothing.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from support import MarchServer
-from support.clients import recommended_layout
+from support.clients import recommended
 from support.cluster import MarchCluster
 from support.etcd import EtcdCluster
 from support.examples import (
@@ -78,12 +78,14 @@ def targets(
         etcd = EtcdCluster(tmp_path / "etcd", size=1, binary=request.getfixturevalue("etcd_bin"))
         started.append(etcd)
         etcd.start()
-        # The layout scripts/cluster starts (config/cluster/node1.toml's groups), as the README shows it.
-        nodes = MarchCluster(tmp_path / "cluster", etcd.endpoints, groups=recommended_layout())
+        # The cluster scripts/cluster starts (config/cluster/node1.toml's groups and forwarding ports),
+        # as the README shows it.
+        readme = recommended()
+        nodes = MarchCluster(tmp_path / "cluster", etcd.endpoints, groups=readme.groups, forward=readme.forward)
         started.append(nodes)
         nodes.start()
         nodes.wait_settled()
-        return [n.port for n in nodes.nodes]
+        return [n.port for n in nodes.nodes] + [n.forward_port for n in nodes.nodes if n.forward_port]
 
     try:
         yield Targets(node, cluster, _workdir(tmp_path), free_port)

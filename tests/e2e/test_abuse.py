@@ -14,7 +14,8 @@
   cannot take every file descriptor: they count toward ``max_clients`` from their accept.
 - Unauthenticated clients cannot make the server hold large requests: 100 connections each sending
   a 2 MB ``AUTH`` grow its peak RSS by far less than 100 MB.
-- Passwords given as flags are not in ``/proc/<pid>/cmdline``, and still reach the server.
+- Passwords (and the cluster secret) given as flags are not in ``/proc/<pid>/cmdline``, and still
+  reach the server.
 - Hundreds of clients that vanish right after a request leave no "never awaited" warning and no
   traceback in the log.
 - KEYS with degenerate bracket patterns answers as Redis does.
@@ -404,17 +405,19 @@ def test_tls_connections_in_their_handshake_cannot_starve_the_server(tmp_path: P
 
 
 def test_passwords_given_as_flags_are_not_in_the_process_list(march_factory: Factory) -> None:
-    secret, etcd_secret = "s3cret-requirepass", "etcd-s3cret-pw"
-    server = march_factory(requirepass=secret, extra_args=["--etcd-user", "root", f"--etcd-password={etcd_secret}"])
+    secret, etcd_secret, links = "s3cret-requirepass", "etcd-s3cret-pw", "cluster-s3cret-links"
+    flags = ["--etcd-user", "root", f"--etcd-password={etcd_secret}", "--cluster-secret", links]
+    server = march_factory(requirepass=secret, extra_args=flags)
     cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes()
     assert b"march" in cmdline and b"serve" in cmdline, cmdline
-    assert secret.encode() not in cmdline and etcd_secret.encode() not in cmdline, cmdline
-    assert b"--requirepass" not in cmdline and b"--etcd-password" not in cmdline, cmdline
+    assert not any(s.encode() in cmdline for s in (secret, etcd_secret, links)), cmdline
+    assert not any(f in cmdline for f in (b"--requirepass", b"--etcd-password", b"--cluster-secret")), cmdline
     with RespConn(server.port) as c:
         assert c.call("PING") == RespError(errors.NOAUTH)  # the server has the password...
         assert c.call("AUTH", "wrong") == RespError(errors.WRONGPASS)
         assert c.call("AUTH", secret) == "OK"  # ...and it is this one
         assert c.call("CONFIG", "GET", "etcd-password") == [b"etcd-password", b"********"]  # set, masked
+        assert c.call("CONFIG", "GET", "cluster-secret") == [b"cluster-secret", b"********"]
         assert c.call("CONFIG", "GET", "etcd-user") == [b"etcd-user", b"root"]
 
 

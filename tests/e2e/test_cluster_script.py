@@ -4,6 +4,8 @@ two test variables, against the test's etcd through `MARCH_ETCD`):
 - each node counts as started only when its port answers with that node's own pid and node id: with
   another process already answering on n2's port, the script reports n2 as exited (address already
   in use) and stops the others, instead of listing it beside a cluster it is not part of;
+- every node's forwarding port answers keys of every group, the links proving a secret the first
+  node wrote to `cluster-secret` (random, mode 0600) beside the data dirs;
 - with `MARCH_ETCD`, the nodes' data dirs are the etcd's own, so a run against another etcd (as a
   plain run against the local etcd after one against an existing cluster) starts as well, instead
   of refusing the data dirs that recorded the first cluster.
@@ -139,11 +141,12 @@ class Run:
         return "\n".join(self.lines)
 
 
-def _env(tmp_path: Path, etcd: EtcdCluster, first_port: int) -> dict[str, str]:
+def _env(tmp_path: Path, etcd: EtcdCluster, first_port: int, first_forward: int | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARCH_")}
     env.update(
         MARCH_ETCD=etcd.endpoints,
         MARCH_CLUSTER_FIRST_PORT=str(first_port),
+        MARCH_CLUSTER_FIRST_FORWARD_PORT=str(first_forward or _first_of_free_ports(3)),
         MARCH_CLUSTER_DIR=str(tmp_path / "cluster"),
         MARCH_LEASE_TTL="2",
     )
@@ -151,9 +154,13 @@ def _env(tmp_path: Path, etcd: EtcdCluster, first_port: int) -> dict[str, str]:
 
 
 def _port_free(port: int) -> bool:
+    """Nobody listens on ``port``: it can be listened on as a server does (SO_REUSEADDR: the
+    connections a stopped node closed, its forwarding links among them, may linger in TIME_WAIT)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
+            s.listen(1)
         except OSError:
             return False
     return True
@@ -194,9 +201,9 @@ def test_another_process_on_a_nodes_port_is_not_taken_for_the_node(tmp_path: Pat
 def test_nodes_are_confirmed_and_another_etcd_gets_data_dirs_of_its_own(
     tmp_path: Path, etcd: EtcdCluster, second_etcd: EtcdCluster
 ) -> None:
-    first = _first_of_free_ports(3)
+    first, forward = _first_of_free_ports(3), _first_of_free_ports(3)
     for attempt, store in enumerate((etcd, second_etcd)):
-        run = Run(_env(tmp_path, store, first))
+        run = Run(_env(tmp_path, store, first, forward))
         try:
             assert run.wait_for_line(READY, 90), run.output
             nodes = [m.groups() for line in run.lines if (m := NODE_LINE.match(line))]
@@ -210,9 +217,18 @@ def test_nodes_are_confirmed_and_another_etcd_gets_data_dirs_of_its_own(
                 ["redis-cli", "-c", "-p", str(first), "INCR", "orders"], capture_output=True, text=True, timeout=15
             )
             assert got.stdout.strip().isdigit(), (got, run.output)
+            # every node's forwarding port serves every key (a key of each group: no MOVED)
+            assert all(f"forwarding port {forward + i}" in run.output for i in range(3)), run.output
+            for i, key in enumerate(("orders", "payments", "invoices")):
+                got = subprocess.run(
+                    ["redis-cli", "-p", str(forward + i), "INCR", key], capture_output=True, text=True, timeout=15
+                )
+                assert got.stdout.strip().isdigit(), (got, run.output)
         finally:
             rc = run.stop()
         assert rc in (0, 130), run.output
-        assert all(_port_free(first + i) for i in range(3)), f"run {attempt}: nodes left running"
+        assert all(_port_free(p + i) for p in (first, forward) for i in range(3)), f"run {attempt}: nodes left running"
     dirs = sorted(p.name for p in (tmp_path / "cluster").iterdir() if p.name.startswith("etcd-"))
     assert len(dirs) == 2, dirs  # one set of data dirs per etcd
+    secret = tmp_path / "cluster" / "cluster-secret"  # the links' secret: made at the first start, for the owner only
+    assert len(secret.read_text().strip()) == 64 and secret.stat().st_mode & 0o777 == 0o600

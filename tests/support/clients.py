@@ -1,4 +1,5 @@
-"""The Go, Ruby, PHP and C client programs of docs/clients, built and run as their pages say.
+"""The Go, Ruby, PHP, C and Node client programs of docs/clients, built and run as their pages say,
+and redis-py's ``Sentinel`` as the README shows it (``support/redis_py_sentinel.py``).
 
 Each program draws IDs from a few keys in turn and prints one line per draw (``id <key> <id>``,
 ``error <key> <message>``, ``resumed <key> after <s> s (<n> errors)``) until its input ends.
@@ -14,9 +15,13 @@ is reported by ``missing()`` so the test can skip it with the reason. Go builds 
 with modules off (no module proxy is reachable here); its compiled output is cached by Go's own
 build cache, the C program is compiled with ``cc`` (well under a second).
 
-``recommended_layout()`` reads the cluster layout the README recommends from
-config/cluster/node1.toml (the file ``scripts/cluster`` starts node 1 with), so the tests run the
-programs on that layout and fail if it changes to one a client cannot survive.
+The Node program (docs/clients/node/ioredis-sentinel.js) runs with ioredis 5 installed by npm into
+the test's work directory (``support.node.install_ioredis``), found through NODE_PATH.
+
+``recommended()`` reads the cluster the README recommends from config/cluster/node1.toml (the file
+``scripts/cluster`` starts node 1 with): its number of groups, and whether its nodes have a
+forwarding port (``forward_port``, what Sentinel clients are sent to), so the tests run the
+programs on that cluster and fail if it changes to one a client cannot survive.
 
 Nothing here starts a March node; ``Drawing.stop()`` always reaps its program.
 """
@@ -27,12 +32,15 @@ import itertools
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support.node import install_ioredis
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = REPO / "docs" / "clients"
@@ -41,10 +49,30 @@ KEYS = ("orders", "payments", "invoices")  # slots 105, 8507, 13262: one key in 
 STOP_TIMEOUT = 10.0  # seconds a program gets to end after its input closes (it checks between draws)
 
 
-def recommended_layout(config: Path = REPO / "config" / "cluster" / "node1.toml") -> int:
-    """The number of leadership groups of the README's cluster (``groups`` in ``config``; 1 if unset)."""
+@dataclass(frozen=True)
+class Recommended:
+    """The README's cluster, as config/cluster/node1.toml sets it up."""
+
+    groups: int  # leadership groups (``groups``; 1 if unset)
+    forward: bool  # the nodes have a forwarding port (``forward_port``), with a cluster secret
+
+
+def recommended(config: Path = REPO / "config" / "cluster" / "node1.toml") -> Recommended:
+    """The README's cluster (see the module docstring)."""
     with config.open("rb") as f:
-        return int(tomllib.load(f).get("cluster", {}).get("groups", 1))
+        flat: dict[str, object] = {}
+        for key, value in tomllib.load(f).items():
+            flat.update(value if isinstance(value, dict) else {key: value})
+    forward = bool(flat.get("forward_port")) and bool(flat.get("cluster_secret") or flat.get("cluster_secret_file"))
+    return Recommended(int(str(flat.get("groups", 1))), forward)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """How to run a built program: its command line and what its environment needs besides."""
+
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -53,7 +81,7 @@ class ClientProgram:
     (MARCH_SENTINELS)."""
 
     name: str
-    language: str  # go, ruby, php, c
+    language: str  # go, ruby, php, c, node, python
     mode: str
 
     @property
@@ -62,7 +90,10 @@ class ClientProgram:
 
     def missing(self) -> str | None:
         """Why this program cannot run here (a tool or library not installed), else None."""
-        if self.language == "go":
+        if self.language == "node":
+            if shutil.which("node") is None or shutil.which("npm") is None:
+                return "node or npm is not installed"
+        elif self.language == "go":
             if shutil.which("go") is None:
                 return "go is not installed (golang-go)"
             for package in ("gomodule/redigo", "mna/redisc", "FZambia/sentinel"):
@@ -86,13 +117,13 @@ class ClientProgram:
                 return "hiredis is not installed (libhiredis-dev)"
         return None
 
-    def prepare(self, workdir: Path) -> list[str]:
-        """Build the program if it needs building (into ``workdir``); the command that runs it."""
+    def prepare(self, workdir: Path) -> Prepared:
+        """Build the program if it needs building (into ``workdir``); how to run it."""
         if self.language == "go":
             binary = workdir / "march-ids-go"
             if not binary.exists():  # one build per test session; Go's build cache makes a rebuild ~1 s
                 _build(["go", "build", "-o", str(binary), "."], CLIENTS / "go" / "redigo", go_env())
-            return [str(binary)]
+            return Prepared([str(binary)])
         if self.language == "c":
             binary = workdir / "march-ids-c"
             if not binary.exists():
@@ -100,10 +131,19 @@ class ClientProgram:
                     ["pkg-config", "--cflags", "--libs", "hiredis"], capture_output=True, text=True, check=True
                 ).stdout.split()
                 _build(["cc", "-O2", "-Wall", "-o", str(binary), "ids.c", *flags], CLIENTS / "c", dict(os.environ))
-            return [str(binary)]
+            return Prepared([str(binary)])
+        if self.language == "node":
+            modules = workdir / "node" / "node_modules"
+            if not (modules / "ioredis").is_dir():  # one npm install per test session
+                install_ioredis(workdir / "node")
+            node = shutil.which("node")
+            assert node is not None
+            return Prepared([node, str(CLIENTS / "node" / "ioredis-sentinel.js")], {"NODE_PATH": str(modules)})
+        if self.language == "python":
+            return Prepared([sys.executable, str(Path(__file__).with_name("redis_py_sentinel.py"))])
         if self.language == "ruby":
-            return ["ruby", str(CLIENTS / "ruby" / "ids.rb")]
-        return ["php", str(CLIENTS / "php" / "ids.php")]
+            return Prepared(["ruby", str(CLIENTS / "ruby" / "ids.rb")])
+        return Prepared(["php", str(CLIENTS / "php" / "ids.php")])
 
 
 def go_env() -> dict[str, str]:
@@ -126,6 +166,8 @@ PROGRAMS = {
         ClientProgram("php-rediscluster", "php", "cluster"),
         ClientProgram("php-redissentinel", "php", "sentinel"),
         ClientProgram("c-hiredis", "c", "cluster"),
+        ClientProgram("node-ioredis-sentinel", "node", "sentinel"),
+        ClientProgram("py-redis-sentinel", "python", "sentinel"),
     )
 }
 
@@ -216,15 +258,16 @@ class Drawing:
             return [e for _, e in self.errors[-n:]]
 
 
-def start(program: ClientProgram, command: list[str], addresses: Iterable[str], keys: Iterable[str] = KEYS) -> Drawing:
+def start(program: ClientProgram, prepared: Prepared, addresses: Iterable[str], keys: Iterable[str] = KEYS) -> Drawing:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/tmp"),
         program.variable: ",".join(addresses),
         "MARCH_KEYS": ",".join(keys),
         "INTERVAL_MS": "10",
+        **prepared.env,
     }
-    return Drawing(program, command, env)
+    return Drawing(program, prepared.command, env)
 
 
 def no_duplicates(drawings: Iterable[Drawing]) -> None:

@@ -9,6 +9,9 @@ since it would not answer.
 
 `stop()` reaps every node whatever its state (running, paused, killed).
 
+``MarchCluster(forward=True)``: every node also gets a forwarding port (``--forward-port``, a free
+port; ``ClusterNode.forward_address``) and a cluster secret, as the README's cluster has.
+
 With leadership groups (``MarchCluster(groups=N)``, N > 1: every node gets ``--groups N``),
 "the primary" becomes one per group: `leaders()` is the map group -> node on which every live
 node's `CLUSTER SLOTS` agrees (each group's whole range under one live primary), and
@@ -31,10 +34,12 @@ from pathlib import Path
 from typing import Self
 
 from support.history import group_slots
+from support.ports import free_port
 from support.resp import RespConn, RespError, wait_until
 from support.servers import START_TIMEOUT, MarchServer, ServerExited
 
 DEFAULT_TTL = 2  # seconds, whole (etcd leases are): the shortest march accepts, so drills stay short
+FORWARD_SECRET = "test-cluster-secret-0123456789abcdef"  # the cluster secret of MarchCluster(forward=True)
 
 
 def parse_info(text: bytes | str) -> dict[str, str]:
@@ -103,9 +108,11 @@ class ClusterNode(MarchServer):
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
         password: str | None = None,
+        forward_port: int | None = None,
     ) -> None:
         super().__init__(data_dir, extra_args=list(extra_args), log_path=log_path)
         self.password = password  # the default user's (--requirepass), for this helper's own probes
+        self.forward_port = forward_port  # its forwarding port (--forward-port; None: none)
         self.node_id = node_id
         self.name = f"march {node_id}"
         self.etcd = etcd  # may be changed between restarts, e.g. to go through a proxy
@@ -117,6 +124,11 @@ class ClusterNode(MarchServer):
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def forward_address(self) -> str:
+        """Where its forwarding port listens (what Sentinel replies name); its address if it has none."""
+        return f"127.0.0.1:{self.forward_port}" if self.forward_port else self.address
+
     def ready_reply_ok(self, reply: object) -> bool:
         # A node that has not reached etcd yet answers CLUSTERDOWN (it knows no user): it is up.
         return super().ready_reply_ok(reply) or (isinstance(reply, RespError) and reply.prefix == "CLUSTERDOWN")
@@ -125,6 +137,8 @@ class ClusterNode(MarchServer):
         # Built at each start from the current port: a port retaken at start moves the advertise too.
         cluster = ["--etcd", self.etcd, "--etcd-prefix", self.prefix, "--node-id", self.node_id]
         cluster += ["--advertise", self.address, "--lease-ttl", str(self.lease_ttl)]
+        if self.forward_port:
+            cluster += ["--forward-port", str(self.forward_port)]
         return super().command() + cluster
 
     @property
@@ -213,6 +227,7 @@ class MarchCluster:
         extra_args: Sequence[str] = (),
         password: str | None = None,
         groups: int = 1,
+        forward: bool = False,
     ) -> None:
         per_node = [etcd] * size if isinstance(etcd, str) else list(etcd)
         assert len(per_node) == size, f"{size} nodes, {len(per_node)} etcd endpoint strings"
@@ -222,6 +237,9 @@ class MarchCluster:
         self.groups = groups
         # One group passes no flag: the cluster runs exactly as before groups existed.
         self.extra_args = [*extra_args, *(["--groups", str(groups)] if groups > 1 else [])]
+        if forward and "--cluster-secret" not in self.extra_args:
+            self.extra_args += ["--cluster-secret", FORWARD_SECRET]
+        self.forward = forward  # every node gets a forwarding port (--forward-port)
         self.password = password
         self.nodes = [self.new_node(i + 1, per_node[i]) for i in range(size)]
 
@@ -236,6 +254,7 @@ class MarchCluster:
             extra_args=self.extra_args,
             log_path=self.base / f"n{number}.log",
             password=self.password,
+            forward_port=free_port() if self.forward else None,
         )
 
     def __enter__(self) -> Self:

@@ -55,6 +55,7 @@ RUN_LANGS = ("console", "pycon")
 SINGLE_PORTS = (7379,)  # the single node's documented RESP port
 SINGLE_TLS_PORT = 7380  # its TLS port, once ``scripts/serve --tls-port 7380 ...`` started it
 CLUSTER_PORTS = (7381, 7382, 7383)  # scripts/cluster's three nodes, in order
+CLUSTER_FORWARD_PORTS = (7481, 7482, 7483)  # their forwarding ports (config/cluster's forward_port)
 COMMAND_TIMEOUT = 15.0  # seconds for one command: far above any example's, so a hang fails, not stalls
 PLACEHOLDERS = {"<int>": r"-?\d+", "<any>": r".*"}
 NPM_TIMEOUT = 300.0  # seconds for ``npm install`` (a cold npm cache fetches two packages' trees)
@@ -205,8 +206,11 @@ class Targets:
         return str(self.workdir / arg) if not arg.startswith("-") and (self.workdir / arg).exists() else arg
 
     def cluster(self) -> None:
+        """The cluster: ``_cluster`` gives its nodes' ports, then their forwarding ports if they have them."""
         if CLUSTER_PORTS[0] not in self.ports.ports:
-            self.ports.ports.update(zip(CLUSTER_PORTS, self._cluster(), strict=True))
+            ports = self._cluster()
+            self.ports.ports.update(zip(CLUSTER_PORTS, ports[:3], strict=True))
+            self.ports.ports.update(zip(CLUSTER_FORWARD_PORTS, ports[3:], strict=False))
 
 
 class ExampleFailed(AssertionError):
@@ -278,10 +282,11 @@ def _needs_targets(argv: list[str], env: dict[str, str], targets: Targets) -> No
     ports = {int(b) for a, b in itertools.pairwise(argv) if a in ("-p", "--port")}
     ports |= {int(p) for p in re.findall(r"(?:127\.0\.0\.1|localhost):(\d+)", command)}
     ports |= {int(v) for k, v in env.items() if k.endswith("_PORT") and v.isdigit()}
-    known = {*SINGLE_PORTS, *CLUSTER_PORTS} | ({SINGLE_TLS_PORT} if SINGLE_TLS_PORT in targets.ports.ports else set())
+    known = {*SINGLE_PORTS, *CLUSTER_PORTS, *CLUSTER_FORWARD_PORTS}
+    known |= {SINGLE_TLS_PORT} if SINGLE_TLS_PORT in targets.ports.ports else set()
     if unknown := ports - known:
         raise ExampleFailed(f"{command!r}: no target for port {sorted(unknown)} (known: {sorted(known)})")
-    if ports & set(CLUSTER_PORTS):
+    if ports & {*CLUSTER_PORTS, *CLUSTER_FORWARD_PORTS}:
         targets.cluster()
     if ports & {*SINGLE_PORTS, SINGLE_TLS_PORT} or (argv[:1] == ["redis-cli"] and not ports):
         targets.single()
@@ -316,9 +321,10 @@ def _run_in_workdir(
 
 def _run_pycon(example: Example, targets: Targets) -> None:
     numbers = {int(n) for n in re.findall(r"(?<!\d)\d{4}(?!\d)", example.body)}
-    if numbers & set(CLUSTER_PORTS):
+    cluster = {*CLUSTER_PORTS, *CLUSTER_FORWARD_PORTS}
+    if numbers & cluster:
         targets.cluster()
-    if numbers & set(SINGLE_PORTS) or not numbers & set(CLUSTER_PORTS):
+    if numbers & set(SINGLE_PORTS) or not numbers & cluster:
         targets.single()
     text = targets.ports.to_real(example.body)
     test = doctest.DocTestParser().get_doctest(text, {}, example.where, str(example.path), example.line)

@@ -1,9 +1,13 @@
-// ioredis through Sentinel discovery: every March node answers as a sentinel of the cluster.
+// ioredis through Sentinel discovery: every March node answers as a sentinel of the cluster, and
+// names the primary's forwarding port (forward_port), which serves every key of every group.
 // Run (from anywhere, after `npm install --prefix docs/clients/node`), against the README's cluster:
 //   MARCH_SENTINELS=127.0.0.1:7381,127.0.0.1:7382,127.0.0.1:7383 node docs/clients/node/ioredis-sentinel.js
 // First says which node it reached (`reached HOST:PORT, cluster node ID`; a single node, which names
-// itself as its own master, is refused: exit 1), then prints one line per ID (`id N`), or an error
-// line when a draw failed (retrying is always safe: a failed INCR handed out no ID).
+// itself as its own master, is refused: exit 1). Then it draws IDs from the keys in MARCH_KEYS
+// (default orders,payments,invoices: one in each group of the README's cluster) in turn and prints
+// one line per draw: `id KEY N`, or `error KEY MESSAGE` when a draw failed (retrying is always
+// safe: a failed INCR handed out no ID), and `resumed KEY after S s (N errors)` when a key draws
+// again after errors.
 const fs = require("fs");
 const Redis = require("ioredis");
 
@@ -43,16 +47,32 @@ async function reachedClusterNode() {
   console.log(`reached ${where}, cluster node ${field("march_node_id").trim()}`);
 }
 
+const keys = (process.env.MARCH_KEYS || "orders,payments,invoices").split(",");
+const interval = Number(process.env.INTERVAL_MS || 10);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
 async function main() {
   await reachedClusterNode();
-  for (let n = 0; !done && n < limit; ) {
+  const failing = new Map(); // key => [time of its first error, errors since]
+  for (let i = 0, n = 0; !done && n < limit; i++) {
+    const key = keys[i % keys.length];
     try {
-      console.log(`id ${await redis.incr("orders")}`);
+      const id = await redis.incr(key);
+      if (failing.has(key)) {
+        const [since, errors] = failing.get(key);
+        console.log(`resumed ${key} after ${((Date.now() - since) / 1000).toFixed(2)} s (${errors} errors)`);
+        failing.delete(key);
+      }
+      console.log(`id ${key} ${id}`);
       n++;
+      await sleep(interval);
     } catch (err) {
-      // A failover: the old primary is gone (connection error) or a standby answers MOVED/TRYAGAIN.
-      console.log(`error ${err.message.split("\n")[0]}`);
-      await new Promise((r) => setTimeout(r, 50));
+      // A failover: the old primary is gone (connection error), a standby answers MOVED/TRYAGAIN, or
+      // the primary of another key's group died while the request was forwarded to it.
+      const [since, errors] = failing.get(key) || [Date.now(), 0];
+      failing.set(key, [since, errors + 1]);
+      console.log(`error ${key} ${err.message.split("\n")[0]}`);
+      await sleep(50);
     }
   }
   await redis.quit();
