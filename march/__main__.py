@@ -1,3 +1,3 @@
-from .cli import main
+from march.cli import main
 
 raise SystemExit(main())

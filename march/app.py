@@ -11,8 +11,8 @@ the node; ``FastCommand``: an entry of the fast-path table; ``Connected``: a con
 (then every request goes through the dispatcher, which waits or redirects). It is derived from the
 group's serving state on every change, never set by hand. With several leadership groups it holds
 the hot commands while any group serves, each wrapped (``_GroupedHot``) to check its key's group
-first (one CRC16, ``march.group.Groups.of_key``) and hand a request of a group not served here to
-the dispatcher (``slow``), which waits or redirects; ``keyspace`` is then ``march.group.Keyspaces``
+first (one CRC16, ``march.cluster.groups.Groups.of_key``) and hand a request of a group not served here to
+the dispatcher (``slow``), which waits or redirects; ``keyspace`` is then ``march.cluster.groups.Keyspaces``
 (each call to its key's group's keyspace).
 """
 
@@ -26,22 +26,22 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import log as march_log
-from .auth import AclCommand, AclLog, AuthThrottle, User, Users
-from .config import OPTIONS, Config
-from .counters import NodeMetrics
-from .diagnostics import LatencyMonitor, Monitors, SlowLog
-from .group import Group, Groups, Keyspaces
-from .keyspace import Keyspace
-from .limits import clients_the_fd_limit_allows
-from .links import Links
-from .pubsub import PubSub
-from .serving import Change, Phase
-from .store.base import Store
-from .users import SharedUsers
+from march import log as march_log
+from march.access.rules import AclCommand, AclLog, AuthThrottle, User, Users
+from march.access.stored import SharedUsers
+from march.cluster.announce import PubSub
+from march.cluster.groups import Group, Groups, Keyspaces
+from march.cluster.links import Links
+from march.config import OPTIONS, Config
+from march.keyspace.keyspace import Keyspace
+from march.keyspace.serving import Change, Phase
+from march.limits import clients_the_fd_limit_allows
+from march.stats.counters import NodeMetrics
+from march.stats.diagnostics import LatencyMonitor, Monitors, SlowLog
+from march.store.contract import Store
 
 if TYPE_CHECKING:
-    from .cluster.directory import NodeInfo
+    from march.cluster.directory import NodeInfo
 
 # Subscribers looked at per event-loop step after an ACL change (each: up to 16 names against the
 # user's channel patterns, a few microseconds): 10,000 subscribers take a few steps, none long.

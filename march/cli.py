@@ -33,16 +33,17 @@ from typing import NoReturn
 
 import uvloop
 
-from . import backup as backup_mod
-from . import config as config_mod
-from . import log as march_log
-from .cluster import layout as layout_mod
-from .commands.table import COMMANDS  # (importing the commands package registers every command)
-from .etcd.keys import KeyPaths
-from .node import etcd_client
-from .server import ListenError, serve
-from .store.base import LayoutChanged, SequenceRecord, StoreError
-from .version import VERSION
+from march import config as config_mod
+from march import log as march_log
+from march.backup import archive as backup_mod
+from march.cluster import layout as layout_mod
+from march.commands.table import COMMANDS  # (importing the commands package registers every command)
+from march.errors import LayoutChanged, StoreError
+from march.etcd.keypath import KeyPaths
+from march.node import etcd_client
+from march.server import ListenError, serve
+from march.store.contract import SequenceRecord
+from march.version import VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,7 +259,7 @@ async def _serve(config: config_mod.Config, stopping: Stopping) -> None:
 
 
 def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
-    """``march backup``, ``restore`` and ``import-floors`` (``march.backup``): 0 done, 1 refused or failed."""
+    """``march backup``, ``restore`` and ``import-floors`` (``march.backup.archive``): 0 done, 1 refused or failed."""
     try:
         if args.command == "backup":
             counts = uvloop.run(backup_mod.run_backup(config, args.file))

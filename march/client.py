@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .auth import User
-from .counters import CommandStats
-from .links import Link
+from march.access.rules import User
+from march.cluster.links import Link
+from march.stats.counters import CommandStats
 
 if TYPE_CHECKING:
-    from .app import App
+    from march.app import App
 
 LINK_NOBODY = "march-link"  # whom a forwarding link runs requests as when it has no user: may run nothing
 

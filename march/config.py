@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import errors
+from march import errors
 
 MAX_ID = (1 << 63) - 1  # IDs are signed 64-bit integers, as Redis INCR replies are
 MAX_KEY_LEN = 64 << 10  # no sequence name may approach what one etcd request carries (1.5 MiB)

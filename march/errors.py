@@ -5,7 +5,9 @@ Messages use Redis' own prefixes and texts (``ERR``, ``WRONGTYPE``, ``NOAUTH``, 
 them to the right exception classes. A constant with ``{}`` fields is formatted by the caller.
 
 Typed exceptions exist only where an error is control flow: the protocol layer's
-``ProtocolError`` (closes one connection) and the store's ``GuardFailed`` (step down).
+``ProtocolError`` (closes one connection), ``Rejected`` (no call counted) and the store's errors
+(``StoreError`` may pass, ``GuardFailed`` means step down, ``IdentityConflict`` means exit: the
+store contract's, kept here so that the etcd client, below the store, raises them too).
 """
 
 from __future__ import annotations
@@ -22,6 +24,41 @@ class CommandError(Exception):
 class Rejected(CommandError):
     """A request refused before it ran (unknown, wrong arity, NOAUTH, NOPERM, MOVED...): no call, as
     Redis counts calls (INFO commandstats ``rejected_calls``, not in LATENCY HISTOGRAM)."""
+
+
+# --- the store's errors (the store contract's, raised by the etcd client too): control flow --------
+
+
+class StoreError(Exception):
+    """A store call failed in a way that may pass (I/O error, timeout, lost connection)."""
+
+
+class GuardFailed(StoreError):
+    """The guarded write was refused: leadership is gone, or the record changed behind our back."""
+
+
+class StoreLocked(StoreError):
+    """Another server already owns this store (for sqlite: the data dir's lock is held)."""
+
+
+class StoreFull(StoreError):
+    """The store is out of space (etcd's NOSPACE alarm): writes fail until an operator acts."""
+
+
+class StoreRejected(StoreError):
+    """The store will never accept this request (too large, invalid): retrying cannot help."""
+
+
+class IdentityConflict(StoreError):
+    """This process may not take part: its node id is held by another live process, or its data dir
+    belongs to another deployment (another cluster, or a single node). Never retried: the node
+    says why and exits (``march.cluster.directory``, ``march.cluster.identity``, ``march.store.membership``)."""
+
+
+class LayoutChanged(IdentityConflict):
+    """The cluster's layout (``march groups N``) is not the one this node's groups were built for:
+    the node steps down from every group, gives their leader keys back, stops, and starts again in
+    the new layout (``march.cli`` executes the same command line again, in the same process id)."""
 
 
 # --- generic, word for word as Redis says them --------------------------------------------------
@@ -201,7 +238,7 @@ ALTER_BATCH_TIMESTAMP = (
     "WRONGTYPE MINBATCH and MAXBATCH apply to plain sequences only; '{}' is a timestamp sequence (see MAXLEAD)"
 )
 # A stored record this version cannot read (written by an older version, or by hand): the key
-# answers this, never an ID from guessed settings, until an admin repairs it (march.keyspace).
+# answers this, never an ID from guessed settings, until an admin repairs it (march.keyspace.keyspace).
 SEQ_UNREADABLE = "ERR the stored settings of sequence '{}' cannot be read ({}): an admin repairs them with SEQ.ALTER"
 SEQ_LAYOUT_UNREADABLE = (
     "ERR the stored layout of timestamp sequence '{}' cannot be read ({}): an admin gives it with SEQ.ALTER key "
@@ -347,7 +384,7 @@ CLIENT_LIST_TOO_LARGE = (
 # --- Sentinel discovery (Redis Sentinel 7.0's texts) ------------------------------------------------
 NO_SUCH_MASTER = "ERR No such master with that name"
 
-# --- pub/sub (+switch-master for Sentinel clients; march.pubsub) -------------------------------------
+# --- pub/sub (+switch-master for Sentinel clients; march.cluster.announce) -------------------------------------
 PUBSUB_CONTEXT = (  # Redis 7.0's text, for a RESP2 connection with subscriptions
     "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
 )
@@ -356,7 +393,7 @@ SUBSCRIPTION_NAME_TOO_LONG = "ERR channel or pattern name too long (at most {} b
 SUBSCRIPTION_BYTES = "ERR too many subscription bytes on this connection (names of at most {} bytes together)"
 
 
-# --- forwarding (redirect forward: march.links, commands.forward) -------------------------------------
+# --- forwarding (redirect forward: march.cluster.links, commands.forward) -------------------------------------
 # A forwarded request whose reply was lost may have run there: a plain ERR, which no client retries
 # on its own (TRYAGAIN would invite an automatic retry); a retry by the application is still safe.
 FORWARD_LOST = (

@@ -4,7 +4,7 @@
 calls it); calling it again (CONFIG SET log-level / log-format) swaps the level and the format in
 place. ``set_node(node_id)`` names the node once its address is known.
 
-- **text**: ``2026-11-23T05:20:00.123Z 1234 WARNING [node-a] march.serving: message key=value``
+- **text**: ``2026-11-23T05:20:00.123Z 1234 WARNING [node-a] march.keyspace.serving: message key=value``
 - **json**: one object per line: ``time``, ``level``, ``node``, ``event``, ``logger``, ``message``,
   ``fields`` (and ``exception`` with a traceback, when there is one).
 

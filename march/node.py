@@ -23,7 +23,7 @@ users' ACL rules read) is handed to it.
   (``march.cluster.directory``). Either refusal is an ``IdentityConflict``: ``failed`` is set,
   ``failure`` says why, and the server stops and exits with status 1.
 
-**Users** (``march.auth``) are the store's (``march.users.SharedUsers``: seeding from ``aclfile``
+**Users** (``march.access.rules``) are the store's (``march.access.stored.SharedUsers``: seeding from ``aclfile``
 and ``requirepass``, compare-and-set changes, following other nodes' changes one user at a time).
 A single node reads them when its store opens, before it listens. A cluster node may start
 before etcd answers: it listens at once with every user unknown (``default`` off: no client is
@@ -42,23 +42,24 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
-from .auth import AclCommand, Users
-from .clock import SYSTEM, Clock
-from .cluster.directory import NodeInfo
-from .cluster.identity import ClusterIdentity
-from .cluster.layout import Layout, campaign_compares, create_layout, layout_of
-from .cluster.member import ClusterMember, GroupSpec
-from .config import Config
-from .etcd.api import KV, Etcd, Get
-from .etcd.grpc_etcd import TLS, GrpcEtcd
-from .etcd.keys import KeyPaths
-from .group import Group, Groups
-from .keyspace import Keyspace
-from .serving import Cause, ServingState
-from .store.base import SINGLE_NODE, IdentityConflict, LayoutChanged, Store, StoreError
-from .store.etcd import EtcdStore
-from .store.sqlite import SqliteStore
-from .users import SharedUsers
+from march.access.rules import AclCommand, Users
+from march.access.stored import SharedUsers
+from march.clock import SYSTEM, Clock
+from march.cluster.directory import NodeInfo
+from march.cluster.groups import Group, Groups
+from march.cluster.identity import ClusterIdentity
+from march.cluster.layout import Layout, campaign_compares, create_layout, layout_of
+from march.cluster.member import ClusterMember, GroupSpec
+from march.config import Config
+from march.errors import IdentityConflict, LayoutChanged, StoreError
+from march.etcd.api import KV, Etcd, Get
+from march.etcd.grpc_etcd import TLS, GrpcEtcd
+from march.etcd.keypath import KeyPaths
+from march.keyspace.keyspace import Keyspace
+from march.keyspace.serving import Cause, ServingState
+from march.store.contract import SINGLE_NODE, Store
+from march.store.etcd_store import EtcdStore
+from march.store.sqlite_store import SqliteStore
 
 log = logging.getLogger("march")
 

@@ -65,8 +65,8 @@ from typing import Any
 
 import hiredis
 
-from . import errors
-from .errors import CommandError
+from march import errors
+from march.errors import CommandError
 
 CRLF = b"\r\n"
 
@@ -124,7 +124,7 @@ class SetReply(list):  # type: ignore[type-arg]
 
 
 class Encoded(bytes):
-    """A reply already in RESP, written as it is (a reply relayed from another node: ``march.links``)."""
+    """A reply already in RESP, written as it is (a reply relayed from another node: ``march.cluster.links``)."""
 
     __slots__ = ()
 

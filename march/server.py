@@ -2,8 +2,9 @@
 ports and runs until it is told to stop. The top of the house: it imports the node and the
 listeners; nothing below imports it (the listeners and connections are given what it built).
 
-- The ports: the plain one, the TLS one and the forwarding one (``march.listeners``), each accepted connection a
-  ``march.connection.Connection``; ``--metrics-port`` serves Prometheus (``march.metrics``).
+- The ports: the plain one, the TLS one and the forwarding one (``march.transport.listeners``), each
+  accepted connection a ``march.transport.connection.Connection``; ``--metrics-port`` serves
+  Prometheus (``march.metrics``).
 - Observability: the store's transactions go to the metrics, LATENCY and the log (``StoreWatch``).
 - Memory: large request buffers get their own mappings from glibc and go back to the system when
   freed (``_give_large_frees_back``), so the memory of clients that held large requests returns
@@ -27,17 +28,22 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from . import log as march_log
-from .app import App
-from .commands import call
-from .commands.forward import readiness
-from .commands.table import COMMANDS, HOT
-from .config import Config
-from .connection import Connections
-from .diagnostics import StoreWatch
-from .limits import clients_the_fd_limit_allows
-from .links import link_tls
-from .listeners import (
+from march import log as march_log
+from march.app import App
+from march.cluster.links import link_tls
+from march.commands import call
+from march.commands.forward import readiness
+from march.commands.table import COMMANDS, HOT
+from march.config import Config
+from march.limits import clients_the_fd_limit_allows
+from march.metrics.collector import node_id, registry_for
+from march.metrics.endpoint import MetricsServer
+from march.node import Node
+from march.resp import RequestParser
+from march.stats.diagnostics import StoreWatch
+from march.store import batch
+from march.transport.connection import Connections
+from march.transport.listeners import (
     HANDSHAKE_TIMEOUT,
     ListenError,
     TlsListener,
@@ -47,12 +53,7 @@ from .listeners import (
     listening_sockets,
     tls_context,
 )
-from .metrics.collector import node_id, registry_for
-from .metrics.endpoint import MetricsServer
-from .node import Node
-from .resp import RequestParser
-from .store import batch
-from .version import VERSION
+from march.version import VERSION
 
 __all__ = ["ListenError", "serve", "tls_context"]
 
@@ -155,7 +156,7 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
         app.forward_port = forwarding.sockets[0].getsockname()[1]
         log.info("forwarding port on %s:%d (every key, for plain and Sentinel clients)", config.bind, app.forward_port)
     node.join(app.port, app.tls_port, app.forward_port)
-    if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.pubsub)
+    if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.cluster.announce)
         app.group.member.directory.on_primary_change(app.switch_master)
         try:
             app.links.tls = link_tls(config)

@@ -4,7 +4,7 @@
 
 The floors and the import graph are the ones ``tests/test_layers.py`` checks (read with ``ast``:
 top-level, ``TYPE_CHECKING`` and function-level imports alike). One row per floor, top to bottom,
-one box per module (a package whose modules all share a floor is one box); grey arrows point down
+one box per room (a folder of march/, or a module loose at its top); grey arrows point down
 or along a floor, red ones run up (there should be none: the test fails on them). Prints what it
 drew: floors, modules, arrows and arrows that run up.
 """
@@ -36,12 +36,11 @@ def _graph_module():  # type: ignore[no-untyped-def]
 
 
 def _box(module: str, floors: list[tuple[str, tuple[str, ...]]]) -> str:
-    """The box a module is drawn in: its package's, when the floor lists the package as ``x.*``."""
-    for _, members in floors:
-        for m in members:
-            if m.endswith(".*") and (module == m[:-2] or module.startswith(m[:-1])):
-                return m[:-2].removeprefix("march.") + "/"
-    return module.removeprefix("march.") or "march"
+    """The box a module is drawn in: its room (a folder, drawn ``name/``, or a loose module)."""
+    g = sys.modules["test_layers"]
+    room = g.room_of(module)
+    name = room.removeprefix("march.") or "march"
+    return name + "/" if (ROOT / "march" / name).is_dir() and room != "march" else name
 
 
 def draw(out: Path) -> str:

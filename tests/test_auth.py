@@ -1,4 +1,4 @@
-"""Unit tests of users and permissions (``march.auth``): the rules as Redis reads them, what a user
+"""Unit tests of users and permissions (``march.access.rules``): the rules as Redis reads them, what a user
 may run and touch, the rules that rebuild a user (what the store keeps), the ACL file and log.
 
 The command table is March's real registry. Comparisons with a real redis-server are in
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import march.commands  # noqa: F401  (registers every command)
 from march import errors
-from march.auth import (
+from march.access.rules import (
     DEFAULT,
     LOG_SIZE,
     AclLog,

@@ -19,11 +19,11 @@ import pytest
 from march import config as config_module
 from march.app import App
 from march.client import Client
+from march.cluster.announce import Subscriber
 from march.commands.table import COMMANDS, HOT
-from march.feed import MonitorFeed
-from march.flow import Backpressure
 from march.node import Node
-from march.pubsub import Subscriber
+from march.transport.feed import MonitorFeed
+from march.transport.flow import Backpressure
 
 OUTPUT_LIMIT = 1 << 16  # max_output_buffer here (its least)
 

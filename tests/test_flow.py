@@ -17,8 +17,8 @@ import uvloop
 
 from march import config as config_module
 from march.config import Config
-from march.flow import DROP, HIGH_WATER, KEEP, STALL, Backpressure, InputBudget, Intake, Stalled
 from march.resp import RequestParser
+from march.transport.flow import DROP, HIGH_WATER, KEEP, STALL, Backpressure, InputBudget, Intake, Stalled
 
 OUTPUT_LIMIT = 1 << 20  # max_output_buffer in these tests (bytes)
 BUDGET = 3_000_000  # query_buffer_budget in these tests (bytes)

@@ -1,4 +1,4 @@
-"""Unit tests of ``march.idle`` on a real ``Keyspace`` (memory store): a sequence idle across two
+"""Unit tests of ``march.keyspace.idle`` on a real ``Keyspace`` (memory store): a sequence idle across two
 visits of the sweep leaves memory and its next ID is above every earlier one; a dropped generator
 hands out nothing; a sequence with a store write in flight or a waiting request stays; a pass over
 many generators takes turns with other work (sliced). The process-level test is
@@ -10,12 +10,12 @@ import asyncio
 
 from support.memory_store import MemoryStore
 
-from march import idle
 from march.clock import SYSTEM
 from march.config import Config
-from march.keyspace import Keyspace
-from march.serving import ServingState
-from march.store.base import SINGLE_NODE
+from march.keyspace import idle
+from march.keyspace.keyspace import Keyspace
+from march.keyspace.serving import ServingState
+from march.store.contract import SINGLE_NODE
 
 CONFIG = Config(min_batch=10, max_batch=1000, max_wait=0.5, sequence_idle_seconds=3600)
 

@@ -28,14 +28,14 @@ from march import errors
 from march.clock import SYSTEM
 from march.commands.keys import LOOKUP_CHUNK, _activate_all
 from march.config import Config
-from march.errors import CommandError
-from march.generators.base import NotServing
-from march.generators.layout import preset
-from march.keyspace import PAGE, SLICE, Keyspace, Selection
-from march.serving import Cause, ServingState
-from march.store import sqlite as sqlite_store
-from march.store.base import SINGLE_NODE, SequenceRecord, StoreError
-from march.store.sqlite import SqliteStore
+from march.errors import CommandError, StoreError
+from march.generators.bits import preset
+from march.generators.bound import NotServing
+from march.keyspace.keyspace import PAGE, SLICE, Keyspace, Selection
+from march.keyspace.serving import Cause, ServingState
+from march.store import sqlite_store
+from march.store.contract import SINGLE_NODE, SequenceRecord
+from march.store.sqlite_store import SqliteStore
 
 CONFIG = Config(min_batch=10, max_batch=1000, max_wait=0.05, store_timeout=5.0, max_key_len=64)
 

@@ -1,12 +1,16 @@
 """The house has one direction: March's import graph, read from the source with ``ast``.
 
-Three checks, over every import of a ``march`` module, whatever its kind (at the top of a module,
-under ``if TYPE_CHECKING:``, or inside a function):
+The folders of ``march/`` are its floors: a room is a folder (``march.commands``, every module in
+it) or a module loose at the top of the package (``march.config``). Checks, over every import of a
+``march`` module, whatever its kind (at the top of a module, under ``if TYPE_CHECKING:``, or inside
+a function):
 
-- no circle at all;
+- no circle at all, between modules or between rooms;
 - no import inside a function, unless ``INSIDE_FUNCTION_ALLOWED`` says why it must be there;
-- every arrow points down the floors of ``docs/architecture.md`` (or along one floor), unless
-  ``UPWARD_ALLOWED`` says why; ``FLOORS`` here is that table, and a test holds the two equal.
+- every arrow between rooms points down the floors of ``docs/architecture.md`` (or along one
+  floor between rooms that do not import each other back), unless ``UPWARD_ALLOWED`` says why;
+  ``FLOORS`` here is that table, and a test holds the two equal;
+- at most ``MAX_LOOSE`` modules loose at the top of the package, and no file name used twice.
 
 Nothing is imported or run: a module that does not import cleanly still gets checked.
 """
@@ -15,99 +19,42 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "march"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
+MAX_LOOSE = 15  # modules loose at the top of march/ (__init__ and __main__ not counted): the rest live in folders
 
-# The floors, top to bottom, as docs/architecture.md's layer table lists them: (name, modules).
-# ``x.*`` is every module under the package ``x`` (the package itself included).
+# The floors, top to bottom, as docs/architecture.md's table lists them: (name, rooms). A room is a
+# folder of march/ (every module in it) or a module loose at the top.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("entry", ("march.__main__", "march.cli", "march.backup")),
+    ("entry", ("march.__main__", "march.cli")),
+    ("backup", ("march.backup",)),
     ("assembly", ("march.server",)),
-    ("assembled parts", ("march.node", "march.metrics.collector", "march.metrics.endpoint", "march.listeners")),
-    ("connection", ("march.connection", "march.feed", "march.waiting", "march.timing", "march.flow")),
-    ("dispatch", ("march.commands", "march.commands.dispatch", "march.commands.transactions")),
-    (
-        "commands",
-        (
-            "march.commands.acl",
-            "march.commands.args",
-            "march.commands.cluster",
-            "march.commands.connection",
-            "march.commands.debug",
-            "march.commands.forward",
-            "march.commands.keys",
-            "march.commands.ops",
-            "march.commands.permissions",
-            "march.commands.pubsub",
-            "march.commands.refused",
-            "march.commands.sentinel",
-            "march.commands.sequences",
-            "march.commands.server",
-            "march.commands.workers",
-        ),
-    ),
-    ("command table", ("march.commands.table",)),
-    ("client", ("march.client",)),
-    ("app", ("march.app",)),
-    (
-        "server-wide parts",
-        (
-            "march.auth",
-            "march.users",
-            "march.diagnostics",
-            "march.metrics",
-            "march.counters",
-            "march.limits",
-            "march.links",
-        ),
-    ),
-    (
-        "serving",
-        (
-            "march.pubsub",
-            "march.group",
-            "march.keyspace",
-            "march.census",
-            "march.listing",
-            "march.idle",
-            "march.policies",
-            "march.shared",
-            "march.workers",
-            "march.serving",
-            "march.cluster.*",
-        ),
-    ),
-    ("generators", ("march.generators.*",)),
-    (
-        "store",
-        (
-            "march.store",
-            "march.store.batch",
-            "march.store.cursors",
-            "march.store.etcd",
-            "march.store.etcd_guard",
-            "march.store.etcd_users",
-            "march.store.etcd_workers",
-            "march.store.membership",
-            "march.store.sqlite",
-        ),
-    ),
-    ("etcd", ("march.etcd.*",)),
-    ("store contract", ("march.store.base",)),
+    ("metrics", ("march.metrics",)),
+    ("transport", ("march.transport",)),
+    ("commands", ("march.commands",)),
+    ("context", ("march.client", "march.app", "march.node")),
+    ("services", ("march.access", "march.cluster")),
+    ("keyspace", ("march.keyspace",)),
+    ("generators", ("march.generators",)),
+    ("store", ("march.store",)),
+    ("etcd", ("march.etcd",)),
+    ("stats", ("march.stats",)),
     (
         "leaves",
         (
             "march",
-            "march.resp",
-            "march.errors",
-            "march.config",
-            "march.glob",
             "march.clock",
+            "march.config",
+            "march.errors",
+            "march.glob",
+            "march.limits",
             "march.log",
+            "march.resp",
             "march.version",
         ),
     ),
@@ -191,12 +138,30 @@ def arrows(package: Path = PACKAGE) -> list[Arrow]:
     return out
 
 
+def room_of(module: str, package: Path = PACKAGE) -> str:
+    """The room of a module: its folder under the package, or itself if it is loose at the top."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (package / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return module
+
+
 def floor_of(module: str, floors: list[tuple[str, tuple[str, ...]]] = FLOORS) -> int | None:
+    room = room_of(module)
     for i, (_, members) in enumerate(floors):
-        for m in members:
-            if module == m or (m.endswith(".*") and (module == m[:-2] or module.startswith(m[:-1]))):
-                return i
+        if room in members:
+            return i
     return None
+
+
+def room_arrows(edges: list[Arrow]) -> list[Arrow]:
+    """The arrows between rooms (one per pair, the first import that draws it)."""
+    seen: dict[tuple[str, str], Arrow] = {}
+    for a in edges:
+        pair = (room_of(a.source), room_of(a.target))
+        if pair[0] != pair[1] and pair not in seen:
+            seen[pair] = Arrow(pair[0], pair[1], a.kind, a.line)
+    return list(seen.values())
 
 
 def circles(edges: list[Arrow]) -> list[list[str]]:
@@ -271,11 +236,18 @@ def test_no_import_inside_a_function_without_a_reason() -> None:
     assert inside == [], "imports inside functions:\n" + "\n".join(map(str, inside))
 
 
-def test_every_module_is_on_one_floor() -> None:
+def test_every_room_is_on_one_floor() -> None:
     for name in modules():
-        places = [i for i, (_, members) in enumerate(FLOORS) if floor_of(name, [FLOORS[i]]) is not None]
-        assert len(places) == 1, f"{name} is on floors {places}: place it in FLOORS and docs/architecture.md"
-        assert floor_of(name) == places[0]
+        room = room_of(name)
+        places = [i for i, (_, members) in enumerate(FLOORS) if room in members]
+        assert len(places) == 1, (
+            f"{name} (room {room}) is on floors {places}: place it in FLOORS and docs/architecture.md"
+        )
+
+
+def test_no_circle_between_rooms() -> None:
+    found = circles(room_arrows(arrows()))
+    assert found == [], f"rooms importing each other: {found}"
 
 
 def test_arrows_point_down() -> None:
@@ -286,6 +258,13 @@ def test_arrows_point_down() -> None:
         if target < source and (a.source, a.target) not in UPWARD_ALLOWED:
             up.append(f"{a}: floor '{FLOORS[source][0]}' imports floor '{FLOORS[target][0]}' above it")
     assert up == [], "arrows that run up:\n" + "\n".join(up)
+
+
+def test_few_modules_loose_and_no_file_name_twice() -> None:
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert len(loose) <= MAX_LOOSE, f"{len(loose)} modules loose at the top of march/: {sorted(loose)}"
+    names = Counter(p.name for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+    assert [n for n, c in names.items() if c > 1] == []
 
 
 def test_the_allowlists_name_real_arrows() -> None:
@@ -333,6 +312,20 @@ def test_a_circle_held_open_by_type_checking_and_a_function_is_found(tmp_path: P
 
 
 def test_the_documented_table_is_read(tmp_path: Path) -> None:
-    text = "x\n<!-- layers -->\n| floor | name | modules |\n|---|---|---|\n| 1 | top | `march.a`, `march.b.*` |\n"
-    assert documented_floors(text + "<!-- layers -->\n") == [("top", ("march.a", "march.b.*"))]
-    assert floor_of("march.b.c", [("top", ("march.a", "march.b.*"))]) == 0
+    text = "x\n<!-- layers -->\n| floor | name | rooms |\n|---|---|---|\n| 1 | top | `march.cli`, `march.commands` |\n"
+    floors = documented_floors(text + "<!-- layers -->\n")
+    assert floors == [("top", ("march.cli", "march.commands"))]
+    assert floor_of("march.commands.acl", floors) == 0
+    assert floor_of("march.config", floors) is None
+
+
+def test_rooms_that_import_each_other_are_found() -> None:
+    edges = [
+        Arrow("march.commands.acl", "march.access.rules", "top", 1),
+        Arrow("march.access.users", "march.commands.table", "top", 2),
+    ]
+    assert room_arrows(edges) == [
+        Arrow("march.commands", "march.access", "top", 1),
+        Arrow("march.access", "march.commands", "top", 2),
+    ]
+    assert circles(room_arrows(edges)) == [["march.access", "march.commands"]]

@@ -1,4 +1,4 @@
-"""The forwarding links (``march.links``) against a tiny RESP server of the test's own.
+"""The forwarding links (``march.cluster.links``) against a tiny RESP server of the test's own.
 
 The server speaks just enough: the ``MARCH.LINK`` handshake (checking the proof with the secret it
 was given, and proving it back as node ``p1``, or not, as a test asks), then lanes: ``ECHO``
@@ -19,11 +19,10 @@ from types import SimpleNamespace
 import hiredis
 import pytest
 
-from march import errors, links
+from march import errors
+from march.cluster import links
 from march.cluster.directory import NodeInfo
-from march.commands.forward import _settle
-from march.errors import CommandError
-from march.links import (
+from march.cluster.links import (
     INITIATOR,
     LINK_COMMAND,
     RESPONDER,
@@ -36,6 +35,8 @@ from march.links import (
     proof_ok,
     reply_end,
 )
+from march.commands.forward import _settle
+from march.errors import CommandError
 
 SECRET = "s3cret"
 ME = "n1"  # the node the links open from

@@ -166,8 +166,8 @@ def test_json_log_of_a_real_server_has_the_node_and_no_password(
 
 
 def test_store_watch_logs_a_failure_streak_once_and_its_end(caplog: pytest.LogCaptureFixture) -> None:
-    from march.counters import NodeMetrics
-    from march.diagnostics import LatencyMonitor, StoreWatch
+    from march.stats.counters import NodeMetrics
+    from march.stats.diagnostics import LatencyMonitor, StoreWatch
 
     metrics, latency = NodeMetrics(()), LatencyMonitor()
     now = [0.0]

@@ -1,4 +1,4 @@
-"""The serving state alone (``march.serving``), on a ``ManualClock``: its phases and transitions,
+"""The serving state alone (``march.keyspace.serving``), on a ``ManualClock``: its phases and transitions,
 its terms as the generators' lease, the deadline and its timer, listeners, ``settled`` and the
 single-node mode. No etcd, no node: the state is driven by hand as the lease, the election and
 FAILOVER drive it.
@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 from support.manual_clock import ManualClock
 
-from march.serving import Cause, Change, Phase, ServingState, Term
-from march.store.base import NO_GUARD, SINGLE_NODE, Guard
+from march.keyspace.serving import Cause, Change, Phase, ServingState, Term
+from march.store.contract import NO_GUARD, SINGLE_NODE, Guard
 
 GUARD = Guard(b"n1", 7)
 TTL = 2.5  # seconds of deadline each renewal gives in these tests

@@ -13,9 +13,9 @@ import march.commands  # noqa: F401  (registers the commands: the stats are foun
 from march import config as config_module
 from march.commands.table import COMMANDS
 from march.config import Config
-from march.counters import CommandStats, CommandTable
-from march.diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
-from march.timing import RequestTimer
+from march.stats.counters import CommandStats, CommandTable
+from march.stats.diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
+from march.transport.timing import RequestTimer
 
 MS = 1_000_000  # ns
 

@@ -1,4 +1,4 @@
-"""Unit tests of users shared through the store (``march.users``), on the fake etcd and on the test's loop.
+"""Unit tests of users shared through the store (``march.access.stored``), on the fake etcd and on the test's loop.
 
 - A node follows a change made elsewhere by installing that one user (the watch event carries
   it): no read of every user, whatever their number; deletions and creations likewise.
@@ -22,13 +22,13 @@ from support.fake_etcd import FakeEtcd
 from support.manual_clock import ManualClock
 
 import march.commands  # noqa: F401  (registers every command)
-from march.auth import User, Users, hash_password
+from march.access.rules import User, Users, hash_password
+from march.access.stored import SLICE
 from march.commands.acl import LIST_SLICE, _sliced
 from march.commands.table import COMMANDS
 from march.config import Config
-from march.etcd.keys import KeyPaths
+from march.etcd.keypath import KeyPaths
 from march.node import Node
-from march.users import SLICE
 
 PREFIX = "/users-test"
 KEYS = KeyPaths.of(PREFIX)

@@ -20,8 +20,8 @@ from march.commands.table import COMMANDS, HOT
 from march.errors import CommandError
 from march.node import Node
 from march.resp import encode_error
-from march.timing import RequestTimer
-from march.waiting import Relays, Waiting
+from march.transport.timing import RequestTimer
+from march.transport.waiting import Relays, Waiting
 
 
 @pytest.fixture

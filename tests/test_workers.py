@@ -1,4 +1,4 @@
-"""The worker-id core (``march.workers``) against a model: no id ever has two live holders, and a new
+"""The worker-id core (``march.keyspace.worker_ids``) against a model: no id ever has two live holders, and a new
 holding's floor covers every bound an earlier holder of its id declared, whatever the clocks do.
 
 Driven step by step with no I/O (hypothesis picks the steps): ``Workers`` over one ``MemoryStore``,
@@ -20,7 +20,7 @@ spans of its holders are disjoint; every new holding's ``floor_ms`` is at least 
 earlier holder of that id had confirmed (deleted records included: the retired floor).
 
 ``test_the_model_catches_a_wall_clock_expiry`` proves the check can fail: a server that judges
-expiry on its wall clock (what ``march.workers`` did before) is caught by a forward jump.
+expiry on its wall clock (what ``march.keyspace.worker_ids`` did before) is caught by a forward jump.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from hypothesis import strategies as st
 from support.manual_clock import ManualClock
 from support.memory_store import MemoryStore
 
-from march import workers as workers_module
 from march.config import Config
 from march.errors import CommandError
-from march.generators.base import NotServing
-from march.serving import Cause, ServingState
-from march.store.base import Guard
-from march.workers import Workers
+from march.generators.bound import NotServing
+from march.keyspace import worker_ids as workers_module
+from march.keyspace.serving import Cause, ServingState
+from march.keyspace.worker_ids import Workers
+from march.store.contract import Guard
 
 MARGIN = 2.0
 TTLS = (1, 3, 20)

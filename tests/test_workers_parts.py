@@ -1,4 +1,4 @@
-"""The parts ``Workers`` is built from (``march.workers``), each on its own.
+"""The parts ``Workers`` is built from (``march.keyspace.worker_ids``), each on its own.
 
 ``test_workers.py`` checks the whole against a model; here the two small jobs it hands on are
 checked directly: ``_Serial`` (one namespace's operations one at a time, each within ``max_wait``)
@@ -18,10 +18,10 @@ from support.memory_store import MemoryStore
 from march import errors
 from march.config import Config
 from march.errors import CommandError
-from march.generators.base import NotServing
-from march.serving import ServingState, Term
-from march.store.base import Guard, WorkerRecord
-from march.workers import _Known, _Records, _Serial
+from march.generators.bound import NotServing
+from march.keyspace.serving import ServingState, Term
+from march.keyspace.worker_ids import _Known, _Records, _Serial
+from march.store.contract import Guard, WorkerRecord
 
 LEADER = Guard(b"n1", 1)
 

@@ -51,13 +51,12 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .. import errors
-from ..clock import Clock
-from ..errors import CommandError
-from ..etcd.api import KV, Etcd, Get, Put, created_at, lease_is
-from ..etcd.keys import KeyPaths
-from ..store.base import IdentityConflict, StoreError
-from .slots import key_slot
+from march import errors
+from march.clock import Clock
+from march.cluster.slots import key_slot
+from march.errors import CommandError, IdentityConflict, StoreError
+from march.etcd.api import KV, Etcd, Get, Put, created_at, lease_is
+from march.etcd.keypath import KeyPaths
 
 log = logging.getLogger("march.cluster")
 

@@ -33,7 +33,7 @@ compares (``campaign_compares``: the layout this node acts on, no leader of the 
 term's ``Guard`` names its group's leader key, so the store fences each group by its own key.
 
 Promotion is O(1): no sequence is read or written; each key's ceiling is read and raised by its
-first request in the new term (``march.keyspace``). While a planned FAILOVER holds this node's
+first request in the new term (``march.keyspace.keyspace``). While a planned FAILOVER holds this node's
 term (``STEPPING_DOWN``), the election leaves the state alone. After an unexpected error the
 loop backs off 2 x TTL; while etcd is unreachable it retries every TTL/3. An ``IdentityConflict``
 (this node's id is another live process's, or its cluster is not the one etcd holds) ends the
@@ -48,15 +48,16 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ..clock import Clock, wait_event
-from ..etcd.api import KV, Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
-from ..etcd.keys import KeyPaths
-from ..serving import Cause, Change, Phase, ServingState
-from ..store.base import Guard, IdentityConflict, StoreError
-from . import balance
-from .directory import LEAVING, PRIMARY, PROMOTING, STANDBY, Directory, GroupDirectory, Topology
-from .identity import ClusterIdentity
-from .lease import LeaseKeeper
+from march.clock import Clock, wait_event
+from march.cluster import balance
+from march.cluster.directory import LEAVING, PRIMARY, PROMOTING, STANDBY, Directory, GroupDirectory, Topology
+from march.cluster.identity import ClusterIdentity
+from march.cluster.lease import LeaseKeeper
+from march.errors import IdentityConflict, StoreError
+from march.etcd.api import KV, Compare, Delete, Etcd, Get, Put, created_at, lease_is, value_is
+from march.etcd.keypath import KeyPaths
+from march.keyspace.serving import Cause, Change, Phase, ServingState
+from march.store.contract import Guard
 
 log = logging.getLogger("march.cluster")
 

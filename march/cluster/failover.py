@@ -39,17 +39,16 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from .. import errors
-from ..clock import Clock, wait_event
-from ..errors import CommandError
-from ..etcd.api import Delete, Etcd, Put, created_at, lease_is, value_is
-from ..etcd.keys import KeyPaths
-from ..keyspace import Keyspace
-from ..serving import Cause, Phase, ServingState, Term
-from ..store.base import StoreError
-from .directory import Directory, GroupDirectory, NodeInfo, Topology
-from .election import Election
-from .lease import LeaseKeeper
+from march import errors
+from march.clock import Clock, wait_event
+from march.cluster.directory import Directory, GroupDirectory, NodeInfo, Topology
+from march.cluster.election import Election
+from march.cluster.lease import LeaseKeeper
+from march.errors import CommandError, StoreError
+from march.etcd.api import Delete, Etcd, Put, created_at, lease_is, value_is
+from march.etcd.keypath import KeyPaths
+from march.keyspace.keyspace import Keyspace
+from march.keyspace.serving import Cause, Phase, ServingState, Term
 
 log = logging.getLogger("march.cluster")
 

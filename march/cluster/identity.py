@@ -32,17 +32,10 @@ import logging
 import secrets
 from pathlib import Path
 
-from ..etcd.api import Etcd, Get, Put, created_at
-from ..etcd.keys import KeyPaths
-from ..store.base import IdentityConflict, StoreError
-from ..store.membership import (
-    JOIN_FLAG,
-    SQLITE_FILE,
-    ClusterMark,
-    holds_single_node_store,
-    read_mark,
-    write_mark,
-)
+from march.errors import IdentityConflict, StoreError
+from march.etcd.api import Etcd, Get, Put, created_at
+from march.etcd.keypath import KeyPaths
+from march.store.membership import JOIN_FLAG, SQLITE_FILE, ClusterMark, holds_single_node_store, read_mark, write_mark
 
 log = logging.getLogger("march.cluster")
 

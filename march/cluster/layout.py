@@ -46,10 +46,10 @@ import json
 import textwrap
 from dataclasses import dataclass
 
-from ..etcd.api import KV, Compare, Etcd, Get, Put, created_at, modified_at
-from ..etcd.keys import KeyPaths
-from ..store.base import StoreError
-from .slots import SLOTS
+from march.cluster.slots import SLOTS
+from march.errors import StoreError
+from march.etcd.api import KV, Compare, Etcd, Get, Put, created_at, modified_at
+from march.etcd.keypath import KeyPaths
 
 MAX_GROUPS = 256  # config's bound on ``groups``: ``Groups`` maps a slot to its group in one byte
 

@@ -28,9 +28,9 @@ import logging
 import math
 from collections.abc import Callable
 
-from ..clock import Clock
-from ..etcd.api import Etcd
-from ..store.base import StoreError
+from march.clock import Clock
+from march.errors import StoreError
+from march.etcd.api import Etcd
 
 log = logging.getLogger("march.cluster")
 

@@ -34,20 +34,19 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from .. import errors
-from ..clock import Clock
-from ..errors import CommandError
-from ..etcd.api import KV, Compare, Etcd
-from ..etcd.keys import KeyPaths
-from ..keyspace import Keyspace
-from ..serving import Cause, ServingState
-from ..store.base import IdentityConflict, StoreError
-from . import balance
-from .directory import Directory, GroupDirectory, NodeInfo, Topology
-from .election import Election, ElectionLoop, Spread
-from .failover import Failover
-from .identity import ClusterIdentity
-from .lease import LeaseKeeper
+from march import errors
+from march.clock import Clock
+from march.cluster import balance
+from march.cluster.directory import Directory, GroupDirectory, NodeInfo, Topology
+from march.cluster.election import Election, ElectionLoop, Spread
+from march.cluster.failover import Failover
+from march.cluster.identity import ClusterIdentity
+from march.cluster.lease import LeaseKeeper
+from march.errors import CommandError, IdentityConflict, StoreError
+from march.etcd.api import KV, Compare, Etcd
+from march.etcd.keypath import KeyPaths
+from march.keyspace.keyspace import Keyspace
+from march.keyspace.serving import Cause, ServingState
 
 log = logging.getLogger("march.cluster")
 

@@ -1,15 +1,15 @@
 """Commands, one module per family. Importing this package registers every command.
 
 Layout: ``table`` (the decorator and tables), ``dispatch`` (name -> checks -> handler),
-``connection``, ``transactions``, ``server``, ``ops`` (SLOWLOG, MONITOR, LATENCY), ``keys``, ``sequences``,
-``workers``, ``acl``, ``cluster``, ``sentinel`` (Sentinel discovery, ROLE),
+``session`` (AUTH, HELLO, CLIENT, PING...), ``transactions``, ``admin`` (INFO, CONFIG, COMMAND, SHUTDOWN),
+``ops`` (SLOWLOG, MONITOR, LATENCY), ``keys``, ``sequences``, ``workers``, ``acl``, ``topology`` (CLUSTER,
+FAILOVER), ``sentinel`` (Sentinel discovery, ROLE),
 ``pubsub`` (SUBSCRIBE and friends, for ``+switch-master``), ``refused``, ``debug``.
 """
 
-from . import (  # noqa: F401  (registration)
+from march.commands import (  # noqa: F401  (registration)
     acl,
-    cluster,
-    connection,
+    admin,
     debug,
     keys,
     ops,
@@ -17,10 +17,11 @@ from . import (  # noqa: F401  (registration)
     refused,
     sentinel,
     sequences,
-    server,
+    session,
+    topology,
     transactions,
     workers,
 )
-from .dispatch import call
+from march.commands.dispatch import call
 
 __all__ = ["call"]

@@ -1,10 +1,10 @@
-"""ACL: users and permissions in Redis' own syntax (the rules and their meaning: ``march.auth``).
+"""ACL: users and permissions in Redis' own syntax (the rules and their meaning: ``march.access.rules``).
 
 ``ACL SETUSER``, ``DELUSER``, ``GETUSER``, ``LIST``, ``USERS``, ``WHOAMI``, ``CAT``, ``LOG``,
 ``DRYRUN``, ``GENPASS``, ``LOAD``, ``SAVE``, ``HELP``, with Redis' replies and error texts.
 
 Users live in the store beside the sequences, and the store's copy is the one that counts
-(``march.users``): ``SETUSER``/``DELUSER``/``LOAD`` read the stored user with its revision, apply
+(``march.access.stored``): ``SETUSER``/``DELUSER``/``LOAD`` read the stored user with its revision, apply
 the rules to it and write it back with a compare on that revision (retrying a lost race), so a
 change made at once on another node is never lost and a revoked password never comes back. A
 change is durable before it is reported, and then holds here at once and on every other node
@@ -23,13 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import auth, errors
-from ..errors import CommandError
-from .args import Args
-from .table import COMMANDS, Secrets, Subcommand, container, lookup
+from march import errors
+from march.access import rules as auth
+from march.commands.args import Args
+from march.commands.table import COMMANDS, Secrets, Subcommand, container, lookup
+from march.errors import CommandError
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 LIST_SLICE = 500  # users described per event-loop step (~2 ms): ACL LIST of 10,000 users lets others run between
 

@@ -27,8 +27,8 @@ import math
 import re
 from collections.abc import Iterator
 
-from .. import errors
-from ..errors import CommandError
+from march import errors
+from march.errors import CommandError
 
 _INT = re.compile(rb"(?:0|-?[1-9][0-9]{0,18})\Z")
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..errors import CommandError
-from .args import Args
-from .table import Subcommand, container
+from march import errors
+from march.commands.args import Args
+from march.commands.table import Subcommand, container
+from march.errors import CommandError
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 
 def _enabled(client: Client) -> None:

@@ -18,12 +18,12 @@ queued by MULTI (EXEC shows each when it runs it, then itself), nor an admin com
 subcommand (CONFIG, CLIENT LIST, CLIENT KILL...); passwords redacted by each command's declared
 secrets (``table.redacted``).
 
-Permissions (``march.auth``): a user that may not run the command, or touch one of its keys or
+Permissions (``march.access.rules``): a user that may not run the command, or touch one of its keys or
 channels, gets ``NOPERM`` (counted in INFO, recorded in ACL LOG), before any routing, as in Redis. A
 user with every command on every key skips the check (and keeps the server's fast path), except on
 the commands that name channels when it does not have them all (``User.checked``).
 
-Routing follows the serving state (``march.serving``) of the request's group (``route``: its first
+Routing follows the serving state (``march.keyspace.serving``) of the request's group (``route``: its first
 key's slot's group; with one group, the group), declared per command at registration (``primary``:
 the key commands and the keyspace-wide KEYS, SCAN, DBSIZE, SEQ.LIST). A node that does not serve
 the group answers them with ``MOVED`` to the group's primary (or ``CLUSTERDOWN``); while
@@ -39,17 +39,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..errors import CommandError, Rejected
-from ..generators.base import NotServing
-from ..store.base import StoreError, StoreFull, StoreRejected
-from .forward import forward, forwards, is_link_command, link_command
-from .permissions import refuse
-from .table import SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
+from march import errors
+from march.commands.forward import forward, forwards, is_link_command, link_command
+from march.commands.permissions import refuse
+from march.commands.table import SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
+from march.errors import CommandError, Rejected, StoreError, StoreFull, StoreRejected
+from march.generators.bound import NotServing
 
 if TYPE_CHECKING:
-    from ..client import Client
-    from ..group import Group
+    from march.client import Client
+    from march.cluster.groups import Group
 
 log = logging.getLogger("march")
 

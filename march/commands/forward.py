@@ -11,7 +11,7 @@ The entry side (this node):
   ACL: a user without ``+incr`` is refused here, counted and logged here), waits while the group is
   in transition, then calls ``forward`` instead of answering MOVED. With no primary known the
   client gets today's CLUSTERDOWN/TRYAGAIN.
-- The request goes over a pooled link (``march.links``) on the client's own lane (its client id)
+- The request goes over a pooled link (``march.cluster.links``) on the client's own lane (its client id)
   and runs there as the same user (named with each request; users are the same on every node), so
   what a handler checks beyond the dispatcher (creating a sequence by INCR needs ``SEQ.CREATE``) is
   checked there as it would be here. A request that waits there holds back only the later requests
@@ -25,8 +25,8 @@ The entry side (this node):
 - A connection's requests keep their order. With a link open, a forwarded request is written at
   once (``Relayed``) and the connection goes on with the requests after it; a connection keeps
   its link (``client.relay_link``) and its lane, so the primary runs them in the order sent, and the replies
-  are written in order once the relayed ones are in (``march.waiting.Relays``). A request that
-  must first open a link waits (``march.waiting``) before the next one runs.
+  are written in order once the relayed ones are in (``march.transport.waiting.Relays``). A request that
+  must first open a link waits (``march.transport.waiting``) before the next one runs.
 - MULTI/EXEC: inside MULTI a key command of a group served elsewhere is queued (not MOVED); EXEC
   whose commands all belong to one group served elsewhere writes ``MULTI``, the commands and
   ``EXEC`` at once on one link and relays EXEC's reply. A transaction that mixes groups, or
@@ -64,12 +64,11 @@ import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from .. import log as march_log
-from ..auth import User
-from ..client import LINK_NOBODY, LinkPeer
-from ..errors import CommandError
-from ..links import (
+from march import errors
+from march import log as march_log
+from march.access.rules import User
+from march.client import LINK_NOBODY, LinkPeer
+from march.cluster.links import (
     INITIATOR,
     LINK_COMMAND,
     NONCE_MAX,
@@ -83,13 +82,14 @@ from ..links import (
     proof,
     proof_ok,
 )
-from ..resp import Encoded
-from .table import CommandSpec, lookup
+from march.commands.table import CommandSpec, lookup
+from march.errors import CommandError
+from march.resp import Encoded
 
 if TYPE_CHECKING:
-    from ..app import App
-    from ..client import Client
-    from ..group import Group
+    from march.app import App
+    from march.client import Client
+    from march.cluster.groups import Group
 
 log = logging.getLogger("march")
 

@@ -50,27 +50,28 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import errors, listing
-from ..census import retrieved
-from ..cluster.slots import SLOTS, key_slot
-from ..errors import CommandError
-from ..glob import Glob, compile_glob, literal_prefix
-from ..group import Groups
-from ..keyspace import PAGE, Selection, sift
-from .args import Args, parse_int
-from .permissions import may_create
-from .table import KEY, KEYS, Arg, command
+from march import errors
+from march.cluster.groups import Groups
+from march.cluster.slots import SLOTS, key_slot
+from march.commands.args import Args, parse_int
+from march.commands.permissions import may_create
+from march.commands.table import KEY, KEYS, Arg, command
+from march.errors import CommandError
+from march.glob import Glob, compile_glob, literal_prefix
+from march.keyspace import listing
+from march.keyspace.census import retrieved
+from march.keyspace.keyspace import PAGE, Selection, sift
 
 if TYPE_CHECKING:
-    from ..client import Client
-    from ..keyspace import Generator
+    from march.client import Client
+    from march.keyspace.keyspace import Generator
 
 _READ = ("@read", "@string", "@fast")
 # Keys of one MGET/EXISTS looked up in the store at a time: 128 wake-ups take about a millisecond
 # of the event loop; MGET of 5,000 unknown keys queued ~150 ms of them in front of every client.
 LOOKUP_CHUNK = 128
 _KEYSPACE = ("@keyspace", "@read")
-# Listing work units (~0.1 us, march.listing) one name's slot check costs: about 1 us measured for
+# Listing work units (~0.1 us, march.keyspace.listing) one name's slot check costs: about 1 us measured for
 # short names (the hash-tag search, CRC16 in C, the table lookup, the calls), almost flat in length.
 SLOT_CHECK_COST = 10
 # TYPE, TTL, PTTL: one key in, a constant-time answer out

@@ -29,15 +29,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
-from ..resp import Verbatim
-from .args import Args
-from .server import NO_REPLY
-from .table import Subcommand, command, container, lookup_full
+from march import errors
+from march.commands.admin import NO_REPLY
+from march.commands.args import Args
+from march.commands.table import Subcommand, command, container, lookup_full
+from march.resp import Verbatim
+from march.stats.diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 # ACL categories and flags as Redis 7 has them: MONITOR and every subcommand but HELP are @admin
 # @slow @dangerous and flagged admin; the SLOWLOG and LATENCY containers themselves have no flags,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import errors
-from ..errors import CommandError
+from march import errors
+from march.errors import CommandError
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 
 def refuse(client: Client, reason: str, subject: str, command: str = "") -> CommandError:

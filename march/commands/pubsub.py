@@ -1,5 +1,5 @@
 """SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE: enough pub/sub for Sentinel clients to hear
-``+switch-master`` (``march.pubsub`` holds the subscriptions and sends the messages).
+``+switch-master`` (``march.cluster.announce`` holds the subscriptions and sends the messages).
 
 Replies have Redis 7.0's shapes: one ``[kind, name, count]`` frame per name (``count``: the
 connection's channels and patterns together), a RESP3 push frame or a RESP2 array; UNSUBSCRIBE with
@@ -7,7 +7,7 @@ no name and nothing subscribed answers ``[kind, null, 0]``. While a RESP2 connec
 subscription, only these four, PING (answered ``["pong", message]``), QUIT and RESET are allowed
 (``dispatch.call`` refuses the rest with Redis' text); RESP3 connections may run anything.
 
-ACL channel rules as in Redis 7 (``march.auth``): SUBSCRIBE's channels and PSUBSCRIBE's patterns
+ACL channel rules as in Redis 7 (``march.access.rules``): SUBSCRIBE's channels and PSUBSCRIBE's patterns
 (``channels=`` at registration) are checked by the dispatcher with the other permissions: ``NOPERM
 this user has no permissions to access one of the channels used as arguments``, an ACL LOG entry of
 reason ``channel`` naming the first one refused. (P)UNSUBSCRIBE is never refused, as in Redis.
@@ -33,15 +33,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..errors import CommandError
-from ..pubsub import MAX_HELD, MAX_NAME, MAX_SUBSCRIPTIONS, Subscriber, hears
-from ..resp import Push, Replies
-from .permissions import refuse
-from .table import COMMANDS, command
+from march import errors
+from march.cluster.announce import MAX_HELD, MAX_NAME, MAX_SUBSCRIPTIONS, Subscriber, hears
+from march.commands.permissions import refuse
+from march.commands.table import COMMANDS, command
+from march.errors import CommandError
+from march.resp import Push, Replies
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 _FLAGS = ("pubsub", "noscript", "loading", "stale")
 _CATEGORIES = ("@pubsub", "@slow", "@app")  # discovery clients need them (not @admin), as SENTINEL

@@ -6,7 +6,7 @@ the COMMAND table so cluster clients route it and show the server's reason.
 
 from __future__ import annotations
 
-from .table import register_refused
+from march.commands.table import register_refused
 
 for _name, _arity in (
     ("decr", 2),

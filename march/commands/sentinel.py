@@ -12,7 +12,7 @@ What they send, checked in their sources:
 - ioredis: ``SENTINEL get-master-addr-by-name``, then ``SENTINEL sentinels`` to learn the others,
   then the primary's ``INFO`` (``role:master``) as its ready check;
 - Jedis: ``SENTINEL get-master-addr-by-name`` (plus a ``SUBSCRIBE +switch-master`` listener: the
-  node publishes it when it sees the primary change, ``march.pubsub``);
+  node publishes it when it sees the primary change, ``march.cluster.announce``);
 - Lettuce: ``SENTINEL get-master-addr-by-name``; its master/replica mode ``SENTINEL MASTER`` and
   ``SENTINEL REPLICAS``.
 
@@ -46,14 +46,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..cluster.directory import NodeInfo
-from ..errors import CommandError
-from ..resp import NULL_ARRAY
-from .table import Subcommand, command, container
+from march import errors
+from march.cluster.directory import NodeInfo
+from march.commands.table import Subcommand, command, container
+from march.errors import CommandError
+from march.resp import NULL_ARRAY
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 _PRIORITY = b"100"  # Redis' default replica-priority: every standby may be elected
 

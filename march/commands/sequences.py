@@ -17,7 +17,7 @@
   to plain sequences, MAXLEAD to timestamp sequences (the other kind: WRONGTYPE). Primary only.
   ACL category ``@seqadmin``, not ``@write``: the limits of a shared sequence are an
   administrator's, an application that draws IDs never changes them. It also repairs a stored
-  record whose settings cannot be read (``march.keyspace``): the unreadable settings are dropped,
+  record whose settings cannot be read (``march.keyspace.keyspace``): the unreadable settings are dropped,
   and a timestamp sequence whose layout is lost takes SEQ.CREATE's layout options (``PRESET``,
   ``TIMEBITS``... ``NODE``), refused on any layout that reads.
 - Every setting is checked against the bounds declared beside its server option in
@@ -40,21 +40,21 @@ import dataclasses
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..cluster.slots import key_slot
-from ..config import MAX_ID, setting_bounds
-from ..errors import CommandError
-from ..generators import layout as layouts
-from ..generators.timestamp import KIND as TIMESTAMP
-from ..generators.timestamp import TimestampGenerator
-from .args import Args, key_text, parse_int
-from .keys import list_names
-from .permissions import may_change_settings, may_create, may_raise_floor
-from .table import KEY, Arg, command
+from march import errors
+from march.cluster.slots import key_slot
+from march.commands.args import Args, key_text, parse_int
+from march.commands.keys import list_names
+from march.commands.permissions import may_change_settings, may_create, may_raise_floor
+from march.commands.table import KEY, Arg, command
+from march.config import MAX_ID, setting_bounds
+from march.errors import CommandError
+from march.generators import bits as layouts
+from march.generators.timestamp import KIND as TIMESTAMP
+from march.generators.timestamp import TimestampGenerator
 
 if TYPE_CHECKING:
-    from ..client import Client
-    from ..keyspace import Generator
+    from march.client import Client
+    from march.keyspace.keyspace import Generator
 
 # INCR and INCRBY: the hot path, one key, an integer reply
 _hands_out_ids = partial(

@@ -33,13 +33,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..diagnostics import REDACTED, Redacted
-from ..errors import CommandError
-from ..resp import SetReply
+from march import errors
+from march.errors import CommandError
+from march.resp import SetReply
+from march.stats.diagnostics import REDACTED, Redacted
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 Handler = Callable[["Client", list[bytes]], Any]
 Consecutive = Callable[["Client", list[bytes], int], "range | None"]

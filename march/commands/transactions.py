@@ -24,17 +24,17 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..counters import error_kind
-from ..errors import CommandError, Rejected
-from .dispatch import as_error, call, monitored, show
-from .forward import Relayed, elsewhere, forwards, transaction
-from .ops import MONITOR_STARTED
-from .server import NO_REPLY
-from .table import command, lookup, redacted, waits
+from march import errors
+from march.commands.admin import NO_REPLY
+from march.commands.dispatch import as_error, call, monitored, show
+from march.commands.forward import Relayed, elsewhere, forwards, transaction
+from march.commands.ops import MONITOR_STARTED
+from march.commands.table import command, lookup, redacted, waits
+from march.errors import CommandError, Rejected
+from march.stats.counters import error_kind
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from march.client import Client
 
 _transaction = partial(
     command,

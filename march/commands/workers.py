@@ -1,6 +1,6 @@
 """Worker ids for embedded snowflake generators: WORKER.ACQUIRE, WORKER.RENEW, WORKER.RELEASE, WORKER.LIST.
 
-The protocol and its guarantees are ``march.workers``'. Here: argument parsing and replies only.
+The protocol and its guarantees are ``march.keyspace.worker_ids``'. Here: argument parsing and replies only.
 The namespace is the commands' key (so cluster clients route them to the primary, and ACL key
 patterns apply to namespaces), but a namespace is not a sequence: it never appears in KEYS, SCAN,
 DBSIZE or SEQ.LIST. Every worker command is served by the primary only (a standby answers MOVED).
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..workers import IDS
-from .args import Args
-from .table import command
+from march import errors
+from march.commands.args import Args
+from march.commands.table import command
+from march.keyspace.worker_ids import IDS
 
 if TYPE_CHECKING:
-    from ..client import Client
-    from ..workers import Workers
+    from march.client import Client
+    from march.keyspace.worker_ids import Workers
 
 
 def _workers(client: Client, namespace: bytes) -> Workers:

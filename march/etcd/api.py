@@ -17,7 +17,7 @@ What every implementation must do, as etcd does:
   ``watch_events`` yields the changes themselves (``Event``: key, new value or None for a delete,
   revision), in revision order, so a follower applies one changed key instead of reading them all.
 
-Errors (the classes live in ``march.store.base`` so that stores can raise them too): anything
+Errors (the classes live in ``march.store.contract`` so that stores can raise them too): anything
 that may pass (unreachable, timed out, leader change) is ``StoreError``; a request etcd will never
 accept (too large, invalid) is ``StoreRejected``; etcd's NOSPACE alarm is ``StoreFull``.
 """

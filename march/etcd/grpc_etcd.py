@@ -34,8 +34,8 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import grpc
 from aetcd import rpc
 
-from ..store.base import StoreError, StoreFull, StoreRejected
-from .api import KV, Compare, Event, Get, Op, Put, Range, Request, Target, TxnResult
+from march.errors import StoreError, StoreFull, StoreRejected
+from march.etcd.api import KV, Compare, Event, Get, Op, Put, Range, Request, Target, TxnResult
 
 log = logging.getLogger("march.etcd")
 

@@ -13,10 +13,10 @@ cap: ``excess`` > 0 means wait or refuse.
 
 from __future__ import annotations
 
-from .. import errors
-from ..errors import CommandError
-from .base import Monotonic, WallClock
-from .layout import Layout
+from march import errors
+from march.errors import CommandError
+from march.generators.bits import Layout
+from march.generators.bound import Monotonic, WallClock
 
 
 class LeadCap:

@@ -41,11 +41,10 @@ import asyncio
 import logging
 from typing import Any
 
-from .. import errors
-from ..config import MAX_ID
-from ..errors import CommandError
-from ..store.base import StoreFull
-from .base import _NO_IO, BatchPolicy, Context, DurableBound, NotServing, Queued, _Io
+from march import errors
+from march.config import MAX_ID
+from march.errors import CommandError, StoreFull
+from march.generators.bound import _NO_IO, BatchPolicy, Context, DurableBound, NotServing, Queued, _Io
 
 log = logging.getLogger(__name__)
 

@@ -65,12 +65,12 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from .. import errors
-from ..errors import CommandError
-from ..store.base import SequenceRecord, Store
-from .base import BatchPolicy, Context, DurableBound, Monotonic, ServingTerm, WallClock
-from .layout import Layout, iso
-from .lead import LeadCap
+from march import errors
+from march.errors import CommandError
+from march.generators.bits import Layout, iso
+from march.generators.bound import BatchPolicy, Context, DurableBound, Monotonic, ServingTerm, WallClock
+from march.generators.lead import LeadCap
+from march.store.contract import SequenceRecord, Store
 
 KIND = "timestamp"
 MAX_STRETCH = 20  # a burst may push the bound at most 20 lookaheads ahead: a restart jumps no further

@@ -5,5 +5,5 @@
 - ``endpoint``: ``GET /metrics`` (``MetricsServer``), serving what a collector registry renders.
 
 What the server bumps per request and per store transaction (``NodeMetrics``) is
-``march.counters``, low in the house: the server-wide state (``App.metrics``) owns it.
+``march.stats.counters``, low in the house: the server-wide state (``App.metrics``) owns it.
 """

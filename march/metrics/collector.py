@@ -1,5 +1,5 @@
 """The Prometheus collector: every ``march_*`` family, built at scrape time from the node's counters
-(``march.counters``) and from the state that already exists (serving state, keyspace,
+(``march.stats.counters``) and from the state that already exists (serving state, keyspace,
 store, ``App.stats``, clients).
 
 It reads the server-wide state and the command table, so it sits above the commands; only the
@@ -32,13 +32,13 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from ..app import App
-from ..commands.forward import readiness
-from ..config import MAX_ID
-from ..counters import LATENCY_FIRST_BIT, LATENCY_LAST_BIT, RECORD_BOUNDS, STORE_BOUNDS_S
-from ..generators.sequence import SequenceGenerator
-from ..generators.timestamp import TimestampGenerator
-from ..version import VERSION
+from march.app import App
+from march.commands.forward import readiness
+from march.config import MAX_ID
+from march.generators.sequence import SequenceGenerator
+from march.generators.timestamp import TimestampGenerator
+from march.stats.counters import LATENCY_FIRST_BIT, LATENCY_LAST_BIT, RECORD_BOUNDS, STORE_BOUNDS_S
+from march.version import VERSION
 
 BATCH_BOUNDS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)  # IDs a sequence persists at once
 TOP_SEQUENCES = 10  # per-sequence series: only the busiest, to keep the label cardinality bounded
@@ -355,7 +355,7 @@ def _clients(app: App) -> Iterator[Metric]:
 
 
 def _forwarding(app: App) -> Iterator[Metric]:
-    """Requests this node relayed to other primaries (redirect forward, ``march.links``)."""
+    """Requests this node relayed to other primaries (redirect forward, ``march.cluster.links``)."""
     f = app.links.stats
     yield CounterMetricFamily(
         "march_forwarded_requests", "Requests (or whole transactions) forwarded to a primary.", value=f.forwarded

@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from .base import GuardFailed
+from march.errors import GuardFailed
 
 T = TypeVar("T")
 R = TypeVar("R")

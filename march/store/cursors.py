@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from .base import Guard
+from march.store.contract import Guard
 
 _PAGE = 1000  # names per read when a SCAN cursor walks to its position
 _CURSORS = 4096  # SCAN resume points remembered (each a name): a bounded table; the rest are counted again
@@ -40,7 +40,7 @@ Stamp = tuple[Guard, int]  # (the term's guard, creations started so far): while
 
 
 class Names(Protocol):
-    """The reads a SCAN needs from its store (``march.store.base.Store`` semantics)."""
+    """The reads a SCAN needs from its store (``march.store.contract.Store`` semantics)."""
 
     async def list_keys(self, prefix: bytes = b"", after: bytes | None = None, limit: int = 1000) -> list[bytes]: ...
 

@@ -12,9 +12,9 @@ that etcd's bytewise value compare is a numeric one. Nothing here may do I/O.
 
 from __future__ import annotations
 
-from ..etcd.api import Compare, Range, created_at, value_is
-from ..etcd.keys import KeyPaths
-from .base import Guard
+from march.etcd.api import Compare, Range, created_at, value_is
+from march.etcd.keypath import KeyPaths
+from march.store.contract import Guard
 
 DIGITS = 20  # 2**63 has 19 digits: every ceiling fits, and the compare stays numeric
 

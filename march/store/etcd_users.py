@@ -1,6 +1,6 @@
 """ACL user records on etcd: one key per user under ``<prefix>/users/<name>``, its rules as the value.
 
-Not guarded by leadership (any node may write a user, as ``march.store.base`` says): a write
+Not guarded by leadership (any node may write a user, as ``march.store.contract`` says): a write
 compares the key's mod revision with the one its caller read, and the revision a write lands at is
 the record's revision. Followers watch the prefix. Listings are read in pages (``USERS_PAGE``),
 never in one reply whatever the user count. ``EtcdStore`` hands its user calls here.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from ..etcd.api import Delete, Etcd, Get, Put, modified_at
-from ..etcd.keys import KeyPaths, prefix_end
-from .base import UserRecord, UserRecords
+from march.etcd.api import Delete, Etcd, Get, Put, modified_at
+from march.etcd.keypath import KeyPaths, prefix_end
+from march.store.contract import UserRecord, UserRecords
 
 USERS_PAGE = 500  # users per range read: ~100 KB, far below gRPC's 4 MiB reply limit, whatever the user count
 

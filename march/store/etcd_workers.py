@@ -1,4 +1,4 @@
-"""Worker records on etcd (``march.workers``): one key per (namespace, id), and the retired floor.
+"""Worker records on etcd (``march.keyspace.worker_ids``): one key per (namespace, id), and the retired floor.
 
 ``<prefix>/workers/<n>:<namespace>/<id>`` holds one ``WorkerRecord`` as JSON with sorted keys, so
 that equal records are equal bytes and a write can compare the value it read (``encode_worker``);
@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from ..etcd.api import Delete, Etcd, Get, Put, Request, created_at, value_is
-from ..etcd.keys import KeyPaths, prefix_end
-from .base import Guard, GuardFailed, StoreError, WorkerRecord
-from .etcd_guard import encode_ceiling, guard_compares, holds, leader_key
+from march.errors import GuardFailed, StoreError
+from march.etcd.api import Delete, Etcd, Get, Put, Request, created_at, value_is
+from march.etcd.keypath import KeyPaths, prefix_end
+from march.store.contract import Guard, WorkerRecord
+from march.store.etcd_guard import encode_ceiling, guard_compares, holds, leader_key
 
 _WORKER_ATTEMPTS = 32  # a delete reads the retired floor again each time another delete raised it meanwhile
 

@@ -29,9 +29,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .base import IdentityConflict, StoreError
+from march.errors import IdentityConflict, StoreError
 
-SQLITE_FILE = "march.sqlite3"  # the single node's store (``march.store.sqlite``)
+SQLITE_FILE = "march.sqlite3"  # the single node's store (``march.store.sqlite_store``)
 MARK_FILE = "cluster.json"  # the cluster this data dir belongs to
 JOIN_FLAG = "--join-other-cluster yes"  # how the messages tell an operator to go ahead anyway
 

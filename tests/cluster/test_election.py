@@ -16,11 +16,11 @@ from support.sim import TTL, SimFactory, SimNode, sims
 
 from march import errors
 from march.cluster.slots import key_slot
+from march.errors import GuardFailed
 from march.etcd.api import Delete, Put
-from march.generators.base import NotServing
-from march.generators.layout import preset
-from march.serving import Cause, Phase
-from march.store.base import GuardFailed
+from march.generators.bits import preset
+from march.generators.bound import NotServing
+from march.keyspace.serving import Cause, Phase
 
 MARGIN = max(0.2, TTL / 6)
 STEP = 0.05

@@ -35,12 +35,13 @@ from support.manual_clock import ManualClock
 from support.proxy import TcpProxy
 from support.tls import Certs, make_certs
 
+from march.errors import GuardFailed, StoreError, StoreFull, StoreRejected
 from march.etcd.api import Delete, Etcd, Get, Put, created_at
 from march.etcd.grpc_etcd import TLS, GrpcEtcd
-from march.etcd.keys import KeyPaths, prefix_end
-from march.store.base import Guard, GuardFailed, SequenceRecord, StoreError, StoreFull, StoreRejected
-from march.store.etcd import EtcdStore, decode_record, encode_record
+from march.etcd.keypath import KeyPaths, prefix_end
+from march.store.contract import Guard, SequenceRecord
 from march.store.etcd_guard import encode_ceiling
+from march.store.etcd_store import EtcdStore, decode_record, encode_record
 
 MAX_ID = 2**63 - 1
 TOP = 2**63

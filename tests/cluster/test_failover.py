@@ -15,7 +15,7 @@ from support.sim import TTL, Sim, SimFactory, SimNode, sims
 from march import errors
 from march.cluster.slots import key_slot
 from march.errors import CommandError
-from march.serving import Cause, Phase
+from march.keyspace.serving import Cause, Phase
 
 STEP = 0.05
 

@@ -18,16 +18,15 @@ from support.sim import TTL, Sim, SimFactory, SimNode, sims
 
 from march.app import App
 from march.client import Client
+from march.cluster.groups import Group
 from march.cluster.layout import Layout, change_layout
 from march.cluster.slots import SLOTS, key_slot
 from march.commands import call
 from march.commands.table import HOT
-from march.errors import CommandError
+from march.errors import CommandError, GuardFailed
 from march.etcd.api import Delete
-from march.group import Group
+from march.keyspace.serving import Phase
 from march.metrics.collector import registry_for
-from march.serving import Phase
-from march.store.base import GuardFailed
 
 GROUPS = 4
 

@@ -19,6 +19,7 @@ from support.etcd import EtcdCluster
 from support.fake_etcd import FakeEtcd
 from support.manual_clock import ManualClock
 
+from march.cluster.groups import SlotRange
 from march.cluster.layout import (
     MAX_GROUPS,
     BadLayout,
@@ -33,8 +34,7 @@ from march.cluster.layout import (
 from march.cluster.slots import SLOTS
 from march.etcd.api import KV, Delete, Etcd, Get, Put, created_at, value_is
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.etcd.keys import KeyPaths
-from march.group import SlotRange
+from march.etcd.keypath import KeyPaths
 
 KEYS = KeyPaths.of("/march")
 

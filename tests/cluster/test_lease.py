@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import pytest
 from support.sim import TTL, Sim, SimFactory, SimNode, sims
 
-from march.generators.base import NotServing
-from march.serving import Cause, Phase
+from march.generators.bound import NotServing
+from march.keyspace.serving import Cause, Phase
 
 MARGIN = max(0.2, TTL / 6)  # what the README promises: the deadline ends this long before etcd's expiry
 PERIOD = TTL / 3  # keep-alive period

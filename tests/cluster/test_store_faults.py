@@ -24,8 +24,8 @@ from support.etcd import EtcdCluster
 from support.resp import RespConn, RespError
 
 from march import errors
+from march.errors import StoreFull
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.store.base import StoreFull
 
 pytestmark = pytest.mark.e2e
 

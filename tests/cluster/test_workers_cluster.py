@@ -1,4 +1,4 @@
-"""Worker ids (``march.workers``) across a failover.
+"""Worker ids (``march.keyspace.worker_ids``) across a failover.
 
 In process (fake etcd, manual clock, real ``Node``s): what the old primary granted is in etcd, so
 the new primary never hands a live id out again, keeps its floor, renews it for its holder, and
@@ -30,9 +30,10 @@ from support.cluster import MarchCluster
 from support.etcd import EtcdCluster
 from support.sim import TTL, SimFactory, sims
 
-from march.generators.base import NotServing
-from march.store.base import GuardFailed, WorkerRecord
-from march.workers import Standing
+from march.errors import GuardFailed
+from march.generators.bound import NotServing
+from march.keyspace.worker_ids import Standing
+from march.store.contract import WorkerRecord
 
 
 @pytest.fixture

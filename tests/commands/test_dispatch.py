@@ -10,9 +10,8 @@ import pytest
 
 from march import errors
 from march.commands.dispatch import as_error
-from march.errors import CommandError
-from march.generators.base import NotServing
-from march.store.base import GuardFailed, StoreError
+from march.errors import CommandError, GuardFailed, StoreError
+from march.generators.bound import NotServing
 
 
 def _client(shutting_down: bool = False) -> Any:

@@ -21,6 +21,7 @@ from march import config as config_module
 from march import errors
 from march.app import App
 from march.client import Client
+from march.cluster.groups import Group, Groups
 from march.cluster.layout import Layout
 from march.cluster.slots import key_slot
 from march.commands import keys as keys_mod
@@ -28,11 +29,10 @@ from march.commands import sequences
 from march.commands.dispatch import call
 from march.commands.table import COMMANDS, HOT
 from march.errors import CommandError
-from march.group import Group, Groups
-from march.keyspace import Keyspace
+from march.keyspace.keyspace import Keyspace
+from march.keyspace.serving import ServingState
 from march.node import Node
-from march.serving import ServingState
-from march.store.base import SINGLE_NODE
+from march.store.contract import SINGLE_NODE
 
 SERVED = (0, 2)
 LAYOUT = Layout(4)

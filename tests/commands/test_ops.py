@@ -73,13 +73,13 @@ def test_acl_categories_like_redis(mc: redis.Redis, rc: redis.Redis, name: str) 
     assert ours == theirs
 
 
-# --- the pieces behind them (march.diagnostics), without a server ----------------------------------
+# --- the pieces behind them (march.stats.diagnostics), without a server ----------------------------------
 
 
 def test_redaction_of_every_password_bearing_command() -> None:
     """From each command's declared secrets (``table.Secrets``), as Redis redacts them."""
     from march.commands.table import redacted
-    from march.diagnostics import REDACTED as R
+    from march.stats.diagnostics import REDACTED as R
 
     assert redacted([b"AUTH", b"pw"]) == [b"AUTH", R]
     assert redacted([b"auth", b"user", b"pw"]) == [b"auth", R, R]
@@ -98,7 +98,7 @@ def test_redaction_of_every_password_bearing_command() -> None:
 
 def test_redaction_follows_the_commands_a_request_carries() -> None:
     from march.commands.table import redacted
-    from march.diagnostics import REDACTED as R
+    from march.stats.diagnostics import REDACTED as R
 
     assert redacted([b"ACL", b"DRYRUN", b"u", b"AUTH", b"pw"]) == [b"ACL", b"DRYRUN", b"u", b"AUTH", R]
     assert redacted([b"acl", b"dryrun", b"u", b"hello", b"3", b"auth", b"u", b"pw"])[-2:] == [R, R]
@@ -134,7 +134,7 @@ def test_acl_log_entries_are_capped_and_still_parse() -> None:
     so clients still split it on spaces and '=' (redis-py's parse_client_info)."""
     from redis._parsers.helpers import parse_client_info
 
-    from march.auth import LOG_SIZE, AclLog
+    from march.access.rules import LOG_SIZE, AclLog
 
     log = AclLog()
     info = f"id=7 addr=127.0.0.1:5 name={'n' * 5000} user=u lib-name={'l' * 300} lib-ver=1 resp=2"
@@ -151,14 +151,14 @@ def test_acl_log_entries_are_capped_and_still_parse() -> None:
 
 
 def test_monitor_quoting_is_sdscatrepr() -> None:
-    from march.diagnostics import quoted
+    from march.stats.diagnostics import quoted
 
     assert quoted(b"orders") == b'"orders"'
     assert quoted(b'a"b\\c\n\r\t\x07\x08\x00\xff ') == b'"a\\"b\\\\c\\n\\r\\t\\a\\b\\x00\\xff "'
 
 
 def test_latency_keeps_the_worst_sample_of_each_second() -> None:
-    from march.diagnostics import LatencyMonitor
+    from march.stats.diagnostics import LatencyMonitor
 
     now = [100.2]
     monitor = LatencyMonitor(clock=lambda: now[0])

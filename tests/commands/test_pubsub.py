@@ -18,10 +18,10 @@ import pytest
 from support.resp import RespConn, RespError, encode
 from support.servers import MarchServer, RedisServer
 
+from march.cluster.announce import MAX_HELD, MAX_NAME, MAX_SUBSCRIPTIONS, SWITCH_MASTER, PubSub, Subscriber, hears
 from march.cluster.directory import NodeInfo
 from march.commands.pubsub import SLICE_BYTES, SYNC_BYTES
 from march.glob import compile_glob
-from march.pubsub import MAX_HELD, MAX_NAME, MAX_SUBSCRIPTIONS, SWITCH_MASTER, PubSub, Subscriber, hears
 
 SESSION = [
     ["UNSUBSCRIBE"],
@@ -163,7 +163,7 @@ def test_which_subscriptions_hear_switch_master() -> None:
 
 def test_the_memory_of_a_full_subscription_is_bounded() -> None:
     """What one connection holds at its bounds (the names, a bool per pattern, the structure): under
-    6 KB, as ``march.pubsub`` documents; compiled, 16 patterns of 1 KiB took 117 KB."""
+    6 KB, as ``march.cluster.announce`` documents; compiled, 16 patterns of 1 KiB took 117 KB."""
     shapes = [
         [(b"%04d" % i) * (MAX_HELD // 4 // MAX_SUBSCRIPTIONS) for i in range(MAX_SUBSCRIPTIONS)],
         [(b"%d" % i) * MAX_NAME for i in range(MAX_HELD // MAX_NAME)],

@@ -1,7 +1,7 @@
 """WORKER.ACQUIRE / RENEW / RELEASE / LIST from redis-py against a real server process.
 
 Pinned: 1024 distinct ids per namespace then an error naming it; namespaces are independent and
-never show in KEYS/DBSIZE; the reply shapes of the protocol (``march.workers``); a wrong token
+never show in KEYS/DBSIZE; the reply shapes of the protocol (``march.keyspace.worker_ids``); a wrong token
 fails RENEW and RELEASE; a released id comes back at once with its floor; an expired id comes
 back only after its TTL plus the margin, carrying the previous holder's UPTO; floors never go
 down; floors and holdings survive a restart. Expiry tests run their own server with a 0.5 s margin

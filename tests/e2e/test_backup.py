@@ -1,4 +1,4 @@
-"""``march backup``, ``march restore`` and ``march import-floors`` (``march.backup``), run as the
+"""``march backup``, ``march restore`` and ``march import-floors`` (``march.backup.archive``), run as the
 command an operator types, against real stores: a real march node on SQLite, a real etcd with
 real march cluster nodes, a real PostgreSQL, a real redis-server.
 
@@ -26,13 +26,13 @@ from support.etcd import EtcdCluster
 from support.postgres import postgres  # noqa: F401 - a throwaway PostgreSQL (import-floors --dsn)
 from support.servers import REPO_ROOT, RedisServer
 
-from march.backup import BackupError, Summary, _EtcdWriter
+from march.backup.archive import BackupError, Summary, _EtcdWriter
 from march.config import MAX_ID
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.etcd.keys import KeyPaths
-from march.store.base import SequenceRecord
-from march.store.etcd import encode_record
+from march.etcd.keypath import KeyPaths
+from march.store.contract import SequenceRecord
 from march.store.etcd_guard import encode_ceiling
+from march.store.etcd_store import encode_record
 
 MANY = 20_000  # sequences in the scale tests: a realistic size that still runs in a few seconds
 

@@ -19,7 +19,7 @@ from support.servers import REPO_ROOT
 
 from march.cluster.layout import Layout, read_layout
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.etcd.keys import KeyPaths
+from march.etcd.keypath import KeyPaths
 
 from .test_backup import march, ok, refused
 

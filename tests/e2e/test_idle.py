@@ -1,4 +1,4 @@
-"""Idle sequences give their memory back (``sequence_idle_seconds``, ``march.idle``): after the idle
+"""Idle sequences give their memory back (``sequence_idle_seconds``, ``march.keyspace.idle``): after the idle
 time a sequence's generator leaves memory (INFO's ``active_sequences`` falls, ``idle_dropped``
 counts it) and its next INCR is above every earlier ID; a sequence in use stays."""
 

@@ -34,7 +34,7 @@ from support.resp import encode
 from support.tls import TlsRespConn, make_certs, openssl_binary, wait_listening
 
 from march import errors
-from march.links import INITIATOR, RESPONDER, proof, proof_ok
+from march.cluster.links import INITIATOR, RESPONDER, proof, proof_ok
 
 Factory = Callable[..., MarchServer]
 

@@ -1,4 +1,4 @@
-"""Pub/sub against its attacker: patterns cost their sender (``march.pubsub``, ``commands/pubsub.py``).
+"""Pub/sub against its attacker: patterns cost their sender (``march.cluster.announce``, ``commands/pubsub.py``).
 
 - **The flood of issue 25.7.** Four ``+@app`` connections (from 127.0.0.2) pipelining PSUBSCRIBE
   with 16 x 1 KiB patterns (refused now: past the 4 KiB a connection may hold), PSUBSCRIBE with
@@ -27,7 +27,7 @@ import pytest
 from support import MarchServer, RespConn, RespError
 from support.resp import encode
 
-from march.pubsub import MAX_HELD
+from march.cluster.announce import MAX_HELD
 
 Factory = Callable[..., MarchServer]
 

@@ -18,7 +18,7 @@ from support import History, MarchServer, RespConn, RespError, check_history, wa
 from support.resp import encode
 
 from march import errors
-from march.generators.layout import PRESETS, Layout, iso
+from march.generators.bits import PRESETS, Layout, iso
 
 Factory = Callable[..., MarchServer]
 DEBUG = ["--enable-debug-command", "yes"]

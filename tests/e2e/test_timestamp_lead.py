@@ -17,7 +17,7 @@ import redis
 from support import MarchServer, RespConn, RespError
 
 from march import errors
-from march.generators.layout import PRESETS
+from march.generators.bits import PRESETS
 
 Factory = Callable[..., MarchServer]
 SNOWFLAKE = PRESETS["snowflake"]

@@ -26,6 +26,7 @@ from support.etcd import EtcdCluster
 from support.fake_etcd import FakeEtcd
 from support.manual_clock import ManualClock
 
+from march.errors import StoreError, StoreRejected
 from march.etcd.api import (
     KV,
     Compare,
@@ -45,7 +46,6 @@ from march.etcd.api import (
     value_is,
 )
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.store.base import StoreError, StoreRejected
 
 TTL = 2  # the shortest TTL the test etcd grants as asked (its minimum is 1.5 x election timeout, rounded up)
 

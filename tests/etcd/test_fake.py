@@ -19,8 +19,8 @@ from support.aio import finish
 from support.fake_etcd import FakeEtcd, FakeEtcdClient
 from support.manual_clock import ManualClock
 
+from march.errors import StoreError, StoreFull, StoreRejected
 from march.etcd.api import KV, Get, Put, created_at, value_is
-from march.store.base import StoreError, StoreFull, StoreRejected
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from march import errors
 from march.errors import CommandError
-from march.generators.layout import PRESETS, Layout, iso, preset
+from march.generators.bits import PRESETS, Layout, iso, preset
 
 ORDERS = [o for o in itertools.permutations(("time", "node", "seq")) if o.index("time") < o.index("seq")]
 

@@ -12,8 +12,8 @@ import pytest
 
 from march import errors
 from march.errors import CommandError
-from march.generators.base import BatchPolicy
-from march.generators.layout import preset
+from march.generators.bits import preset
+from march.generators.bound import BatchPolicy
 from march.generators.lead import LeadCap
 from march.generators.timestamp import MAX_STRETCH, Lookahead
 

@@ -32,10 +32,10 @@ from support.memory_store import MemoryStore
 from march import errors
 from march.config import MAX_ID
 from march.errors import CommandError
-from march.generators import base as base_module
-from march.generators.base import BatchPolicy, Context, NotServing
+from march.generators import bound as base_module
+from march.generators.bound import BatchPolicy, Context, NotServing
 from march.generators.sequence import TOP, SequenceGenerator
-from march.store.base import SINGLE_NODE, Guard, SequenceRecord
+from march.store.contract import SINGLE_NODE, Guard, SequenceRecord
 
 T = TypeVar("T")
 KEY = b"k"

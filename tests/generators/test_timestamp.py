@@ -26,10 +26,10 @@ from support.memory_store import MemoryStore
 
 from march import errors
 from march.errors import CommandError
-from march.generators.base import BatchPolicy, NotServing
-from march.generators.layout import PRESETS, Layout, iso
+from march.generators.bits import PRESETS, Layout, iso
+from march.generators.bound import BatchPolicy, NotServing
 from march.generators.timestamp import TimestampGenerator, new_record
-from march.store.base import Guard
+from march.store.contract import Guard
 
 KEY = b"ts"
 EPOCH_MS = 1_600_000_000_000

@@ -1,4 +1,4 @@
-"""The store contract (``march.store.base``), one suite run against every backend.
+"""The store contract (``march.store.contract``), one suite run against every backend.
 
 Each test takes the ``subject`` fixture, four times: ``memory`` (``MemoryStore``), ``sqlite``
 (``SqliteStore`` in a fresh data dir), ``etcd`` (``EtcdStore`` over ``GrpcEtcd`` on a real
@@ -70,22 +70,14 @@ from support.fake_etcd import FakeEtcd, FakeEtcdClient
 from support.manual_clock import ManualClock
 from support.memory_store import MemoryStore
 
+from march.errors import GuardFailed
 from march.etcd.api import Put, created_at
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.etcd.keys import KeyPaths
-from march.store.base import (
-    NO_GUARD,
-    SINGLE_NODE,
-    Guard,
-    GuardFailed,
-    SequenceRecord,
-    Store,
-    UserRecord,
-    WorkerRecord,
-)
-from march.store.etcd import EtcdStore
+from march.etcd.keypath import KeyPaths
+from march.store.contract import NO_GUARD, SINGLE_NODE, Guard, SequenceRecord, Store, UserRecord, WorkerRecord
+from march.store.etcd_store import EtcdStore
 from march.store.etcd_users import USERS_PAGE
-from march.store.sqlite import SqliteStore
+from march.store.sqlite_store import SqliteStore
 
 TOP = 2**63  # the largest ceiling a store must keep (a sequence's IDs end at 2**63 - 1)
 

@@ -14,7 +14,7 @@ import bisect
 import pytest
 
 from march.store import cursors
-from march.store.base import Guard
+from march.store.contract import Guard
 from march.store.cursors import ScanCursors
 
 TERM = Guard(b"n1", 7)

@@ -16,7 +16,8 @@ import pytest
 from support.aio import finish, until
 from support.memory_store import MemoryStore
 
-from march.store.base import SINGLE_NODE, GuardFailed, SequenceRecord, StoreError
+from march.errors import GuardFailed, StoreError
+from march.store.contract import SINGLE_NODE, SequenceRecord
 
 
 def rec(key: bytes, ceiling: int) -> SequenceRecord:

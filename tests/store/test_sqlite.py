@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from support.aio import finish
 
-from march.store.base import SINGLE_NODE, SequenceRecord, StoreError, StoreFull, StoreLocked
-from march.store.sqlite import SqliteStore
+from march.errors import StoreError, StoreFull, StoreLocked
+from march.store.contract import SINGLE_NODE, SequenceRecord
+from march.store.sqlite_store import SqliteStore
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.etcd.keys import KeyPaths
+from march.etcd.keypath import KeyPaths
 from support.cluster import DEFAULT_TTL, ClusterNode, MarchCluster, moved_target
 from support.etcd import EtcdCluster
 from support.history import History, group_of_key, group_slots

@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from march.clock import Clock, Timer
+from march.errors import StoreError, StoreFull, StoreRejected
 from march.etcd.api import KV, Compare, Delete, Event, Get, Op, Put, Range, Request, Target, TxnResult
-from march.store.base import StoreError, StoreFull, StoreRejected
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from march.store.base import SINGLE_NODE, Guard
+from march.store.contract import SINGLE_NODE, Guard
 from support.aio import finish
 from support.memory_store import MemoryStore
 
@@ -39,7 +39,7 @@ async def take_checked(gen: Taker, n: int, got: Callable[[int, int], int]) -> in
 
 
 class FakeLease:
-    """A lease (a term) the test steers, like ``march.serving.Term``: ``lost()`` records the reason
+    """A lease (a term) the test steers, like ``march.keyspace.serving.Term``: ``lost()`` records the reason
     and ends the term, ``end(reason)`` ends it (a step-down); an ended term is never valid again.
     ``is_valid`` is the lease deadline, the test's to move."""
 

@@ -15,17 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from march.store.base import (
-    SINGLE_NODE,
-    Guard,
-    GuardFailed,
-    SequenceRecord,
-    Store,
-    StoreError,
-    UserRecord,
-    UserRecords,
-    WorkerRecord,
-)
+from march.errors import GuardFailed, StoreError
+from march.store.contract import SINGLE_NODE, Guard, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
 
 
 class MemoryStore(Store):

@@ -45,8 +45,8 @@ from march.cluster.identity import ClusterIdentity
 from march.cluster.lease import LeaseKeeper
 from march.etcd.api import Delete, Etcd
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.etcd.keys import KeyPaths, prefix_end
-from march.serving import Cause, Phase, ServingState
+from march.etcd.keypath import KeyPaths, prefix_end
+from march.keyspace.serving import Cause, Phase, ServingState
 from march.store.membership import read_mark
 from support.resp import RespConn, RespError
 

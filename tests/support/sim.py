@@ -30,10 +30,10 @@ from march.commands.table import COMMANDS
 from march.config import Config
 from march.errors import CommandError
 from march.etcd.api import Request, TxnResult
-from march.etcd.keys import KeyPaths
-from march.generators.base import NotServing
+from march.etcd.keypath import KeyPaths
+from march.generators.bound import NotServing
+from march.keyspace.serving import Change, Phase
 from march.node import Node
-from march.serving import Change, Phase
 from support.fake_etcd import FakeEtcd, FakeEtcdClient
 from support.manual_clock import ManualClock
 

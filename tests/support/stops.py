@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from march.cluster.layout import change_layout
 from march.etcd.grpc_etcd import GrpcEtcd
-from march.etcd.keys import KeyPaths
+from march.etcd.keypath import KeyPaths
 from support.cluster import ClusterNode, MarchCluster
 
 SIGTERM_ROUNDS = 50  # rounds of the drill (the bar: 50 SIGTERMs, 50 orderly exits)

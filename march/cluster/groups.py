@@ -1,0 +1,238 @@
+"""Leadership groups: each a contiguous slot range with its own serving state, keyspace and, in
+cluster mode, its own election, fencing (its leader key) and FAILOVER (``march.cluster.member``'s
+``GroupMember``), which decide whether this node serves it.
+
+A node runs every group of the cluster's layout side by side (``march.cluster.layout``: N groups,
+group g owning slots ``g*16384//N .. (g+1)*16384//N - 1``); one group (the default) is exactly the
+single leadership of before. The groups of a node share its store, its etcd clients, its lease and
+its directory (``march.cluster.member``), never a serving state: a key is served only while the
+group of its slot serves here.
+
+Everything about routing a request derives from the group's ``ServingState``: serve it here
+(``serving``), wait for a promotion or a hand-over to end (``in_transition``), or redirect it
+(``redirect``: ``MOVED`` to the primary, or ``CLUSTERDOWN``; ``primary_node``: the primary's record,
+where a forwarded request goes).
+
+``Keyspaces`` is what the commands see as ``app.keyspace`` with several groups: each call goes to
+the keyspace of its key's group (with one group ``app.keyspace`` is that group's keyspace itself).
+Calls without a key (counting, listing) are answered by the groups this node serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from march import errors
+from march.cluster.directory import NodeInfo
+from march.cluster.layout import ALL_SLOTS, SlotRange
+from march.cluster.member import GroupMember
+from march.cluster.slots import SLOTS, key_slot
+from march.config import Config
+from march.errors import CommandError
+from march.keyspace.keyspace import Generator, Keyspace
+from march.keyspace.listing import Selection
+from march.keyspace.serving import ServingState
+
+__all__ = ["ALL_SLOTS", "ActiveView", "Group", "Groups", "Keyspaces", "SlotRange"]  # SlotRange: march.cluster.layout
+
+
+class Group:
+    def __init__(self, state: ServingState, keyspace: Keyspace, index: int = 0, slots: SlotRange = ALL_SLOTS) -> None:
+        self.state = state
+        self.keyspace = keyspace
+        self.index = index  # 0, 1, ... in slot order
+        self.slots = slots
+        self.member: GroupMember | None = None  # cluster mode, from ``march.node`` once listening
+
+    @property
+    def serving(self) -> bool:
+        return self.state.serving
+
+    @property
+    def in_transition(self) -> bool:
+        return self.state.in_transition
+
+    async def settled(self, timeout: float) -> None:
+        """Wait (bounded) while a promotion or a FAILOVER of this group is in progress."""
+        await self.state.settled(timeout)
+
+    def redirect(self, key: bytes, tls: bool = False) -> CommandError:
+        """The error for a key request this node cannot serve now (``tls``: for a TLS client)."""
+        if self.member is None:
+            return CommandError(errors.NOT_SERVING)
+        return self.member.directory.redirect(key, tls)
+
+    def primary_address(self, tls: bool = False) -> str | None:
+        """The host:port clients are sent to for this group's keys (the TLS one for ``tls``), from the
+        member's directory; None when no primary is known or this node serves the group (or takes
+        it over: then it is no address to forward to)."""
+        primary = self.primary_node(tls)
+        return None if primary is None else primary.addr
+
+    def primary_node(self, tls: bool = False) -> NodeInfo | None:
+        """The record of this group's primary as registered in etcd (its ``addr`` the TLS address
+        for ``tls``), as ``primary_address`` finds it; None when that is None."""
+        if self.member is None or self.serving:
+            return None
+        primary = self.member.directory.topology.primary
+        if primary is None or primary.id == self.member.me.id:
+            return None
+        return primary.seen_by(tls)
+
+    def node_at(self, addr: str) -> NodeInfo | None:
+        """The registered node whose address (or TLS address) is ``addr`` (a MOVED target), if any."""
+        if self.member is None:
+            return None
+        nodes = self.member.directory.topology.nodes.values()
+        found = next((n for n in nodes if addr in (n.addr, n.tls_addr)), None)
+        return None if found is None else found.seen_by(addr == found.tls_addr)
+
+
+class Groups:
+    """Every leadership group of this node, in slot order: which one a slot or a key belongs to.
+
+    With one group (the default) no slot is computed: every key is the one group's."""
+
+    def __init__(self, groups: list[Group]) -> None:
+        assert groups and groups[0].slots.first == 0 and groups[-1].slots.last == SLOTS - 1
+        self._groups = groups
+        self._single = groups[0] if len(groups) == 1 else None
+        # slot -> group index, one byte per slot (at most 256 groups)
+        self._by_slot = bytes(g.index for g in groups for _ in range(g.slots.first, g.slots.last + 1))
+
+    def of_slot(self, slot: int) -> Group:
+        return self._single or self._groups[self._by_slot[slot]]
+
+    def of_key(self, key: bytes) -> Group:
+        return self._single or self._groups[self._by_slot[key_slot(key)]]
+
+    def check_one(self, keys: Iterable[bytes]) -> None:
+        """CROSSSLOT unless every key belongs to one leadership group (always so with one group).
+        Keys in different slots of one group pass: that group's primary serves them all (Redis
+        refuses them; March keeps what one group has always allowed)."""
+        if self._single is not None:
+            return
+        found = None
+        for key in keys:
+            group = self.of_key(key)
+            if found is None:
+                found = group
+            elif group is not found:
+                raise CommandError(errors.CROSSSLOT)
+
+    def __iter__(self) -> Iterator[Group]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __getitem__(self, index: int) -> Group:
+        return self._groups[index]
+
+    def serving_any(self) -> bool:
+        """Whether this node serves at least one group (keyspace-wide commands may run here)."""
+        return any(g.state.serving for g in self._groups)
+
+    def in_transition_any(self) -> bool:
+        return any(g.state.in_transition for g in self._groups)
+
+    def served(self) -> list[Group]:
+        """The groups this node serves now (what KEYS, SCAN, DBSIZE may list)."""
+        return [g for g in self._groups if g.state.serving]
+
+
+class ActiveView:
+    """Every group's active generators, read by key (``client.generators`` with several groups)."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self, groups: Groups) -> None:
+        self._groups = groups
+
+    def get(self, key: bytes) -> Generator | None:
+        return self._groups.of_key(key).keyspace.generators.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, bytes) and key in self._groups.of_key(key).keyspace.generators
+
+    def __getitem__(self, key: bytes) -> Generator:
+        return self._groups.of_key(key).keyspace.generators[key]
+
+    def values(self) -> list[Generator]:
+        return [gen for g in self._groups for gen in g.keyspace.generators.values()]
+
+    def items(self) -> list[tuple[bytes, Generator]]:
+        return [item for g in self._groups for item in g.keyspace.generators.items()]
+
+    def __len__(self) -> int:
+        return sum(len(g.keyspace.generators) for g in self._groups)
+
+
+class Keyspaces:
+    """``app.keyspace`` with several groups: each keyed call to its key's group's keyspace."""
+
+    def __init__(self, groups: Groups) -> None:
+        self.groups = groups
+        self.generators = ActiveView(groups)
+        self.config: Config = groups[0].keyspace.config
+
+    def _of(self, key: bytes) -> Keyspace:
+        return self.groups.of_key(key).keyspace
+
+    def _any(self) -> Keyspace:
+        """A keyspace for a call without a key: a served group's (the first group's if none)."""
+        served = self.groups.served()
+        return served[0].keyspace if served else self.groups[0].keyspace
+
+    def activate(self, key: bytes) -> Any:
+        return self._of(key).activate(key)
+
+    def ensure(self, key: bytes) -> Any:
+        return self._of(key).ensure(key)
+
+    def create(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
+        return self._of(key).create(key, *args, **kwargs)
+
+    def create_or_get(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
+        return self._of(key).create_or_get(key, *args, **kwargs)
+
+    def alter(self, key: bytes, changes: Mapping[str, int], *args: Any) -> Any:
+        return self._of(key).alter(key, changes, *args)
+
+    @property
+    def wall_offset(self) -> float:
+        return self.groups[0].keyspace.wall_offset
+
+    @wall_offset.setter
+    def wall_offset(self, offset: float) -> None:
+        for g in self.groups:
+            g.keyspace.wall_offset = offset
+
+    def wall(self) -> float:
+        return self.groups[0].keyspace.wall()
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config
+        for g in self.groups:
+            g.keyspace.reconfigure(config)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        await asyncio.gather(*(g.keyspace.drain(timeout) for g in self.groups))
+
+    def keys(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> Any:
+        return self._any().keys(selection, prefix, budget)
+
+    def scan(self, cursor: int, count: int) -> Any:
+        return self._any().scan(cursor, count)
+
+    def known_count(self) -> int | None:
+        return self._any().known_count()
+
+    def count(self) -> Any:
+        return self._any().count()
+
+    @property
+    def serving(self) -> bool:
+        return self.groups.serving_any()

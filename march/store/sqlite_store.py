@@ -1,0 +1,557 @@
+"""The embedded store: one SQLite file in the data dir, for a single node with no etcd.
+
+- ``<data_dir>/march.sqlite3`` in WAL mode with ``synchronous=FULL``: a write that returned is on
+  disk, through a crash or power loss.
+- Every write (and every ``load``: the path of a key's first INCR) runs on one dedicated thread, so
+  the event loop never blocks on disk and writes land in the order they were made. Calls made in
+  the same loop turn share one SQLite transaction (one fsync): the first requests of thousands of
+  keys after a restart cost a few commits.
+- ``load_or_create`` (an auto-creating INCR) reads and creates in the same write transaction: per
+  batch one SELECT of every name, one ``executemany`` of the absent ones, one commit.
+- Listings (``list_keys``, ``scan``) run on a second connection (``query_only``) on a thread of
+  their own: in WAL mode it reads the last committed state while the writer goes on, so no KEYS
+  or SCAN ever queues in front of a ceiling write. ``count`` reads no disk at all: the sequences
+  are counted once at open (on the writer's thread, before anything is served), then this
+  store's own creations are added as they commit (the flock: no one else writes the file).
+- SCAN cursors are rowids: a sequence's rowid is given once when it is created (one more than the
+  largest, as no row is ever deleted) and never changes, so a cursor (the last rowid returned)
+  describes itself. Any cursor resumes in O(log n) at the next rowid; a pass returns every name
+  that existed throughout exactly once, in creation order. (A ``VACUUM`` run by hand may renumber
+  rowids: a scan going on across it may repeat or miss names, never the IDs.)
+- ``<data_dir>/march.lock`` is held with an exclusive ``flock`` for the life of the server, so a
+  second server on the same data dir refuses to start (two writers would hand out the same IDs).
+- The guard is trivial (the lock is the leadership); the "new ceiling > stored" check is still
+  made inside the write transaction.
+- A data dir that cannot be created, locked or written (read-only, not a directory) is a
+  ``StoreError`` that says so: the server prints one line and exits.
+- A data dir that a cluster node used (it holds ``cluster.json``, ``march.store.membership``) is
+  refused (``IdentityConflict``): without ``--etcd`` the node would hand out IDs from its own store,
+  below what its cluster handed out. With ``join_other`` the record is removed and the data dir is
+  a single node's from then on.
+
+Ceilings are stored as decimal text: the largest ceiling, 2**63, does not fit SQLite's INTEGER.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from march.errors import GuardFailed, IdentityConflict, StoreError, StoreFull, StoreLocked
+from march.etcd.keypath import prefix_end
+from march.store.batch import Batcher
+from march.store.contract import Guard, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
+from march.store.membership import JOIN_FLAG, SQLITE_FILE, forget_mark, read_mark
+
+T = TypeVar("T")
+log = logging.getLogger("march")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sequences (
+    key      BLOB PRIMARY KEY,
+    kind     TEXT NOT NULL,
+    ceiling  TEXT NOT NULL,
+    settings TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS users (
+    name     TEXT PRIMARY KEY,
+    rules    TEXT NOT NULL,
+    revision INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS users_revision (
+    one      INTEGER PRIMARY KEY CHECK (one = 1),
+    revision INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workers (
+    namespace  BLOB NOT NULL,
+    id         INTEGER NOT NULL,
+    token      BLOB NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    floor_ms   INTEGER NOT NULL,
+    ttl        INTEGER NOT NULL,
+    PRIMARY KEY (namespace, id)
+);
+CREATE TABLE IF NOT EXISTS workers_retired (
+    one      INTEGER PRIMARY KEY CHECK (one = 1),
+    floor_ms INTEGER NOT NULL
+);
+"""
+_BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
+# Each connection's page cache, in KiB (SQLite's default: 2 MiB). The hot pages of 100,000 sequences
+# (the index's inner pages) fit; the rest is read from the OS's page cache. Measured with
+# scripts/benchlib/memory.py: the default adds ~20 bytes per sequence at 100,000.
+_CACHE_KIB = 512
+_MAX_ROWID = 1 << 63  # SQLite's rowids are signed 64-bit: a SCAN cursor at or past this is past the end
+
+
+class SqliteFile(Store):
+    """The data dir, its lock, and the two connections with their threads (writer, listings):
+    how calls reach the file. ``SqliteStore`` is what is kept in it."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False) -> None:
+        self.dir = Path(data_dir)
+        self.path = self.dir / SQLITE_FILE
+        self.join_other = join_other  # a data dir a cluster node used may become a single node's
+        self._lock_fd: int | None = None
+        self._db: sqlite3.Connection | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._reader: sqlite3.Connection | None = None  # listings: their own connection and thread
+        self._read_pool: ThreadPoolExecutor | None = None
+        self._count = 0  # sequences in the file: counted at open, then this store's creations added
+
+    async def open(self) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / "march.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"data dir {self.dir}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StoreLocked(
+                f"data dir {self.dir} is in use by another March server (pid {holder}); "
+                "two servers on one data dir would hand out the same IDs"
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:
+            os.close(fd)
+            raise StoreError(f"data dir {self.dir}: {exc.strerror or exc}") from None
+        self._lock_fd = fd
+        try:
+            self._check_membership()
+        except BaseException:
+            await self.close()
+            raise
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite")
+        self._read_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite-read")
+        try:
+            await self._run(self._open_db)
+            await self._read(self._open_reader)
+        except BaseException:
+            await self.close()
+            raise
+
+    def _check_membership(self) -> None:
+        """Refuse a data dir that belongs to a cluster (unless ``join_other``: then forget it)."""
+        mark = read_mark(self.dir)
+        if mark is None:
+            return
+        if not self.join_other:
+            raise IdentityConflict(
+                f"data dir {self.dir} belongs to {mark.where()}; without --etcd this node would hand out "
+                "IDs from its own store, below what that cluster has handed out. Start it with "
+                f"--etcd {mark.etcd or 'HOST:PORT'} --etcd-prefix {mark.etcd_prefix}, or with {JOIN_FLAG} "
+                "to make this data dir a single node's from now on"
+            )
+        forget_mark(self.dir)
+        log.warning("data dir %s: no longer part of %s (join_other_cluster)", self.dir, mark.where())
+
+    def _open_db(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(users)")}
+            if "revision" not in columns:  # a data dir from before user revisions: each user at revision 1
+                db.execute("ALTER TABLE users ADD COLUMN revision INTEGER NOT NULL DEFAULT 1")
+            db.execute(
+                "INSERT OR IGNORE INTO users_revision VALUES (1, (SELECT COALESCE(MAX(revision), 0) FROM users))"
+            )
+            self._count = int(db.execute("SELECT COUNT(*) FROM sequences").fetchone()[0])
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    def _open_reader(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA query_only=ON")
+            db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        except BaseException:
+            db.close()
+            raise
+        self._reader = db
+
+    async def close(self) -> None:
+        if self._read_pool is not None:
+            if self._reader is not None:
+                await self._read(self._reader.close)
+            self._read_pool.shutdown(wait=True)
+            self._read_pool = None
+            self._reader = None
+        if self._pool is not None:
+            if self._db is not None:
+                await self._run(self._db.close)
+            self._pool.shutdown(wait=True)
+            self._pool = None
+            self._db = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the writer's thread."""
+        return await self._on(self._pool, fn, *args)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the listings' thread (``_reading()`` is its connection)."""
+        return await self._on(self._read_pool, fn, *args)
+
+    async def _on(self, pool: ThreadPoolExecutor | None, fn: Callable[..., T], *args: Any) -> T:
+        if pool is None:
+            raise StoreError("store is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        except sqlite3.Error as exc:
+            kind = StoreFull if "full" in str(exc) else StoreError  # SQLITE_FULL: "database or disk is full"
+            raise kind(f"sqlite {self.path}: {exc}") from exc
+        except OSError as exc:
+            kind = StoreFull if exc.errno == errno.ENOSPC else StoreError
+            raise kind(f"sqlite {self.path}: {exc.strerror or exc}") from exc
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("store is closed")
+        return self._db
+
+    def _reading(self) -> sqlite3.Connection:
+        if self._reader is None:
+            raise StoreError("store is closed")
+        return self._reader
+
+    def _transaction(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            results = []
+            for item in items:
+                try:
+                    results.append(each(db, item))
+                except GuardFailed as exc:
+                    results.append(exc)
+        except BaseException:
+            if db.in_transaction:  # SQLITE_FULL (and a few others) roll back by themselves
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return results
+
+    async def _write(self, each: Callable[[sqlite3.Connection, T], Any], items: list[T]) -> list[Any]:
+        try:
+            results = await self._run(self._transaction, each, items)
+        except StoreError as exc:
+            self.note(exc)
+            raise
+        self.note(None)
+        return results
+
+    async def _write_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
+        """``each(db, items)`` in one write transaction (one result per item; the whole batch fails together)."""
+        try:
+            results = await self._run(self._transaction_all, each, items)
+        except StoreError as exc:
+            self.note(exc)
+            raise
+        self.note(None)
+        return results
+
+    def _transaction_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            results = each(db, items)
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return results
+
+    def facts(self) -> dict[str, Any]:
+        return {"store_path": str(self.path)}
+
+
+class SqliteStore(SqliteFile):
+    """Sequences, users and worker ids in the file (see the module docstring)."""
+
+    name = "sqlite"
+
+    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False) -> None:
+        super().__init__(data_dir, join_other)
+        # serial: one transaction in flight each, the calls made meanwhile share the next (group commit)
+        self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH, serial=True)
+        self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH, serial=True)
+        self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH, serial=True)
+        self._finds: Batcher[SequenceRecord, tuple[SequenceRecord, bool]] = Batcher(
+            self._load_or_create_batch, _BATCH, serial=True
+        )
+
+    async def close(self) -> None:
+        for batcher in (self._loads, self._creates, self._saves, self._finds):
+            await batcher.drain()
+        await super().close()
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    async def load(self, key: bytes) -> SequenceRecord | None:
+        return await self._loads(key)
+
+    async def _load_batch(self, keys: list[bytes]) -> Sequence[SequenceRecord | None]:
+        return await self._run(self._select, keys)
+
+    def _select(self, keys: list[bytes]) -> list[SequenceRecord | None]:
+        marks = ",".join("?" * len(keys))
+        rows = self._conn().execute(f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", keys)
+        found = {bytes(row[0]): _record(row) for row in rows}
+        return [found.get(key) for key in keys]
+
+    async def list_keys(self, prefix: bytes = b"", after: bytes | None = None, limit: int = 1000) -> list[bytes]:
+        return await self._read(self._list, prefix, after, limit)
+
+    def _list(self, prefix: bytes, after: bytes | None, limit: int) -> list[bytes]:
+        sql, args = "SELECT key FROM sequences WHERE key >= ?", [prefix]
+        if after is not None:
+            sql += " AND key > ?"
+            args.append(after)
+        end = prefix_end(prefix)
+        if prefix and end != b"\0":  # b"\0": a prefix of 0xff bytes, with no end
+            sql += " AND key < ?"
+            args.append(end)
+        rows = self._reading().execute(sql + " ORDER BY key LIMIT ?", (*args, limit)).fetchall()
+        return [bytes(row[0]) for row in rows]
+
+    async def scan(self, cursor: int, limit: int, guard: Guard) -> tuple[int, list[bytes]]:
+        if cursor >= _MAX_ROWID:  # past every rowid SQLite gives
+            return 0, []
+        rows = await self._read(self._scan, cursor, limit)
+        return (int(rows[-1][0]) if len(rows) == limit else 0), [bytes(row[1]) for row in rows]
+
+    def _scan(self, cursor: int, limit: int) -> list[tuple[int, bytes]]:
+        sql = "SELECT rowid, key FROM sequences WHERE rowid > ? ORDER BY rowid LIMIT ?"
+        return self._reading().execute(sql, (cursor, limit)).fetchall()
+
+    async def count(self) -> int:
+        if self._pool is None:
+            raise StoreError("store is closed")
+        return self._count
+
+    async def load_users(self) -> UserRecords:
+        return await self._run(self._load_users)
+
+    def _load_users(self) -> UserRecords:
+        db = self._conn()
+        db.execute("BEGIN")
+        try:
+            rows = db.execute("SELECT name, rules, revision FROM users ORDER BY name").fetchall()
+            revision = int(db.execute("SELECT revision FROM users_revision").fetchone()[0])
+        finally:
+            db.execute("COMMIT")
+        return UserRecords([UserRecord(str(n), str(r), int(v)) for n, r, v in rows], revision)
+
+    async def load_user(self, name: str) -> UserRecord | None:
+        row = await self._run(
+            lambda: self._conn().execute("SELECT rules, revision FROM users WHERE name = ?", (name,)).fetchone()
+        )
+        return None if row is None else UserRecord(name, str(row[0]), int(row[1]))
+
+    async def save_user(self, name: str, rules: str | None, expected: int) -> int | None:
+        return await self._run(self._save_user, name, rules, expected)
+
+    def _save_user(self, name: str, rules: str | None, expected: int) -> int | None:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT revision FROM users WHERE name = ?", (name,)).fetchone()
+            if (int(row[0]) if row is not None else 0) != expected:
+                db.execute("ROLLBACK")
+                return None
+            db.execute("UPDATE users_revision SET revision = revision + 1")
+            revision = int(db.execute("SELECT revision FROM users_revision").fetchone()[0])
+            if rules is None:
+                db.execute("DELETE FROM users WHERE name = ?", (name,))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO users (name, rules, revision) VALUES (?, ?, ?)", (name, rules, revision)
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return revision
+
+    # --- writes (one transaction per batch) ------------------------------------------------------
+
+    async def create(self, record: SequenceRecord, guard: Guard) -> bool:
+        return await self._creates(record)
+
+    async def _create_batch(self, records: list[SequenceRecord]) -> Sequence[bool | BaseException]:
+        results = await self._write(_insert, records)
+        self._count += sum(1 for r in results if r is True)
+        return results
+
+    async def load_or_create(self, record: SequenceRecord, guard: Guard) -> tuple[SequenceRecord, bool]:
+        return await self._finds(record)
+
+    async def _load_or_create_batch(self, records: list[SequenceRecord]) -> Sequence[tuple[SequenceRecord, bool]]:
+        results = await self._write_all(_select_or_insert, records)
+        self._count += sum(1 for _, created in results if created)
+        return results
+
+    async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
+        return await self._saves((key, ceiling))
+
+    async def _save_batch(self, items: list[tuple[bytes, int]]) -> Sequence[int | BaseException]:
+        return await self._write(_raise_ceiling, items)
+
+    async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:
+        text = json.dumps(dict(settings), sort_keys=True)
+        (result,) = await self._write(_replace_settings, [(key, text)])
+        if isinstance(result, BaseException):
+            raise result
+
+    # --- worker ids (rare: one transaction each, not batched) -----------------------------------
+
+    async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
+        return await self._run(self._select_workers, namespace, worker_id)
+
+    def _select_workers(self, namespace: bytes, worker_id: int | None) -> list[WorkerRecord]:
+        sql = "SELECT id, token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ?"
+        args: tuple[Any, ...] = (namespace,)
+        if worker_id is not None:
+            sql, args = sql + " AND id = ?", (namespace, worker_id)
+        rows = self._conn().execute(sql + " ORDER BY id", args)
+        return [WorkerRecord(namespace, int(i), bytes(t), int(e), int(f), int(ttl)) for i, t, e, f, ttl in rows]
+
+    async def save_worker(self, record: WorkerRecord, expected: WorkerRecord | None, guard: Guard) -> bool:
+        (result,) = await self._write(_swap_worker, [(record, expected)])
+        return bool(result)
+
+    async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
+        (result,) = await self._write(_delete_worker, [record])
+        return bool(result)
+
+    async def retired_worker_floor(self) -> int:
+        row = await self._run(lambda: self._conn().execute("SELECT floor_ms FROM workers_retired").fetchone())
+        return 0 if row is None else int(row[0])
+
+    async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
+        return await self._run(self._worker_namespaces, after, limit)
+
+    def _worker_namespaces(self, after: bytes | None, limit: int) -> list[bytes]:
+        where = "" if after is None else " WHERE namespace > ?"
+        args = () if after is None else (after,)
+        rows = self._conn().execute(
+            f"SELECT DISTINCT namespace FROM workers{where} ORDER BY namespace LIMIT ?", (*args, limit)
+        )
+        return [bytes(row[0]) for row in rows]
+
+
+def _insert(db: sqlite3.Connection, record: SequenceRecord) -> bool:
+    cur = db.execute(
+        "INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
+        (record.key, record.kind, str(record.ceiling), json.dumps(dict(record.settings), sort_keys=True)),
+    )
+    return cur.rowcount == 1
+
+
+def _select_or_insert(db: sqlite3.Connection, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
+    """Each record's stored one (False), or the record inserted (True): one SELECT and one
+    ``executemany`` for the batch, inside its write transaction (so nothing lands in between).
+    A name twice in one batch is inserted once; its later entries find the first."""
+    marks = ",".join("?" * len(records))
+    rows = db.execute(
+        f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", [r.key for r in records]
+    )
+    found: dict[bytes, SequenceRecord] = {bytes(row[0]): _record(row) for row in rows}
+    results: list[tuple[SequenceRecord, bool]] = []
+    new: list[SequenceRecord] = []
+    for record in records:
+        stored = found.get(record.key)
+        if stored is None:
+            found[record.key] = record
+            new.append(record)
+        results.append((stored, False) if stored is not None else (record, True))
+    if new:  # a plain INSERT: a name there after all fails the batch (never reported created)
+        db.executemany(
+            "INSERT INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
+            [(r.key, r.kind, str(r.ceiling), json.dumps(dict(r.settings), sort_keys=True)) for r in new],
+        )
+    return results
+
+
+def _raise_ceiling(db: sqlite3.Connection, item: tuple[bytes, int]) -> int:
+    key, ceiling = item
+    row = db.execute("SELECT ceiling FROM sequences WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        raise GuardFailed(f"sequence {key!r} is not in the store")
+    stored = int(row[0])
+    if stored >= ceiling:
+        return stored  # an earlier write of this server that landed after its caller gave up
+    db.execute("UPDATE sequences SET ceiling = ? WHERE key = ?", (str(ceiling), key))
+    return ceiling
+
+
+def _replace_settings(db: sqlite3.Connection, item: tuple[bytes, str]) -> None:
+    key, settings = item
+    if db.execute("UPDATE sequences SET settings = ? WHERE key = ?", (settings, key)).rowcount != 1:
+        raise GuardFailed(f"sequence {key!r} is not in the store")
+
+
+def _swap_worker(db: sqlite3.Connection, item: tuple[WorkerRecord, WorkerRecord | None]) -> bool:
+    """Compare-and-set one worker record inside the write transaction."""
+    record, expected = item
+    row = db.execute(
+        "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?",
+        (record.namespace, record.id),
+    ).fetchone()
+    stored = None
+    if row is not None:
+        stored = WorkerRecord(record.namespace, record.id, bytes(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    if stored != expected:
+        return False
+    db.execute(
+        "INSERT OR REPLACE INTO workers (namespace, id, token, expires_ms, floor_ms, ttl) VALUES (?, ?, ?, ?, ?, ?)",
+        (record.namespace, record.id, record.token, record.expires_ms, record.floor_ms, record.ttl),
+    )
+    return True
+
+
+def _delete_worker(db: sqlite3.Connection, record: WorkerRecord) -> bool:
+    """Compare-and-delete one worker record, its floor kept as the retired floor, inside the write transaction."""
+    row = db.execute(
+        "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?",
+        (record.namespace, record.id),
+    ).fetchone()
+    if row is None:
+        return False
+    stored = WorkerRecord(record.namespace, record.id, bytes(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    if stored != record:
+        return False
+    db.execute("DELETE FROM workers WHERE namespace = ? AND id = ?", (record.namespace, record.id))
+    db.execute(
+        "INSERT INTO workers_retired (one, floor_ms) VALUES (1, ?) "
+        "ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)",
+        (record.floor_ms,),
+    )
+    return True
+
+
+def _record(row: tuple[bytes, str, str, str]) -> SequenceRecord:
+    return SequenceRecord(key=bytes(row[0]), kind=row[1], ceiling=int(row[2]), settings=json.loads(row[3]))
