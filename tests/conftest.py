@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import pytest
-from support import MarchServer, RedisServer, serving
-from support.cluster import MarchCluster
-from support.drills import DrillEnv
-from support.etcd import EtcdCluster, etcd_binary
+from march_harness import MarchServer, RedisServer, serving
+from march_harness.cluster import MarchCluster
+from march_harness.drills import DrillEnv
+from march_harness.etcd import EtcdCluster, etcd_binary
 
 S = TypeVar("S", MarchServer, RedisServer)
 

@@ -15,13 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))  # scripts/ is no package: benchlib is found from there
-
-from benchlib import clusterload, readme, redisbench  # noqa: E402
-from benchlib.clusterload import SlotRange  # noqa: E402
-from benchlib.measured import (  # noqa: E402
+from march_harness import REPO_ROOT as ROOT
+from march_harness.bench import clusterload, readme, redisbench
+from march_harness.bench.clusterload import SlotRange
+from march_harness.bench.measured import (
     NOT_JUDGED,
     ClusterReport,
     ClusterRow,
@@ -33,7 +30,7 @@ from benchlib.measured import (  # noqa: E402
     readme_figures,
     verdict,
 )
-from benchlib.redisbench import INCR, Auth, BenchmarkFailed, Run  # noqa: E402
+from march_harness.bench.redisbench import INCR, Auth, BenchmarkFailed, Run
 
 # redis-benchmark 7.0.15's plain output for `-c 2 -n 200 --precision 3 -t incr` (progress line
 # ending in \r first), with the cumulative block's 100% line changed so that reading p99.9 from it

@@ -19,7 +19,7 @@ from typing import Any, SupportsIndex
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import MarchServer, RedisServer, RespConn, RespError
+from march_harness import MarchServer, RedisServer, RespConn, RespError
 
 from march.glob import compile_glob, literal_prefix, matches
 

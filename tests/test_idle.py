@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from support.memory_store import MemoryStore
+from march_harness.memory_store import MemoryStore
 
 from march.clock import SYSTEM
 from march.config import Config

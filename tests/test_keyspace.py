@@ -21,8 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support.aio import FakeClock, finish, until
-from support.memory_store import MemoryStore
+from march_harness.aio import FakeClock, finish, until
+from march_harness.memory_store import MemoryStore
 
 from march import errors
 from march.clock import SYSTEM

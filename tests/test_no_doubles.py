@@ -1,7 +1,7 @@
 """The test doubles stay under ``tests/``: the package neither holds nor imports them.
 
-``tests/support/memory_store.py`` (the memory store, for unit tests of the pure core),
-``tests/support/fake_etcd.py`` and ``tests/support/manual_clock.py`` are what tests run on; a
+``harness/march_harness/memory_store.py`` (the memory store, for unit tests of the pure core),
+``harness/march_harness/fake_etcd.py`` and ``harness/march_harness/manual_clock.py`` are what tests run on; a
 running server must never be able to reach them. Read from the source (``ast``), not by importing.
 """
 
@@ -50,6 +50,6 @@ def test_the_package_defines_no_test_double() -> None:
 
 def test_the_checks_see_a_double_and_an_import() -> None:
     """The two checks above can fail: the same walk finds what they look for in a planted module."""
-    tree = ast.parse("from support.memory_store import MemoryStore\nclass ManualClock: ...\n")
-    assert "support.memory_store" in _imported(tree)
+    tree = ast.parse("from march_harness.memory_store import MemoryStore\nclass ManualClock: ...\n")
+    assert "march_harness.memory_store" in _imported(tree)
     assert any(isinstance(n, ast.ClassDef) and n.name in DOUBLES for n in ast.walk(tree))

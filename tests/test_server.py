@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, SupportsIndex
 
 import pytest
-from support.aio import finish
-from support.resp import encode
+from march_harness.aio import finish
+from march_harness.resp import encode
 
 from march import config as config_module
 from march import server as server_module

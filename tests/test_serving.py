@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 
 import pytest
-from support.manual_clock import ManualClock
+from march_harness.manual_clock import ManualClock
 
 from march.keyspace.serving import Cause, Change, Phase, ServingState, Term
 from march.store.contract import NO_GUARD, SINGLE_NODE, Guard

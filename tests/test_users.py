@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from support.aio import finish, until
-from support.fake_etcd import FakeEtcd
-from support.manual_clock import ManualClock
+from march_harness.aio import finish, until
+from march_harness.fake_etcd import FakeEtcd
+from march_harness.manual_clock import ManualClock
 
 import march.commands  # noqa: F401  (registers every command)
 from march.access.rules import User, Users, hash_password

@@ -37,8 +37,8 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from support.manual_clock import ManualClock
-from support.memory_store import MemoryStore
+from march_harness.manual_clock import ManualClock
+from march_harness.memory_store import MemoryStore
 
 from march.config import Config
 from march.errors import CommandError

@@ -12,8 +12,8 @@ import asyncio
 import math
 
 import pytest
-from support.manual_clock import ManualClock
-from support.memory_store import MemoryStore
+from march_harness.manual_clock import ManualClock
+from march_harness.memory_store import MemoryStore
 
 from march import errors
 from march.config import Config

@@ -5,27 +5,17 @@
 - `sequencer`: a `march_client.Sequencer` on it, closed at teardown.
 - `prefetch_sequencer`: the same with ``prefetch=True``.
 
-The client package is `clients/python` (installed editable by scripts/_env.sh); if it is not
-installed, its directory is put on sys.path so the tests still import it.
+The client package is `clients/python`, installed editable by scripts/_env.sh.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from support import MarchServer
-from support.postgres import postgres  # noqa: F401 - one throwaway PostgreSQL per session (ORM tests)
-
-CLIENT_ROOT = Path(__file__).resolve().parents[2] / "clients" / "python"
-try:
-    import march_client  # noqa: F401
-except ImportError:  # not installed into this venv: use the source tree
-    sys.path.insert(0, str(CLIENT_ROOT))
-
-from march_client import Sequencer  # noqa: E402
+from march_client import Sequencer
+from march_harness import MarchServer
+from march_harness.postgres import postgres  # noqa: F401 - one throwaway PostgreSQL per session (ORM tests)
 
 
 def url_of(server: MarchServer) -> str:

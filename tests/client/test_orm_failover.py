@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 from march_client import Sequencer
-from support import History, check_history, wait_until
-from support.cluster import MarchCluster
-from support.postgres import PostgresCluster  # the `postgres` fixture comes from conftest.py
+from march_harness import History, check_history, wait_until
+from march_harness.cluster import MarchCluster
+from march_harness.postgres import PostgresCluster  # the `postgres` fixture comes from conftest.py
 
 sa = pytest.importorskip("sqlalchemy")
 pytest.importorskip("django")

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from march_client import Sequencer
-from support import MarchServer, serving
-from support.postgres import PostgresCluster  # the `postgres` fixture comes from conftest.py
+from march_harness import MarchServer, serving
+from march_harness.postgres import PostgresCluster  # the `postgres` fixture comes from conftest.py
 
 sa = pytest.importorskip("sqlalchemy")
 

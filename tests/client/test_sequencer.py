@@ -21,9 +21,9 @@ from march_client._retry import Action, RetryPolicy, classify
 from march_client.aio import AsyncRouter
 from march_client.slots import key_slot, request_slot
 from march_client.sync import Router
-from support import MarchServer, free_port
-from support.cluster import MarchCluster
-from support.tls import make_certs, openssl_binary, wait_listening
+from march_harness import MarchServer, free_port
+from march_harness.cluster import MarchCluster
+from march_harness.tls import make_certs, openssl_binary, wait_listening
 
 from march.cluster.slots import key_slot as server_key_slot
 

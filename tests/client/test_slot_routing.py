@@ -19,8 +19,8 @@ import pytest
 from march_client import AsyncSequencer, Sequencer
 from march_client.slots import SLOTS, key_slot
 from march_client.snowflake import SnowflakeGenerator
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ import redis
 import redis.exceptions as rex
 from march_client import Sequencer, Unavailable, WorkerLost
 from march_client.snowflake import EPOCH_MS, MAX_SEQ, SnowflakeGenerator, compose, decode, wall_ms
-from support import MarchServer, wait_until
+from march_harness import MarchServer, wait_until
 
 from .conftest import url_of
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from march_harness.cluster import ClusterNode, MarchCluster, moved_target
+from march_harness.drills import env_float
+from march_harness.etcd import EtcdCluster
+from march_harness.resp import RespConn, RespError, encode, wait_until
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
-from support.cluster import ClusterNode, MarchCluster, moved_target
-from support.drills import env_float
-from support.etcd import EtcdCluster
-from support.resp import RespConn, RespError, encode, wait_until
 
 from march import errors
 

@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cluster import ClusterNode, MarchCluster
-from support.etcd import EtcdCluster
-from support.resp import RespConn, RespError, wait_until
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.resp import RespConn, RespError, wait_until
 
 from march import errors
 

@@ -1,7 +1,7 @@
 """The Go, Ruby, PHP, C and Node programs of docs/clients, and redis-py's Sentinel, through a
 ``kill -9`` of a primary.
 
-Each program (``support.clients``: redigo + redisc and redigo + FZambia/sentinel, redis-rb 4.8 in
+Each program (``march_harness.clients``: redigo + redisc and redigo + FZambia/sentinel, redis-rb 4.8 in
 cluster and Sentinel mode, phpredis ``RedisCluster`` and ``RedisSentinel``, hiredis following
 ``MOVED`` by hand, ioredis with ``sentinels`` (docs/clients/node/ioredis-sentinel.js), redis-py
 ``Sentinel(...).master_for("march")``) is run as its page shows it, unaided: no client object is
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support.clients import KEYS, PROGRAMS, Drawing, no_duplicates, recommended, start
-from support.cluster import ClusterNode, MarchCluster
-from support.etcd import EtcdCluster
+from march_harness.clients import KEYS, PROGRAMS, Drawing, no_duplicates, recommended, start
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.etcd import EtcdCluster
 
 BEFORE = 10  # IDs of each key each program draws before the kill: it runs and reaches every group
 AFTER = 10  # IDs of each key each program must draw after the kill

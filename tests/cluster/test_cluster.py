@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.resp import RespConn, RespError
+from march_harness.servers import MarchServer, RedisServer
 from redis.cluster import RedisCluster
-from support.cluster import ClusterNode, MarchCluster
-from support.etcd import EtcdCluster
-from support.resp import RespConn, RespError
-from support.servers import MarchServer, RedisServer
 
 from march.cluster.slots import crc16, key_slot
 from march.etcd.grpc_etcd import GrpcEtcd

@@ -29,11 +29,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from support.etcd import EtcdCluster, EtcdMember
-from support.fake_etcd import FakeEtcd
-from support.manual_clock import ManualClock
-from support.proxy import TcpProxy
-from support.tls import Certs, make_certs
+from march_harness.etcd import EtcdCluster, EtcdMember
+from march_harness.fake_etcd import FakeEtcd
+from march_harness.manual_clock import ManualClock
+from march_harness.proxy import TcpProxy
+from march_harness.tls import Certs, make_certs
 
 from march.errors import GuardFailed, StoreError, StoreFull, StoreRejected
 from march.etcd.api import Delete, Etcd, Get, Put, created_at

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 
 import pytest
-from support.cluster import ClusterNode, MarchCluster
-from support.resp import RespConn
-from support.servers import RedisServer
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.resp import RespConn
+from march_harness.servers import RedisServer
 
 pytestmark = pytest.mark.redis
 

@@ -15,9 +15,9 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from support.etcd import EtcdCluster
-from support.fake_etcd import FakeEtcd
-from support.manual_clock import ManualClock
+from march_harness.etcd import EtcdCluster
+from march_harness.fake_etcd import FakeEtcd
+from march_harness.manual_clock import ManualClock
 
 from march.cluster.groups import SlotRange
 from march.cluster.layout import (

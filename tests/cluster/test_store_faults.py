@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cluster import MarchCluster, parse_info
-from support.etcd import EtcdCluster
-from support.resp import RespConn, RespError
+from march_harness.cluster import MarchCluster, parse_info
+from march_harness.etcd import EtcdCluster
+from march_harness.resp import RespConn, RespError
 
 from march import errors
 from march.errors import StoreFull

@@ -1,5 +1,5 @@
 """Takeover costs the same whatever the number of sequences (``march.keyspace.keyspace``: lazy, per term),
-and listing many sequences reads them a page at a time. In process (``support.sim``).
+and listing many sequences reads them a page at a time. In process (``march_harness.sim``).
 
 20,000 sequences are written straight into the fake etcd in the store's own record format
 (``march.store.etcd_store.encode_record``; checked against a sequence created the ordinary way), which
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from support.sim import TTL, EtcdLog, Sim, SimFactory, SimNode, sims
+from march_harness.sim import TTL, EtcdLog, Sim, SimFactory, SimNode, sims
 
 from march.etcd.api import Put
 from march.keyspace.keyspace import PAGE, Selection

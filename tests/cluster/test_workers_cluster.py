@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from march_harness import wait_until
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.sim import TTL, SimFactory, sims
 from redis.exceptions import MovedError
-from support import wait_until
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
-from support.sim import TTL, SimFactory, sims
 
 from march.errors import GuardFailed
 from march.generators.bound import NotServing

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from support import MarchServer, RedisServer, serving
-
-from .helpers import client
+from march_harness import MarchServer, RedisServer, serving
+from march_harness.compare import client
 
 
 @pytest.fixture(scope="package")

@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 import redis
-from support import MarchServer, RedisServer, RespConn, RespError, serving
-from support.resp import encode
+from march_harness import MarchServer, RedisServer, RespConn, RespError, serving
+from march_harness.compare import client, outcome, raw, same
+from march_harness.resp import encode
 
 from march import errors
-
-from .helpers import client, outcome, raw, same
 
 pytestmark = pytest.mark.redis
 

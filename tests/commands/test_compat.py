@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 import redis
-from support import MarchServer, RedisServer, RespConn
-
-from .helpers import client, raw, same
+from march_harness import MarchServer, RedisServer, RespConn
+from march_harness.compare import client, raw, same
 
 pytestmark = pytest.mark.redis
 

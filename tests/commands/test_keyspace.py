@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-
-from .helpers import outcome
+from march_harness.compare import outcome
 
 
 def make_keys(c: redis.Redis, names: list[str]) -> None:

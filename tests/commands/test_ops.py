@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 import redis
-
-from .helpers import outcome, same
+from march_harness.compare import outcome, same
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
-from support.resp import RespConn, RespError, encode
-from support.servers import MarchServer, RedisServer
+from march_harness.resp import RespConn, RespError, encode
+from march_harness.servers import MarchServer, RedisServer
 
 from march.cluster.announce import MAX_HELD, MAX_NAME, MAX_SUBSCRIPTIONS, SWITCH_MASTER, PubSub, Subscriber, hears
 from march.cluster.directory import NodeInfo

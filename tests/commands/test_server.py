@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 import redis
-from support import MarchServer, RespConn
+from march_harness import MarchServer, RespConn
+from march_harness.compare import outcome, raw, same
 
 from march.errors import REFUSAL_REASONS
-
-from .helpers import outcome, raw, same
 
 REFUSED = [
     ("DECR", "{k}"),

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import MarchServer, serving, wait_until
-
-from .helpers import client
+from march_harness import MarchServer, serving, wait_until
+from march_harness.compare import client
 
 
 def acquire(c: redis.Redis, ns: str, *extra: object) -> tuple[int, bytes, int, int]:

@@ -36,11 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import MarchServer, RedisServer, RespConn, RespError, wait_until
-from support.cluster import parse_info
-from support.ports import free_port
-from support.resp import encode
-from support.tls import Certs, make_certs, openssl_binary, wait_listening
+from march_harness import MarchServer, RedisServer, RespConn, RespError, wait_until
+from march_harness.cluster import parse_info
+from march_harness.ports import free_port
+from march_harness.resp import encode
+from march_harness.tls import Certs, make_certs, openssl_binary, wait_listening
 
 from march import errors
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from march_harness import MarchServer, RespConn, RespError, serving
+from march_harness.cluster import parse_info
+from march_harness.resp import encode
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from support import MarchServer, RespConn, RespError, serving
-from support.cluster import parse_info
-from support.resp import encode
 
 from march import errors
 

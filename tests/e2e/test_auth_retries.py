@@ -25,10 +25,10 @@ from collections.abc import Callable
 
 import pytest
 import redis
+from march_harness import MarchServer, RespConn, RespError
+from march_harness.cluster import parse_info
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from support import MarchServer, RespConn, RespError
-from support.cluster import parse_info
 
 from march import errors
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import MarchServer
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
-from support.postgres import postgres  # noqa: F401 - a throwaway PostgreSQL (import-floors --dsn)
-from support.servers import REPO_ROOT, RedisServer
+from march_harness import MarchServer
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.postgres import postgres  # noqa: F401 - a throwaway PostgreSQL (import-floors --dsn)
+from march_harness.servers import REPO_ROOT, RedisServer
 
 from march.backup.archive import BackupError, Summary, _EtcdWriter
 from march.config import MAX_ID

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from support import MarchServer
+from march_harness import MarchServer
 
 
 def run_benchmark(port: int, *args: str) -> str:

@@ -21,8 +21,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from support import MarchServer, RespConn, RespError, wait_until
-from support.resp import encode
+from march_harness import MarchServer, RespConn, RespError, wait_until
+from march_harness.resp import encode
 
 from march import errors
 

@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.etcd import EtcdCluster
-from support.ports import free_port
-from support.servers import REPO_ROOT
+from march_harness.etcd import EtcdCluster
+from march_harness.ports import free_port
+from march_harness.servers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "cluster"
 READY = "Ctrl-C stops everything."

@@ -9,7 +9,7 @@ case, so one pair of servers (`server_pair`) serves the whole module.
 from __future__ import annotations
 
 import pytest
-from support import MarchServer, RedisServer, RespConn
+from march_harness import MarchServer, RedisServer, RespConn
 
 MAX = 2**63 - 1
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import MarchServer, wait_until
+from march_harness import MarchServer, wait_until
 
 REPO_TOML = Path(__file__).resolve().parents[2] / "config" / "march.toml"
 

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from march_harness import MarchServer, RespConn, RespError
+from march_harness.cluster import MarchCluster
+from march_harness.node import install_ioredis, node_binary, run_ioredis
+from march_harness.resp import wait_until
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
-from support import MarchServer, RespConn, RespError
-from support.cluster import MarchCluster
-from support.node import install_ioredis, node_binary, run_ioredis
-from support.resp import wait_until
 
 from march import errors
 

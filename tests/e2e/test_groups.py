@@ -3,12 +3,12 @@
 
 One cluster (a real etcd, three `march serve --groups 4 --redirect forward` nodes) and, at once:
 - redis-py `RedisCluster` (routes each key to its group's primary from `CLUSTER SLOTS`);
-- ioredis `Cluster` (Node.js, installed by npm into a temporary directory as tests/support/node.py
+- ioredis `Cluster` (Node.js, installed by npm into a temporary directory as harness/march_harness/node.py
   does), a loop of INCRs that prints each request's send and reply time on `process.hrtime`,
   which is the same clock (CLOCK_MONOTONIC) as the test's `time.monotonic_ns`, so its requests
   join the same histories;
 - `redis-cli -c` (one process per INCR, following MOVED itself);
-- plain `redis.Redis` connections to each node in turn (`support.load.ForwardClient`): a node that
+- plain `redis.Redis` connections to each node in turn (`march_harness.load.ForwardClient`): a node that
   is not the key's primary relays the request to it (forward mode), so a plain client never sees
   MOVED.
 All of them INCR the same keys, two per group. Under that load the node leading two groups is
@@ -30,12 +30,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cluster import MarchCluster, owners_by_group, parse_slots
-from support.etcd import EtcdCluster
-from support.history import History, analyze, group_of_key
-from support.load import Load, group_keys
-from support.node import install_ioredis, node_binary
-from support.resp import wait_until
+from march_harness.cluster import MarchCluster, owners_by_group, parse_slots
+from march_harness.etcd import EtcdCluster
+from march_harness.history import History, analyze, group_of_key
+from march_harness.load import Load, group_keys
+from march_harness.node import install_ioredis, node_binary
+from march_harness.resp import wait_until
 
 GROUPS = 4
 SECRET = "groups-e2e-secret"  # the internal link's shared secret (forward mode)

@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from support.etcd import EtcdCluster
-from support.servers import REPO_ROOT
+from march_harness.etcd import EtcdCluster
+from march_harness.servers import REPO_ROOT
 
 from march.cluster.layout import Layout, read_layout
 from march.etcd.grpc_etcd import GrpcEtcd

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from support import MarchServer, RespConn, wait_until
+from march_harness import MarchServer, RespConn, wait_until
 
 Factory = Callable[..., MarchServer]
 IDLE = 1  # seconds (the smallest allowed): a sequence leaves memory 1 to ~2 s after its last ID

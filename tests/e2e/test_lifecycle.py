@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from support import History, MarchServer, RedisServer, RespConn, RespError, check_history, wait_until
-from support.resp import encode
+from march_harness import History, MarchServer, RedisServer, RespConn, RespError, check_history, wait_until
+from march_harness.resp import encode
 
 Factory = Callable[..., MarchServer]
 

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import MarchServer, RespConn, RespError
-from support.cluster import parse_info
-from support.ports import free_port
-from support.resp import encode
-from support.tls import TlsRespConn, make_certs, openssl_binary, wait_listening
+from march_harness import MarchServer, RespConn, RespError
+from march_harness.cluster import parse_info
+from march_harness.ports import free_port
+from march_harness.resp import encode
+from march_harness.tls import TlsRespConn, make_certs, openssl_binary, wait_listening
 
 from march import errors
 from march.cluster.links import INITIATOR, RESPONDER, proof, proof_ok

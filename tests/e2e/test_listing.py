@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import MarchServer, RedisServer, RespConn, RespError, wait_until
-from support.resp import encode
+from march_harness import MarchServer, RedisServer, RespConn, RespError, wait_until
+from march_harness.resp import encode
 
 from march import errors
 

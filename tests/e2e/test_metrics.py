@@ -25,10 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from march_harness import MarchServer, RespConn, RespError, free_port, serving, wait_until
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.etcd import EtcdCluster
 from prometheus_client.parser import text_string_to_metric_families
-from support import MarchServer, RespConn, RespError, free_port, serving, wait_until
-from support.cluster import ClusterNode, MarchCluster
-from support.etcd import EtcdCluster
 
 PASSWORD = "metrics-pw-4471"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

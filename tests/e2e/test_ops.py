@@ -15,7 +15,7 @@ from queue import Empty, Queue
 
 import pytest
 import redis
-from support import MarchServer, RedisServer, RespConn, RespError
+from march_harness import MarchServer, RedisServer, RespConn, RespError
 
 PASSWORD = "ops-Secret-9917"
 

@@ -24,8 +24,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
-from support import MarchServer, RespConn, RespError
-from support.resp import encode
+from march_harness import MarchServer, RespConn, RespError
+from march_harness.resp import encode
 
 from march.cluster.announce import MAX_HELD
 

@@ -15,8 +15,8 @@ import threading
 import time
 
 import pytest
-from support import MarchServer, RedisServer, RespConn
-from support.resp import encode
+from march_harness import MarchServer, RedisServer, RespConn
+from march_harness.resp import encode
 
 Pair = tuple[MarchServer, RedisServer]
 

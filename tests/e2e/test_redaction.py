@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from support import MarchServer, RespConn
+from march_harness import MarchServer, RespConn
 
 ADMIN_PW = "redact-Admin-7731"
 SECRETS = [f"pw-{i}-secret" for i in range(12)]

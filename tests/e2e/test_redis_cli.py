@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
-from support import MarchServer, RedisServer
+from march_harness import MarchServer, RedisServer
 
 Pair = tuple[MarchServer, RedisServer]
 

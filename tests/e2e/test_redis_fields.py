@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import redis
-from support import MarchServer, RedisServer, RespConn
+from march_harness import MarchServer, RedisServer, RespConn
 
 pytestmark = pytest.mark.redis
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 import redis.asyncio
-from support import History, MarchServer, check_history
+from march_harness import History, MarchServer, check_history
 
 PROTOCOLS = [2, 3]
 

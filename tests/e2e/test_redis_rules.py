@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support import MarchServer, RedisServer, RespConn, RespError
-from support.resp import encode
+from march_harness import MarchServer, RedisServer, RespConn, RespError
+from march_harness.resp import encode
 
 pytestmark = pytest.mark.redis
 

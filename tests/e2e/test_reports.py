@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.history import History
-from support.load import time_series
+from march_harness import REPO_ROOT as ROOT
+from march_harness.bench.charts import drill_png
+from march_harness.history import History
+from march_harness.load import time_series
 
-ROOT = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STOP_GRACE = 30  # seconds a timed-out script gets to stop its servers after SIGTERM
 
@@ -108,10 +109,7 @@ def test_drill_writes_a_png_per_repetition(tmp_path: Path, etcd_bin: str) -> Non
     assert_png(png)
 
 
-def test_drill_chart_from_a_made_up_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    from benchlib.charts import drill_png
-
+def test_drill_chart_from_a_made_up_history(tmp_path: Path) -> None:
     ms = 1_000_000
     h = History()
     t0 = History.now()

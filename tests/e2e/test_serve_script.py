@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import MarchServer
-from support.servers import REPO_ROOT
+from march_harness import MarchServer
+from march_harness.servers import REPO_ROOT
 
 
 class ServeScript(MarchServer):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from support import MarchServer, RedisServer, RespConn, RespError
+from march_harness import MarchServer, RedisServer, RespConn, RespError
 
 Pair = tuple[MarchServer, RedisServer]
 

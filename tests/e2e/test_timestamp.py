@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from support import History, MarchServer, RespConn, RespError, check_history, wait_until
-from support.resp import encode
+from march_harness import History, MarchServer, RespConn, RespError, check_history, wait_until
+from march_harness.resp import encode
 
 from march import errors
 from march.generators.bits import PRESETS, Layout, iso

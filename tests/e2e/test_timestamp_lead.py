@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import redis
-from support import MarchServer, RespConn, RespError
+from march_harness import MarchServer, RespConn, RespError
 
 from march import errors
 from march.generators.bits import PRESETS

@@ -1,6 +1,6 @@
 """TLS for clients on a single node (Redis' options: ``--tls-port``, ``--tls-cert-file``,
 ``--tls-key-file``, ``--tls-ca-cert-file``, ``--tls-auth-clients yes|optional|no``), with
-certificates made by ``openssl`` for the test (``support.tls``).
+certificates made by ``openssl`` for the test (``march_harness.tls``).
 
 - ``yes``: redis-cli ``--tls`` and redis-py ``ssl=True`` with a client certificate get IDs; a client
   without a certificate, or with one another CA signed, is refused; the plain port still serves.
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from march_harness import MarchServer, RespConn, RespError
+from march_harness.ports import free_port
+from march_harness.servers import REPO_ROOT
+from march_harness.tls import Certs, TlsRespConn, make_certs, openssl_binary, wait_listening
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from support import MarchServer, RespConn, RespError
-from support.ports import free_port
-from support.servers import REPO_ROOT
-from support.tls import Certs, TlsRespConn, make_certs, openssl_binary, wait_listening
 
 Factory = Callable[..., MarchServer]
 

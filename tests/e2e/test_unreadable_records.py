@@ -25,10 +25,10 @@ import sys
 from pathlib import Path
 
 import redis
-from support import MarchServer, RespConn, RespError, wait_until
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
-from support.servers import REPO_ROOT
+from march_harness import MarchServer, RespConn, RespError, wait_until
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.servers import REPO_ROOT
 
 from march import errors
 from march.etcd.grpc_etcd import GrpcEtcd

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 import redis
-from support import MarchServer, RespConn, RespError
+from march_harness import MarchServer, RespConn, RespError
 
 
 def test_concurrent_clients_get_distinct_ids(march_server: MarchServer) -> None:

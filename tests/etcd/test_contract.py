@@ -21,10 +21,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
-from support.aio import finish
-from support.etcd import EtcdCluster
-from support.fake_etcd import FakeEtcd
-from support.manual_clock import ManualClock
+from march_harness.aio import finish
+from march_harness.etcd import EtcdCluster
+from march_harness.fake_etcd import FakeEtcd
+from march_harness.manual_clock import ManualClock
 
 from march.errors import StoreError, StoreRejected
 from march.etcd.api import (

@@ -15,9 +15,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-from support.aio import finish
-from support.fake_etcd import FakeEtcd, FakeEtcdClient
-from support.manual_clock import ManualClock
+from march_harness.aio import finish
+from march_harness.fake_etcd import FakeEtcd, FakeEtcdClient
+from march_harness.manual_clock import ManualClock
 
 from march.errors import StoreError, StoreFull, StoreRejected
 from march.etcd.api import KV, Get, Put, created_at, value_is

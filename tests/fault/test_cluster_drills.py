@@ -3,11 +3,11 @@ three march processes, concurrent clients (redis-py `RedisCluster` and plain con
 follow MOVED by hand) recording every request, and the history checker over every history.
 
 Each drill runs MARCH_DRILL_REPS times (default 3) on the same processes, from a settled
-cluster back to a settled cluster; the drill logic lives in `support.drills` and is shared with
+cluster back to a settled cluster; the drill logic lives in `march_harness.drills` and is shared with
 scripts/drill, which prints the same figures with a live timeline.
 
 What is asserted, on every repetition: 0 duplicates, 0 real-time order violations, and each
-drill's own invariant (see `support.drills`). Timing bars (first INCR on the new primary within
+drill's own invariant (see `march_harness.drills`). Timing bars (first INCR on the new primary within
 TTL + 1 s, also with 15,000 sequences of 200-byte names; the partitioned primary silent within
 the TTL; service within a second of a restarted etcd answering) are asserted with a slack of
 MARCH_DRILL_SLACK seconds (default 2): a loaded 2-core CI machine is no benchmark. The planned
@@ -21,9 +21,9 @@ import os
 from collections.abc import Callable
 
 import pytest
+from march_harness.cluster import MarchCluster
+from march_harness.drills import DRILLS, LAYOUTS, DrillEnv, env_float
 from redis.cluster import RedisCluster
-from support.cluster import MarchCluster
-from support.drills import DRILLS, LAYOUTS, DrillEnv, env_float
 
 REPS = int(os.environ.get("MARCH_DRILL_REPS", "3"))
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)

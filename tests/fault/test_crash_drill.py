@@ -25,8 +25,8 @@ import threading
 import time
 
 import pytest
-from support import History, MarchServer, RespConn, RespError, check_history, wait_until
-from support.resp import encode
+from march_harness import History, MarchServer, RespConn, RespError, check_history, wait_until
+from march_harness.resp import encode
 
 ROUNDS = int(os.environ.get("MARCH_DRILL_ROUNDS", "30"))  # the issue asks for at least 20
 SEED = int(os.environ.get("MARCH_DRILL_SEED", str(random.randrange(2**32))))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from support.drills import DRILLS, DrillEnv, DrillResult, env_float
+from march_harness.drills import DRILLS, DrillEnv, DrillResult, env_float
 
 GROUPS = 4
 TTL = 2  # seconds of lease: the shortest march accepts

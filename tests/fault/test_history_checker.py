@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import History, Op, check_history
-from support.drills import DrillResult, _other_groups
-from support.history import analyze_groups, group_of_key, group_of_slot, group_slots
-from support.load import KEYS, TIMESTAMP_KEY, figures, group_keys
+from march_harness import History, Op, check_history
+from march_harness.drills import DrillResult, _other_groups
+from march_harness.history import analyze_groups, group_of_key, group_of_slot, group_slots
+from march_harness.load import KEYS, TIMESTAMP_KEY, figures, group_keys
 
 from march.cluster.slots import key_slot
 

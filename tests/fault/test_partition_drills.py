@@ -1,6 +1,6 @@
 """Real network partitions (issue 25): the short form of `scripts/drill partition-primary
 partition-all partition-standby partition-flap`. etcd and every march node run in a network
-namespace of their own, joined by veth pairs to a bridge (``support.netns``); a cut drops packets
+namespace of their own, joined by veth pairs to a bridge (``march_harness.netns``); a cut drops packets
 both ways with ``ip rule ... blackhole``, as a pulled cable does, and every namespace, link and
 rule is removed when the environment stops, whatever happened. Skipped, saying why, where network
 namespaces cannot be made (not root, no ``ip``, not permitted).
@@ -21,9 +21,9 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
-from support import netns
-from support.drills import DRILLS, DrillEnv, env_float
-from support.netns import NetLab, unavailable
+from march_harness import netns
+from march_harness.drills import DRILLS, DrillEnv, env_float
+from march_harness.netns import NetLab, unavailable
 
 TTL = 2  # seconds of lease: the shortest march accepts
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)

@@ -1,4 +1,4 @@
-"""The abuse soak, short (tests/support/soak.py; scripts/soak runs it for minutes and prints the
+"""The abuse soak, short (harness/march_harness/soak.py; scripts/soak runs it for minutes and prints the
 figures): every abuse of issue 16 at once against a three-node cluster on a real etcd, while
 well-behaved clients draw IDs and the primary is killed with ``kill -9`` half-way.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support.etcd import EtcdCluster
-from support.soak import SoakConfig, run_soak
+from march_harness.etcd import EtcdCluster
+from march_harness.soak import SoakConfig, run_soak
 
 
 def test_every_abuse_at_once_breaks_no_guarantee_and_no_grant(tmp_path: Path, etcd: EtcdCluster) -> None:

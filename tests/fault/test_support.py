@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import aetcd
 import pytest
-from support import History, MarchServer, wait_until
-from support.etcd import EtcdCluster, _http
-from support.load import Load, figures
-from support.proxy import TcpProxy
+from march_harness import History, MarchServer, wait_until
+from march_harness.etcd import EtcdCluster, _http
+from march_harness.load import Load, figures
+from march_harness.proxy import TcpProxy
 
 # -- etcd ----------------------------------------------------------------------------------------
 

@@ -8,32 +8,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import itertools
 import random
 import socket
-import sys
 import threading
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from march_harness import fuzz
 
 from march.resp import ProtocolError, RequestParser
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_fuzz() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("march_fuzz", ROOT / "scripts" / "fuzz.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _load_fuzz()
 
 
 def options(*argv: str) -> argparse.Namespace:

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from support import MarchServer, RedisServer, serving
-
-from .raw import PASSWORD
+from march_harness import MarchServer, RedisServer, serving
+from march_harness.raw import PASSWORD
 
 
 @pytest.fixture(scope="package")

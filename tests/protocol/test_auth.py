@@ -6,9 +6,8 @@ redis-server started with the same password.
 from __future__ import annotations
 
 import pytest
-from support import MarchServer, RedisServer
-
-from .raw import PASSWORD, Raw, mb
+from march_harness import MarchServer, RedisServer
+from march_harness.raw import PASSWORD, Raw, mb
 
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
 WRONGPASS = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"

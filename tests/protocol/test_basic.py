@@ -8,11 +8,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from support import MarchServer, RedisServer
+from march_harness import MarchServer, RedisServer
+from march_harness.raw import Raw, barrier, bulk, info_field, march_bug, mb
 
 from march.version import REDIS_COMPAT_VERSION
-
-from .raw import Raw, barrier, bulk, info_field, march_bug, mb
 
 Server = MarchServer | RedisServer
 

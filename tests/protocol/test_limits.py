@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from support import MarchServer, serving, wait_until
-
-from .raw import Raw, barrier, bulk, info_field, mb
+from march_harness import MarchServer, serving, wait_until
+from march_harness.raw import Raw, barrier, bulk, info_field, mb
 
 MAX_ARGS = 8
 MAX_BULK = 4096

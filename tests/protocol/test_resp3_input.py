@@ -8,9 +8,8 @@ leniently, and the bytes hiredis (march's fast parser) could not be trusted with
 from __future__ import annotations
 
 import pytest
-from support import MarchServer, RedisServer
-
-from .raw import Raw, barrier, mb
+from march_harness import MarchServer, RedisServer
+from march_harness.raw import Raw, barrier, mb
 
 Server = MarchServer | RedisServer
 

@@ -10,9 +10,8 @@ the connection's client (``parser.auth_source = client``).
 from __future__ import annotations
 
 import pytest
-from support import MarchServer, RedisServer
-
-from .raw import PASSWORD, Raw, mb
+from march_harness import MarchServer, RedisServer
+from march_harness.raw import PASSWORD, Raw, mb
 
 Server = MarchServer | RedisServer
 

@@ -64,11 +64,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.aio import finish
-from support.etcd import EtcdCluster
-from support.fake_etcd import FakeEtcd, FakeEtcdClient
-from support.manual_clock import ManualClock
-from support.memory_store import MemoryStore
+from march_harness.aio import finish
+from march_harness.etcd import EtcdCluster
+from march_harness.fake_etcd import FakeEtcd, FakeEtcdClient
+from march_harness.manual_clock import ManualClock
+from march_harness.memory_store import MemoryStore
 
 from march.errors import GuardFailed
 from march.etcd.api import Put, created_at

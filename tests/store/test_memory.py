@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.aio import finish, until
-from support.memory_store import MemoryStore
+from march_harness.aio import finish, until
+from march_harness.memory_store import MemoryStore
 
 from march.errors import GuardFailed, StoreError
 from march.store.contract import SINGLE_NODE, SequenceRecord

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.aio import finish
+from march_harness.aio import finish
 
 from march.errors import StoreError, StoreFull, StoreLocked
 from march.store.contract import SINGLE_NODE, SequenceRecord
