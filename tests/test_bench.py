@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +28,7 @@ from march_harness.bench.measured import (
     verdict,
 )
 from march_harness.bench.redisbench import INCR, Auth, BenchmarkFailed, Run
+from march_harness.invoke import run_script
 
 # redis-benchmark 7.0.15's plain output for `-c 2 -n 200 --precision 3 -t incr` (progress line
 # ending in \r first), with the cumulative block's 100% line changed so that reading p99.9 from it
@@ -226,29 +224,8 @@ def test_cluster_report_says_what_bounds_the_gain_and_gives_the_ratios() -> None
 
 
 def run_bench(args: list[str], timeout: float) -> str:
-    """scripts/bench.py to the end; on timeout SIGTERM (it stops its servers), then kill what is left."""
-    proc = subprocess.Popen(
-        [sys.executable, "scripts/bench.py", *args],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=30)
-            pytest.fail(f"scripts/bench.py still running after {timeout}s:\n{out[-4000:]}")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, f"exit {proc.returncode}:\n{out[-4000:]}"
-    return out
+    """scripts/bench.py with ``args``, to its end (`run_script`)."""
+    return run_script(["scripts/bench.py", *args], timeout)
 
 
 @pytest.mark.timeout(240)

@@ -18,19 +18,30 @@ checks), and nothing here starts a process that its owner does not stop: every s
 from march_harness.history import History, Op, check_history
 from march_harness.ports import free_port
 from march_harness.resp import RespConn, RespError, wait_until
-from march_harness.servers import REPO_ROOT, MarchServer, RedisServer, ServerExited, redis_binaries_present, serving
+from march_harness.servers import (
+    REPO_ROOT,
+    MarchServer,
+    Pair,
+    RedisServer,
+    ServerExited,
+    paired,
+    redis_binaries_present,
+    serving,
+)
 
 __all__ = [
     "REPO_ROOT",
     "History",
     "MarchServer",
     "Op",
+    "Pair",
     "RedisServer",
     "RespConn",
     "RespError",
     "ServerExited",
     "check_history",
     "free_port",
+    "paired",
     "redis_binaries_present",
     "serving",
     "wait_until",

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Self, TypeVar
+from typing import IO, Any, NamedTuple, Self, TypeVar
 
 from march_harness.ports import free_port
 from march_harness.resp import RespConn, RespError
@@ -199,6 +199,11 @@ class _Process:
     def conn(self, timeout: float = 10.0) -> RespConn:
         return RespConn(self.port, self.host, timeout=timeout)
 
+    @property
+    def url(self) -> str:
+        """``redis://host:port``, as a client library takes it."""
+        return f"redis://{self.host}:{self.port}"
+
     def __repr__(self) -> str:
         state = f"pid {self.proc.pid}" if self.running and self.proc else "stopped"
         return f"<{type(self).__name__} {self.host}:{self.port} {state}>"
@@ -296,3 +301,23 @@ def serving(server: P, *, during: str | None = None, clean_exit: bool = False) -
         code = server.stop()
     if clean_exit:
         assert code == 0, f"{server.name} exited with {code} on SIGTERM\n{server.describe()}"
+
+
+class Pair(NamedTuple):
+    """A march and a real redis-server side by side: the same requests to both, Redis' reply expected."""
+
+    march: MarchServer
+    redis: RedisServer
+
+
+@contextmanager
+def paired(base: Path, redis_binary: str, *, during: str, requirepass: str | None = None) -> Iterator[Pair]:
+    """A `Pair` in ``base`` for the ``with`` block (both with ``requirepass`` when given; redis-server
+    without persistence), both always stopped afterwards. March must still be running at the end
+    (it survived ``during``) and exit 0 on SIGTERM."""
+    password = [] if requirepass is None else ["--requirepass", requirepass]
+    with (
+        serving(RedisServer(base / "redis", binary=redis_binary, extra_args=password)) as redis,
+        serving(MarchServer.in_dir(base / "march", requirepass=requirepass), during=during, clean_exit=True) as march,
+    ):
+        yield Pair(march, redis)

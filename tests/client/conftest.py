@@ -18,13 +18,9 @@ from march_harness import MarchServer
 from march_harness.postgres import postgres  # noqa: F401 - one throwaway PostgreSQL per session (ORM tests)
 
 
-def url_of(server: MarchServer) -> str:
-    return f"redis://127.0.0.1:{server.port}"
-
-
 @pytest.fixture
 def march_url(march_server: MarchServer) -> str:
-    return url_of(march_server)
+    return march_server.url
 
 
 @pytest.fixture

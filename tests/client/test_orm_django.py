@@ -14,105 +14,18 @@ server's watermark moves by exactly the number of rows), plain `bulk_create` sti
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from march_client import Sequencer
 from march_harness import MarchServer, serving
-from march_harness.postgres import PostgresCluster  # the `postgres` fixture comes from conftest.py
 
 django = pytest.importorskip("django")
 
 from django.conf import settings  # noqa: E402
+from march_harness.django_models import SPY, SPY_KEY, Models, add_postgres, setup_django  # noqa: E402
 
 BULK = 10_000
 EXPLICIT = 2**62  # an ID set by hand, far above what the tests draw
-APP = "march_orm_tests"
-SPY_KEY = "dj:tickets"
-SETTINGS_KEY = "dj:orders"
-
-
-class Spy:
-    """A sequencer that records each call it passes on: ("next", 1) or ("range", n)."""
-
-    def __init__(self) -> None:
-        self.inner: Sequencer | None = None
-        self.calls: list[tuple[str, int]] = []
-
-    def next(self, key: str) -> int:
-        assert self.inner is not None
-        self.calls.append(("next", 1))
-        return self.inner.next(key)
-
-    def next_range(self, key: str, n: int) -> range:
-        assert self.inner is not None
-        self.calls.append(("range", n))
-        return self.inner.next_range(key, n)
-
-
-SPY = Spy()  # the models are made once per process; each test plugs in its own sequencer
-
-
-class Models:
-    Order: Any  # the sequencer from settings.MARCH_URL
-    Ticket: Any  # an explicit sequencer (the spy), and MarchManager
-
-
-_models: Models | None = None
-
-
-def setup_django(sqlite_path: Path) -> Models:
-    """Configure Django once per process and define the test models."""
-    global _models
-    if _models is not None:
-        return _models
-    if not settings.configured:
-        settings.configure(
-            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path)}},
-            INSTALLED_APPS=[],
-            USE_TZ=True,
-            DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        )
-    django.setup()
-    from django.db import models
-    from march_client.orm.django import MarchIDField, MarchManager
-
-    class Order(models.Model):
-        id = MarchIDField(primary_key=True, sequence=SETTINGS_KEY)
-        n = models.BigIntegerField()
-
-        class Meta:
-            app_label = APP
-
-    class Ticket(models.Model):
-        id = MarchIDField(primary_key=True, sequence=SPY_KEY, sequencer=lambda: SPY)
-        n = models.BigIntegerField()
-        objects = MarchManager()
-
-        class Meta:
-            app_label = APP
-
-    _models = Models()
-    _models.Order, _models.Ticket = Order, Ticket
-    return _models
-
-
-def add_postgres(alias: str, pg: PostgresCluster) -> None:
-    """Add a database alias after `settings.configure` (the DSN is known only now)."""
-    from django.db import DEFAULT_DB_ALIAS, connections
-
-    if alias in connections.settings:
-        return
-    cfg = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": pg.create_database("dj"),
-        "USER": "march",
-        "HOST": "127.0.0.1",
-        "PORT": str(pg.port),
-    }
-    full = connections.configure_settings({DEFAULT_DB_ALIAS: connections.settings[DEFAULT_DB_ALIAS], alias: cfg})
-    connections.settings[alias] = full[alias]
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,9 @@ sa = pytest.importorskip("sqlalchemy")
 pytest.importorskip("django")
 
 from march_client.orm.sqlalchemy import MarchId  # noqa: E402
+from march_harness.django_models import SPY, SPY_KEY, Models, add_postgres, setup_django  # noqa: E402
 from sqlalchemy import BigInteger, select  # noqa: E402
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column  # noqa: E402
-
-from client.test_orm_django import SPY, SPY_KEY, Models, add_postgres, setup_django  # noqa: E402
 
 BEFORE_KILL = 200  # rows inserted before the primary is killed
 AFTER_KILL = 200  # rows inserted (by requests sent) after the kill, for the test to end

@@ -27,8 +27,6 @@ from march_harness.tls import make_certs, openssl_binary, wait_listening
 
 from march.cluster.slots import key_slot as server_key_slot
 
-from .conftest import url_of
-
 # -- against one node -----------------------------------------------------------------------------
 
 
@@ -63,7 +61,7 @@ def test_server_limit_on_incrby_is_an_error(march_url: str) -> None:
 
 def test_wrong_password_is_raised_at_once(march_factory: Callable[..., MarchServer]) -> None:
     server = march_factory(requirepass="s3cret")
-    url = url_of(server)
+    url = server.url
     with Sequencer(url, password="wrong", retry_for=60) as seq, pytest.raises(rex.AuthenticationError):
         seq.next("k")  # retry_for=60 would hang the test if this were retried
     with Sequencer(url.replace("redis://", "redis://default:s3cret@"), retry_for=5) as seq:
@@ -79,7 +77,7 @@ def test_nothing_listening_ends_with_unavailable() -> None:
 
 
 def test_a_request_waits_through_a_restart(march_server: MarchServer) -> None:
-    with Sequencer(url_of(march_server), retry_for=60) as seq:
+    with Sequencer(march_server.url, retry_for=60) as seq:
         first = seq.next("k")
         march_server.stop()
         got: list[int] = []

@@ -22,8 +22,6 @@ from march_client import Sequencer, Unavailable, WorkerLost
 from march_client.snowflake import EPOCH_MS, MAX_SEQ, SnowflakeGenerator, compose, decode, wall_ms
 from march_harness import MarchServer, wait_until
 
-from .conftest import url_of
-
 # -- with a scripted server ------------------------------------------------------------------------
 
 
@@ -231,7 +229,7 @@ def test_processes_never_share_a_worker_id_through_kill_and_expiry(
     march_factory: Callable[..., MarchServer], tmp_path: Path
 ) -> None:
     server = march_factory(extra_args=["--worker-margin", "0.2"])
-    url = url_of(server)
+    url = server.url
     ctx = multiprocessing.get_context("spawn")
     procs: list[multiprocessing.process.BaseProcess] = []
     stops: list[Connection] = []  # one pipe per process: a killed child cannot block the others' stop

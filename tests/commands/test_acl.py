@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import redis
-from march_harness import MarchServer, RedisServer, RespConn, RespError, serving
+from march_harness import Pair, RespConn, RespError
 from march_harness.compare import client, outcome, raw, same
 from march_harness.resp import encode
 
@@ -28,26 +28,16 @@ from march import errors
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[tuple[MarchServer, RedisServer]]:
-    base = tmp_path_factory.mktemp("acl")
-    with (
-        serving(RedisServer(base / "redis", binary=redis_binary)) as r,
-        serving(MarchServer.in_dir(base / "march"), during="the ACL tests", clean_exit=True) as m,
-    ):
-        yield m, r
-
-
 @pytest.fixture
-def admins(pair: tuple[MarchServer, RedisServer]) -> Iterator[tuple[redis.Redis, redis.Redis]]:
-    m, r = pair
+def admins(server_pair: Pair) -> Iterator[tuple[redis.Redis, redis.Redis]]:
+    m, r = server_pair
     with client(m.port) as mc, client(r.port) as rc:
         yield mc, rc
 
 
-def both(pair: tuple[MarchServer, RedisServer], *commands: tuple[Any, ...]) -> list[Any]:
+def both(server_pair: Pair, *commands: tuple[Any, ...]) -> list[Any]:
     """The raw replies of ``commands`` on one fresh connection to each server; they must be equal."""
-    m, r = pair
+    m, r = server_pair
     got, expected = raw(m.port, *commands), raw(r.port, *commands)
     assert got == expected, f"{commands!r}:\n march {got!r}\n redis {expected!r}"
     return got
@@ -80,12 +70,12 @@ PROBES = [
 
 
 @pytest.mark.parametrize("setup", SETUPS, ids=[s[0] for s in SETUPS])
-def test_the_same_rules_allow_the_same_requests(pair: tuple[MarchServer, RedisServer], setup: tuple[str, ...]) -> None:
+def test_the_same_rules_allow_the_same_requests(server_pair: Pair, setup: tuple[str, ...]) -> None:
     name, *rules = setup
-    assert both(pair, ("ACL", "SETUSER", name, *rules)) == ["OK"]
+    assert both(server_pair, ("ACL", "SETUSER", name, *rules)) == ["OK"]
     for probe in PROBES:
-        both(pair, ("ACL", "DRYRUN", name, *probe))
-    m, r = pair
+        both(server_pair, ("ACL", "DRYRUN", name, *probe))
+    m, r = server_pair
     with client(m.port) as mc, client(r.port) as rc:
         got, expected = mc.acl_getuser(name), rc.acl_getuser(name)
     for field in ("flags", "passwords", "keys"):
@@ -122,14 +112,14 @@ def test_the_same_rules_allow_the_same_requests(pair: tuple[MarchServer, RedisSe
         ["+nope|x"],
     ],
 )
-def test_invalid_rules_are_the_same_errors(pair: tuple[MarchServer, RedisServer], rules: list[str]) -> None:
-    replies = both(pair, ("ACL", "SETUSER", "bad", *rules), ("ACL", "GETUSER", "bad"))
+def test_invalid_rules_are_the_same_errors(server_pair: Pair, rules: list[str]) -> None:
+    replies = both(server_pair, ("ACL", "SETUSER", "bad", *rules), ("ACL", "GETUSER", "bad"))
     assert replies[1] is None  # nothing was created
 
 
-def test_users_whoami_deluser_and_errors(pair: tuple[MarchServer, RedisServer]) -> None:
+def test_users_whoami_deluser_and_errors(server_pair: Pair) -> None:
     both(
-        pair,
+        server_pair,
         ("ACL", "SETUSER", "tmp1", "on"),
         ("ACL", "SETUSER", "tmp2"),
         ("ACL", "DELUSER", "tmp1", "nobody", "tmp2"),
@@ -142,13 +132,13 @@ def test_users_whoami_deluser_and_errors(pair: tuple[MarchServer, RedisServer]) 
         ("ACL", "SETUSER"),
         ("ACL", "NOPE"),
     )
-    categories = {c.decode() for c in raw(pair[0].port, ("ACL", "CAT"))[0]}
+    categories = {c.decode() for c in raw(server_pair[0].port, ("ACL", "CAT"))[0]}
     assert {"read", "write", "admin", "dangerous", "keyspace", "create", "floor"} <= categories
 
 
-def test_noperm_and_auth_errors_as_a_user(pair: tuple[MarchServer, RedisServer]) -> None:
-    both(pair, ("ACL", "SETUSER", "frank", "on", ">pw", "~orders:*", "+@read", "+@write", "+auth"))
-    m, r = pair
+def test_noperm_and_auth_errors_as_a_user(server_pair: Pair) -> None:
+    both(server_pair, ("ACL", "SETUSER", "frank", "on", ">pw", "~orders:*", "+@read", "+@write", "+auth"))
+    m, r = server_pair
     replies = []
     for port in (m.port, r.port):
         with RespConn(port) as c:
@@ -168,14 +158,12 @@ def test_noperm_and_auth_errors_as_a_user(pair: tuple[MarchServer, RedisServer])
     assert replies[0] == replies[1]
 
 
-def test_the_log_records_denials_without_secrets(
-    pair: tuple[MarchServer, RedisServer], admins: tuple[redis.Redis, redis.Redis]
-) -> None:
+def test_the_log_records_denials_without_secrets(server_pair: Pair, admins: tuple[redis.Redis, redis.Redis]) -> None:
     mc, rc = admins
     for c in admins:
         c.execute_command("ACL", "LOG", "RESET")
-    both(pair, ("ACL", "SETUSER", "gina", "on", ">pw", "~a*", "+get"))
-    m, r = pair
+    both(server_pair, ("ACL", "SETUSER", "gina", "on", ">pw", "~a*", "+get"))
+    m, r = server_pair
     for port in (m.port, r.port):
         with RespConn(port) as c:
             c.call("AUTH", "gina", "not-the-password")
@@ -191,12 +179,12 @@ def test_the_log_records_denials_without_secrets(
     assert outcome(mc, "ACL", "LOG") == [] == outcome(rc, "ACL", "LOG")
 
 
-def acl_list_line(pair: tuple[MarchServer, RedisServer], name: str) -> str:
+def acl_list_line(server_pair: Pair, name: str) -> str:
     """The user's ACL LIST line on both servers (they must be equal; other users' lines may differ:
     March shows the command rules as given, Redis 7.0 recomputes them)."""
     got, expected = (
         next(line.decode() for line in raw(port, ("ACL", "LIST"))[0] if line.startswith(f"user {name} ".encode()))
-        for port in (pair[0].port, pair[1].port)
+        for port in (server_pair[0].port, server_pair[1].port)
     )
     assert got == expected, f"march {got!r}, redis {expected!r}"
     return got
@@ -218,23 +206,23 @@ READ_BACK = [
 
 
 @pytest.mark.parametrize("rules", READ_BACK, ids=[r[0] for r in READ_BACK])
-def test_rules_read_back_as_redis(pair: tuple[MarchServer, RedisServer], rules: tuple[str, ...]) -> None:
+def test_rules_read_back_as_redis(server_pair: Pair, rules: tuple[str, ...]) -> None:
     """ACL LIST and ACL GETUSER show channel rules, merged key patterns and first arguments as Redis 7.0."""
     name, *given = rules
-    both(pair, ("ACL", "DELUSER", name), ("ACL", "SETUSER", name, *given))
-    acl_list_line(pair, name)
-    m, r = pair
+    both(server_pair, ("ACL", "DELUSER", name), ("ACL", "SETUSER", name, *given))
+    acl_list_line(server_pair, name)
+    m, r = server_pair
     with client(m.port) as mc, client(r.port) as rc:
         got, expected = mc.acl_getuser(name), rc.acl_getuser(name)
     for field in ("flags", "passwords", "keys", "channels", "commands"):
         assert got[field] == expected[field], (field, got, expected)
 
 
-def test_the_channels_field_and_line_of_the_issue(pair: tuple[MarchServer, RedisServer]) -> None:
-    both(pair, ("ACL", "SETUSER", "issue", "resetchannels", "&foo", "+@all"))
-    assert acl_list_line(pair, "issue") == "user issue off resetchannels &foo +@all"
-    both(pair, ("ACL", "SETUSER", "issue2", "%R~foo", "%W~foo", "%RW~bar"))
-    assert acl_list_line(pair, "issue2") == "user issue2 off ~foo ~bar resetchannels -@all"
+def test_the_channels_field_and_line_of_the_issue(server_pair: Pair) -> None:
+    both(server_pair, ("ACL", "SETUSER", "issue", "resetchannels", "&foo", "+@all"))
+    assert acl_list_line(server_pair, "issue") == "user issue off resetchannels &foo +@all"
+    both(server_pair, ("ACL", "SETUSER", "issue2", "%R~foo", "%W~foo", "%RW~bar"))
+    assert acl_list_line(server_pair, "issue2") == "user issue2 off ~foo ~bar resetchannels -@all"
 
 
 CHANNEL_PROBES = [
@@ -264,24 +252,20 @@ CHANNEL_PROBES = [
         ("on", "nopass", "&[n]ews.??", "-@all", "+@pubsub", "+select|0", "+select|1"),
     ],
 )
-def test_channel_and_first_arg_rules_allow_what_redis_allows(
-    pair: tuple[MarchServer, RedisServer], rules: tuple[str, ...]
-) -> None:
-    both(pair, ("ACL", "DELUSER", "lis"), ("ACL", "SETUSER", "lis", *rules))
+def test_channel_and_first_arg_rules_allow_what_redis_allows(server_pair: Pair, rules: tuple[str, ...]) -> None:
+    both(server_pair, ("ACL", "DELUSER", "lis"), ("ACL", "SETUSER", "lis", *rules))
     for probe in CHANNEL_PROBES:
-        both(pair, ("ACL", "DRYRUN", "lis", *probe))
+        both(server_pair, ("ACL", "DRYRUN", "lis", *probe))
 
 
-def test_subscribe_refused_and_logged_as_redis(
-    pair: tuple[MarchServer, RedisServer], admins: tuple[redis.Redis, redis.Redis]
-) -> None:
+def test_subscribe_refused_and_logged_as_redis(server_pair: Pair, admins: tuple[redis.Redis, redis.Redis]) -> None:
     """NOPERM with Redis' text for a channel or a pattern, at top level and inside MULTI; the ACL LOG
     entries (reason ``channel``, the first channel refused, the context) as Redis writes them."""
     mc, rc = admins
     for c in admins:
         c.execute_command("ACL", "LOG", "RESET")
-    both(pair, ("ACL", "DELUSER", "lis"), ("ACL", "SETUSER", "lis", "on", ">pw", "&news.*", "&alerts", "+@all"))
-    m, r = pair
+    both(server_pair, ("ACL", "DELUSER", "lis"), ("ACL", "SETUSER", "lis", "on", ">pw", "&news.*", "&alerts", "+@all"))
+    m, r = server_pair
     replies = []
     for port in (m.port, r.port):
         with RespConn(port) as c:
@@ -323,11 +307,11 @@ def subscribed(port: int, user: str, *names: str, pattern: bool = False) -> Resp
     return c
 
 
-def test_a_revoke_drops_the_subscribers_it_forbids(pair: tuple[MarchServer, RedisServer]) -> None:
+def test_a_revoke_drops_the_subscribers_it_forbids(server_pair: Pair) -> None:
     """As Redis 7: ACL SETUSER closes the user's connections subscribed to a channel or a pattern its
     new rules do not allow; the others stay, and so do other users' connections."""
     outcomes = []
-    for port in (pair[0].port, pair[1].port):
+    for port in (server_pair[0].port, server_pair[1].port):
         with RespConn(port) as admin:
             admin.call("ACL", "DELUSER", "rev", "other")
             admin.call("ACL", "SETUSER", "rev", "on", ">pw", "&news.*", "&alerts", "&x*", "+@all")
@@ -361,39 +345,37 @@ def test_a_revoke_drops_the_subscribers_it_forbids(pair: tuple[MarchServer, Redi
     }
 
 
-def test_acl_pubsub_default_as_redis(pair: tuple[MarchServer, RedisServer]) -> None:
+def test_acl_pubsub_default_as_redis(server_pair: Pair) -> None:
     """Redis 7's default (resetchannels), shown by CONFIG GET; allchannels applies to the users
     created (or reset) after it is set, in any case, not to the others."""
-    assert both(pair, ("CONFIG", "GET", "acl-pubsub-default")) == [[b"acl-pubsub-default", b"resetchannels"]]
-    both(pair, ("ACL", "DELUSER", "before", "after", "after2"), ("ACL", "SETUSER", "before", "on"))
+    assert both(server_pair, ("CONFIG", "GET", "acl-pubsub-default")) == [[b"acl-pubsub-default", b"resetchannels"]]
+    both(server_pair, ("ACL", "DELUSER", "before", "after", "after2"), ("ACL", "SETUSER", "before", "on"))
     try:
         both(
-            pair,
+            server_pair,
             ("CONFIG", "SET", "acl-pubsub-default", "ALLCHANNELS"),
             ("CONFIG", "GET", "acl-pubsub-default"),
             ("ACL", "SETUSER", "after"),
             ("ACL", "SETUSER", "after2", "&foo"),  # a pattern after allchannels: refused, as Redis
             ("ACL", "GETUSER", "after2"),
         )
-        assert acl_list_line(pair, "after") == "user after off &* -@all"
-        assert acl_list_line(pair, "before") == "user before on resetchannels -@all"
-        both(pair, ("ACL", "SETUSER", "before", "resetchannels", "&b", "+@all"), ("ACL", "GETUSER", "before"))
+        assert acl_list_line(server_pair, "after") == "user after off &* -@all"
+        assert acl_list_line(server_pair, "before") == "user before on resetchannels -@all"
+        both(server_pair, ("ACL", "SETUSER", "before", "resetchannels", "&b", "+@all"), ("ACL", "GETUSER", "before"))
         for name in ("after", "before"):
-            both(pair, ("ACL", "DRYRUN", name, "SUBSCRIBE", "b"), ("ACL", "DRYRUN", name, "PSUBSCRIBE", "c"))
+            both(server_pair, ("ACL", "DRYRUN", name, "SUBSCRIBE", "b"), ("ACL", "DRYRUN", name, "PSUBSCRIBE", "c"))
     finally:
-        both(pair, ("CONFIG", "SET", "acl-pubsub-default", "resetchannels"))
-    both(pair, ("ACL", "SETUSER", "after2", "on"))
-    assert acl_list_line(pair, "after2") == "user after2 on resetchannels -@all"
+        both(server_pair, ("CONFIG", "SET", "acl-pubsub-default", "resetchannels"))
+    both(server_pair, ("ACL", "SETUSER", "after2", "on"))
+    assert acl_list_line(server_pair, "after2") == "user after2 on resetchannels -@all"
 
 
-def test_cat_keeps_the_case_and_log_shows_ten(
-    pair: tuple[MarchServer, RedisServer], admins: tuple[redis.Redis, redis.Redis]
-) -> None:
-    assert both(pair, ("ACL", "CAT", "NON_EXISTS")) == [RespError("ERR Unknown category 'NON_EXISTS'")]
-    for port in (pair[0].port, pair[1].port):  # (the commands differ: the category is found in any case)
+def test_cat_keeps_the_case_and_log_shows_ten(server_pair: Pair, admins: tuple[redis.Redis, redis.Redis]) -> None:
+    assert both(server_pair, ("ACL", "CAT", "NON_EXISTS")) == [RespError("ERR Unknown category 'NON_EXISTS'")]
+    for port in (server_pair[0].port, server_pair[1].port):  # (the commands differ: the category is found in any case)
         assert b"get" in raw(port, ("ACL", "CAT", "Read"))[0]
-    both(pair, ("ACL", "SETUSER", "tenant", "on", ">pw", "~a*", "+get"), ("ACL", "LOG", "RESET"))
-    m, r = pair
+    both(server_pair, ("ACL", "SETUSER", "tenant", "on", ">pw", "~a*", "+get"), ("ACL", "LOG", "RESET"))
+    m, r = server_pair
     for port in (m.port, r.port):
         with RespConn(port) as c:
             c.call("AUTH", "tenant", "pw")

@@ -23,6 +23,7 @@ import redis
 from march_harness import MarchServer
 from march_harness.cluster import MarchCluster
 from march_harness.etcd import EtcdCluster
+from march_harness.invoke import march, ok, refused
 from march_harness.postgres import postgres  # noqa: F401 - a throwaway PostgreSQL (import-floors --dsn)
 from march_harness.servers import REPO_ROOT, RedisServer
 
@@ -35,27 +36,6 @@ from march.store.etcd_guard import encode_ceiling
 from march.store.etcd_store import encode_record
 
 MANY = 20_000  # sequences in the scale tests: a realistic size that still runs in a few seconds
-
-
-def march(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MARCH_")}
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "march", *args], input=stdin, capture_output=True, text=True, env=env, timeout=120
-    )
-
-
-def ok(*args: str, stdin: str | None = None) -> str:
-    done = march(*args, stdin=stdin)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def refused(*args: str, stdin: str | None = None) -> str:
-    done = march(*args, stdin=stdin)
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr
-    return done.stderr
 
 
 def draw(client: redis.Redis, key: str, n: int) -> list[int]:

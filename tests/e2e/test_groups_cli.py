@@ -15,13 +15,12 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from march_harness.etcd import EtcdCluster
+from march_harness.invoke import march, ok, refused
 from march_harness.servers import REPO_ROOT
 
 from march.cluster.layout import Layout, read_layout
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
-
-from .test_backup import march, ok, refused
 
 T = TypeVar("T")
 

@@ -7,46 +7,15 @@ The drill chart is also drawn from a hand-made history, to check the time series
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from march_harness import REPO_ROOT as ROOT
 from march_harness.bench.charts import drill_png
 from march_harness.history import History
+from march_harness.invoke import STOP_GRACE, run_script
 from march_harness.load import time_series
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-STOP_GRACE = 30  # seconds a timed-out script gets to stop its servers after SIGTERM
-
-
-def run_script(args: list[str], timeout: float) -> str:
-    """Run a script to the end; on timeout SIGTERM it (it stops its servers), then kill what is left."""
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=STOP_GRACE)
-            pytest.fail(f"{args[0]} still running after {timeout}s:\n{out[-4000:]}")
-    finally:  # whatever ends the wait (a timeout here or pytest-timeout's): nothing is left running
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, f"{args} exited with {proc.returncode}:\n{out[-4000:]}"
-    return out
 
 
 def assert_png(path: Path) -> None:

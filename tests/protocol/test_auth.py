@@ -6,7 +6,7 @@ redis-server started with the same password.
 from __future__ import annotations
 
 import pytest
-from march_harness import MarchServer, RedisServer
+from march_harness import MarchServer, Pair, RedisServer
 from march_harness.raw import PASSWORD, Raw, mb
 
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
@@ -108,8 +108,8 @@ def test_auth_without_a_password_configured(server: Server) -> None:
         c.call(mb("PING"), b"+PONG\r\n")
 
 
-def test_config_get_masks_the_password(march_locked: MarchServer) -> None:
-    with Raw(march_locked.port) as c:
+def test_config_get_masks_the_password(locked_pair: Pair) -> None:
+    with Raw(locked_pair.march.port) as c:
         c.call(mb("AUTH", PASSWORD), b"+OK\r\n")
         c.send(mb("CONFIG", "GET", "requirepass"))
         assert PASSWORD.encode() not in c.read_reply()

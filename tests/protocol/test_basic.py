@@ -49,8 +49,8 @@ def test_inline(server: Server, line: bytes, reply: bytes) -> None:
         c.assert_open()  # and nothing else came before the next reply
 
 
-def test_inline_commands_reach_the_sequences(march: MarchServer, key: str) -> None:
-    with Raw(march.port) as c:
+def test_inline_commands_reach_the_sequences(march_proc: MarchServer, key: str) -> None:
+    with Raw(march_proc.port) as c:
         c.call(b"INCR %s\r\n" % key.encode(), b":1\r\n")
         c.call(b"INCRBY %s 9\r\n" % key.encode(), b":10\r\n")
         c.call(b"GET %s\r\n" % key.encode(), b"$2\r\n10\r\n")
@@ -193,8 +193,8 @@ def test_resp3_after_hello_3(server: Server) -> None:
         c.call(mb("GET", "proto:nokey"), b"$-1\r\n")
 
 
-def test_resp3_maps_and_verbatim(march: MarchServer, key: str) -> None:
-    with Raw(march.port) as c:
+def test_resp3_maps_and_verbatim(march_proc: MarchServer, key: str) -> None:
+    with Raw(march_proc.port) as c:
         c.call(mb("CONFIG", "GET", "max-args"), b"*2\r\n$8\r\nmax-args\r\n$7\r\n1048576\r\n")
         c.send(mb("INFO", "server"))
         assert c.read_reply().startswith(b"$")
@@ -290,12 +290,12 @@ def test_malformed_input_closes_only_that_connection(server: Server, payload: by
         fresh.call(mb("INCR", key), b":3\r\n")  # and the server keeps serving IDs
 
 
-def test_protocol_errors_are_counted(march: MarchServer) -> None:
-    before = int(info_field(march.port, "stats", "protocol_errors"))
-    with Raw(march.port) as bad:
+def test_protocol_errors_are_counted(march_proc: MarchServer) -> None:
+    before = int(info_field(march_proc.port, "stats", "protocol_errors"))
+    with Raw(march_proc.port) as bad:
         bad.send(b"*1\r\n:5\r\n")
         bad.read_until_closed()
-    assert int(info_field(march.port, "stats", "protocol_errors")) == before + 1
+    assert int(info_field(march_proc.port, "stats", "protocol_errors")) == before + 1
 
 
 def test_client_disconnecting_mid_request(server: Server, key: str) -> None:
