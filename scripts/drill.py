@@ -103,7 +103,7 @@ def _wrap(title: str, width: int = 110) -> str:
 
 # Races whose rounds live in a test module (they need that module's fixtures): run here with
 # ``--rounds`` rounds each through pytest, which prints what a failed round saw.
-SUITE_RACES = {"race-acl": "tests/cluster/test_acl_race.py"}
+SUITE_RACES = {"race-acl": "tests/access/test_acl_race.py"}
 
 
 def run_suite_race(name: str, rounds: int) -> bool:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from march_harness import REPO_ROOT
 
 import march.commands  # noqa: F401  (registers every command)
 from march.cli import commands_table
 from march.config import reference_table
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+README = (REPO_ROOT / "README.md").read_text()
 
 
 def test_command_table_is_current() -> None:
