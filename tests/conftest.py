@@ -1,4 +1,5 @@
-"""Shared fixtures for process-level tests (tests/e2e, tests/cluster, tests/fault).
+"""The fixtures every folder of tests/ may use: real processes, started and stopped for a test (the
+machinery is march_harness's; a folder's own fixtures live in its conftest.py, e.g. tests/clients).
 
 - `march_server`: a started march process on a free loopback port with a fresh data dir.
 - `march_factory`: start more march processes (e.g. a second one on the same data dir).
@@ -37,18 +38,6 @@ from march_harness.etcd import EtcdCluster, etcd_binary
 from march_harness.raw import PASSWORD
 
 S = TypeVar("S", MarchServer, RedisServer)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by directory so `-m "not fault"` and `-m e2e` work without decorating each test."""
-    root = Path(__file__).parent
-    for item in items:
-        try:
-            first = Path(item.path).relative_to(root).parts[0]
-        except ValueError:
-            continue
-        if first in ("e2e", "fault"):
-            item.add_marker(getattr(pytest.mark, first))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -28,6 +28,8 @@ import pytest
 from march_harness import History, MarchServer, RespConn, RespError, check_history, wait_until
 from march_harness.resp import encode
 
+pytestmark = [pytest.mark.e2e, pytest.mark.fault]
+
 ROUNDS = int(os.environ.get("MARCH_DRILL_ROUNDS", "30"))  # the issue asks for at least 20
 SEED = int(os.environ.get("MARCH_DRILL_SEED", str(random.randrange(2**32))))
 KEYS = ("drill:a", "drill:b")

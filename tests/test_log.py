@@ -18,6 +18,8 @@ from march_harness import MarchServer, RespConn, RespError
 from march import log as march_log
 from march.config import Config
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def node() -> Iterator[None]:

@@ -14,6 +14,8 @@ import pytest
 from march_harness import History, MarchServer, RedisServer, RespConn, RespError, check_history, wait_until
 from march_harness.resp import encode
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 
 

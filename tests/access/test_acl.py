@@ -34,6 +34,8 @@ from redis.retry import Retry
 
 from march import errors
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 
 ADMIN_PASS = "adm1n-Pa55"

@@ -25,7 +25,7 @@ from march_harness.resp import encode
 
 from march import errors
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 
 @pytest.fixture

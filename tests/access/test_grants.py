@@ -34,6 +34,8 @@ from redis.retry import Retry
 
 from march import errors
 
+pytestmark = pytest.mark.e2e
+
 APP_RULES = ("on", ">app-pw", "~orders:*", "+@read", "+@write", "+@app")
 
 

@@ -9,6 +9,8 @@ import pytest
 from march_harness import MarchServer, Pair, RedisServer
 from march_harness.raw import PASSWORD, Raw, mb
 
+pytestmark = pytest.mark.e2e
+
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
 WRONGPASS = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
 # Redis 7.0 says "the HELLO AUTH <user> <pass> option", 7.2 and march "the HELLO <proto> AUTH ...":

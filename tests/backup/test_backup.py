@@ -35,6 +35,8 @@ from march.store.contract import SequenceRecord
 from march.store.etcd_guard import encode_ceiling
 from march.store.etcd_store import encode_record
 
+pytestmark = pytest.mark.e2e
+
 MANY = 20_000  # sequences in the scale tests: a realistic size that still runs in a few seconds
 
 

@@ -37,6 +37,8 @@ from march_harness.clients import KEYS, PROGRAMS, Drawing, no_duplicates, recomm
 from march_harness.cluster import ClusterNode, MarchCluster
 from march_harness.etcd import EtcdCluster
 
+pytestmark = pytest.mark.e2e
+
 BEFORE = 10  # IDs of each key each program draws before the kill: it runs and reaches every group
 AFTER = 10  # IDs of each key each program must draw after the kill
 BEFORE_DEADLINE = 30.0  # seconds for every program to draw BEFORE of each key (started, connected, all groups)

@@ -24,6 +24,8 @@ django = pytest.importorskip("django")
 from django.conf import settings  # noqa: E402
 from march_harness.django_models import SPY, SPY_KEY, Models, add_postgres, setup_django  # noqa: E402
 
+pytestmark = pytest.mark.e2e
+
 BULK = 10_000
 EXPLICIT = 2**62  # an ID set by hand, far above what the tests draw
 

@@ -32,6 +32,8 @@ from march_harness.django_models import SPY, SPY_KEY, Models, add_postgres, setu
 from sqlalchemy import BigInteger, select  # noqa: E402
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column  # noqa: E402
 
+pytestmark = pytest.mark.e2e
+
 BEFORE_KILL = 200  # rows inserted before the primary is killed
 AFTER_KILL = 200  # rows inserted (by requests sent) after the kill, for the test to end
 DEADLINE = 60.0  # seconds for each phase; a failover takes a few lease TTLs (2 s each)

@@ -24,6 +24,8 @@ from march_client.orm.sqlalchemy import MarchId, assign_ids, assign_on_flush  # 
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, func, insert, select  # noqa: E402
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker  # noqa: E402
 
+pytestmark = pytest.mark.e2e
+
 BULK = 10_000
 EXPLICIT = 2**62  # an ID set by hand, far above what the tests draw
 

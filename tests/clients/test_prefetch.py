@@ -18,6 +18,8 @@ from march_client import Sequencer
 from march_client.bench import prefetch_rate
 from march_client.prefetch import Prefetcher
 
+pytestmark = pytest.mark.e2e
+
 # -- the engine, with a fake server and a fake clock -------------------------------------------------
 
 

@@ -27,6 +27,8 @@ from march_harness.tls import make_certs, openssl_binary, wait_listening
 
 from march.cluster.slots import key_slot as server_key_slot
 
+pytestmark = pytest.mark.e2e
+
 # -- against one node -----------------------------------------------------------------------------
 
 

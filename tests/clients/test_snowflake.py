@@ -22,6 +22,8 @@ from march_client import Sequencer, Unavailable, WorkerLost
 from march_client.snowflake import EPOCH_MS, MAX_SEQ, SnowflakeGenerator, compose, decode, wall_ms
 from march_harness import MarchServer, wait_until
 
+pytestmark = pytest.mark.e2e
+
 # -- with a scripted server ------------------------------------------------------------------------
 
 

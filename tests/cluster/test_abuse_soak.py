@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from march_harness.etcd import EtcdCluster
 from march_harness.soak import SoakConfig, run_soak
+
+pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
 
 def test_every_abuse_at_once_breaks_no_guarantee_and_no_grant(tmp_path: Path, etcd: EtcdCluster) -> None:

@@ -25,6 +25,8 @@ from march_harness.cluster import MarchCluster
 from march_harness.drills import DRILLS, LAYOUTS, DrillEnv, env_float
 from redis.cluster import RedisCluster
 
+pytestmark = [pytest.mark.e2e, pytest.mark.fault]
+
 REPS = int(os.environ.get("MARCH_DRILL_REPS", "3"))
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)
 TTL = 2  # seconds of lease: the shortest march accepts keeps each repetition to a few seconds

@@ -36,6 +36,8 @@ from march.etcd.api import KV, Delete, Etcd, Get, Put, created_at, value_is
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
 
+pytestmark = pytest.mark.e2e
+
 KEYS = KeyPaths.of("/march")
 
 

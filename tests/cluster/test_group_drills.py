@@ -21,7 +21,7 @@ GROUPS = 4
 TTL = 2  # seconds of lease: the shortest march accepts
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)
 
-pytestmark = [pytest.mark.fault, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.fault, pytest.mark.timeout(300)]
 
 
 def run(env: DrillEnv, drill: str) -> DrillResult:

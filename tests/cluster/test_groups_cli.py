@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import pytest
 from march_harness.etcd import EtcdCluster
 from march_harness.invoke import march, ok, refused
 from march_harness.servers import REPO_ROOT
@@ -21,6 +22,8 @@ from march_harness.servers import REPO_ROOT
 from march.cluster.layout import Layout, read_layout
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
+
+pytestmark = pytest.mark.e2e
 
 T = TypeVar("T")
 

@@ -37,6 +37,8 @@ from march_harness.load import Load, group_keys
 from march_harness.node import install_ioredis, node_binary
 from march_harness.resp import wait_until
 
+pytestmark = pytest.mark.e2e
+
 GROUPS = 4
 SECRET = "groups-e2e-secret"  # the internal link's shared secret (forward mode)
 BEFORE = 30  # IDs each client kind draws before the kill

@@ -29,6 +29,7 @@ TTL = 2  # seconds of lease: the shortest march accepts
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)
 
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.fault,
     pytest.mark.timeout(300),
     pytest.mark.skipif(unavailable() is not None, reason=f"no real partitions here: {unavailable()}"),

@@ -20,6 +20,8 @@ from march_harness.drills import DRILLS, DrillEnv
 from march_harness.etcd import EtcdCluster
 from march_harness.races import race_node_id
 
+pytestmark = pytest.mark.e2e
+
 ROUNDS = int(os.environ.get("MARCH_RACE_ROUNDS", "0"))
 
 

@@ -34,6 +34,8 @@ from march_harness.servers import MarchServer, RedisServer, serving
 from march_harness.tls import Certs, make_certs, openssl_binary, wait_listening
 from redis.sentinel import Sentinel
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 NODE_EXAMPLES = REPO / "docs" / "clients" / "node"
 NODE_PACKAGES = ("ioredis@5", "redis@4")  # what docs/clients/README.md says the examples use

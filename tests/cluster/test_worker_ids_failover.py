@@ -35,6 +35,8 @@ from march.generators.bound import NotServing
 from march.keyspace.worker_ids import Standing
 from march.store.contract import WorkerRecord
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 async def make_sim() -> AsyncIterator[SimFactory]:

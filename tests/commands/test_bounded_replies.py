@@ -26,6 +26,8 @@ from march_harness.resp import encode
 
 from march import errors
 
+pytestmark = pytest.mark.e2e
+
 CLIENTS = 3000  # idle connections for the listing tests (the machine's fd limit is far above)
 LISTINGS = 10  # CLIENT LISTs pipelined at once: ~40 slices during which another client's request runs
 MiB = 1 << 20

@@ -23,6 +23,8 @@ import pytest
 import redis
 from march_harness import MarchServer, wait_until
 
+pytestmark = pytest.mark.e2e
+
 REPO_TOML = Path(__file__).resolve().parents[2] / "config" / "march.toml"
 
 Factory = Callable[..., MarchServer]

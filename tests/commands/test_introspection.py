@@ -13,6 +13,8 @@ from march_harness.compare import outcome, raw, same
 
 from march.errors import REFUSAL_REASONS
 
+pytestmark = pytest.mark.e2e
+
 REFUSED = [
     ("DECR", "{k}"),
     ("DECRBY", "{k}", "1"),

@@ -7,6 +7,8 @@ import pytest
 import redis
 from march_harness import MarchServer, RedisServer, RespConn, RespError
 
+pytestmark = pytest.mark.e2e
+
 Pair = tuple[MarchServer, RedisServer]
 
 KEY_COMMANDS = ["get", "incr", "incrby", "mget", "set", "exists", "ttl", "pttl", "type"]

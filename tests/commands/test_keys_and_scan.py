@@ -8,6 +8,8 @@ import pytest
 import redis
 from march_harness.compare import outcome
 
+pytestmark = pytest.mark.e2e
+
 
 def make_keys(c: redis.Redis, names: list[str]) -> None:
     with c.pipeline(transaction=False) as p:

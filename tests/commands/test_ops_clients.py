@@ -17,6 +17,8 @@ import pytest
 import redis
 from march_harness import MarchServer, RedisServer, RespConn, RespError
 
+pytestmark = pytest.mark.e2e
+
 PASSWORD = "ops-Secret-9917"
 
 

@@ -9,6 +9,8 @@ import pytest
 import redis
 from march_harness.compare import outcome, same
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize(
     "args",

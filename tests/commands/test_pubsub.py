@@ -23,6 +23,8 @@ from march.cluster.directory import NodeInfo
 from march.commands.pubsub import SLICE_BYTES, SYNC_BYTES
 from march.glob import compile_glob
 
+pytestmark = pytest.mark.e2e
+
 SESSION = [
     ["UNSUBSCRIBE"],
     ["PUNSUBSCRIBE"],

@@ -29,6 +29,8 @@ from march_harness.resp import encode
 
 from march.cluster.announce import MAX_HELD
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 
 FLOODERS = 4

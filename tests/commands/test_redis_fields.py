@@ -27,7 +27,7 @@ import pytest
 import redis
 from march_harness import MarchServer, RedisServer, RespConn
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 Pair = tuple[MarchServer, RedisServer]
 Server = MarchServer | RedisServer

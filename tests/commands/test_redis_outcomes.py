@@ -13,7 +13,7 @@ import redis
 from march_harness import MarchServer, RedisServer, RespConn
 from march_harness.compare import client, raw, same
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 MAX = 9223372036854775807
 

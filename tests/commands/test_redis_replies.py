@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 from march_harness import MarchServer, RedisServer, RespConn
 
+pytestmark = pytest.mark.e2e
+
 MAX = 2**63 - 1
 
 # name -> list of commands; every reply is compared as raw bytes.

@@ -21,7 +21,7 @@ import pytest
 from march_harness import MarchServer, RedisServer, RespConn, RespError
 from march_harness.resp import encode
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 Pair = tuple[MarchServer, RedisServer]
 Server = MarchServer | RedisServer

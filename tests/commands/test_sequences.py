@@ -13,6 +13,8 @@ import redis
 from march_harness import MarchServer, serving
 from march_harness.compare import client, outcome
 
+pytestmark = pytest.mark.e2e
+
 MAX = 9223372036854775807
 NOT_POSITIVE = ("error", "ResponseError", "increment must be a positive integer: sequences only move forwards")
 

@@ -19,6 +19,8 @@ from march_harness.compare import client, outcome, raw, same
 
 from march.commands.table import COMMANDS
 
+pytestmark = pytest.mark.e2e
+
 # Containers redis-server 7.0 has too; SENTINEL (a Sentinel's, tests/cluster/test_sentinel.py) and
 # DEBUG (refused unless enabled, in both) are checked against the wording below.
 IN_REDIS = ("acl", "client", "cluster", "command", "config", "latency", "slowlog")

@@ -10,6 +10,8 @@ from collections.abc import Callable
 import pytest
 from march_harness import MarchServer, RedisServer
 
+pytestmark = pytest.mark.e2e
+
 Pair = tuple[MarchServer, RedisServer]
 
 

@@ -15,6 +15,8 @@ import redis
 import redis.asyncio
 from march_harness import History, MarchServer, check_history
 
+pytestmark = pytest.mark.e2e
+
 PROTOCOLS = [2, 3]
 
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import redis
 from march_harness import MarchServer, RespConn, RespError
+
+pytestmark = pytest.mark.e2e
 
 
 def test_concurrent_clients_get_distinct_ids(march_server: MarchServer) -> None:

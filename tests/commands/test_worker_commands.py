@@ -28,6 +28,8 @@ import redis
 from march_harness import MarchServer, serving, wait_until
 from march_harness.compare import client
 
+pytestmark = pytest.mark.e2e
+
 
 def acquire(c: redis.Redis, ns: str, *extra: object) -> tuple[int, bytes, int, int]:
     reply = c.execute_command("WORKER.ACQUIRE", ns, *extra)

@@ -31,6 +31,8 @@ from march_harness.examples import (
 )
 from march_harness.ports import free_port
 
+pytestmark = pytest.mark.e2e
+
 DOCS = [
     ROOT / "README.md",
     ROOT / "clients/python/README.md",

@@ -47,6 +47,8 @@ from march.etcd.api import (
 )
 from march.etcd.grpc_etcd import GrpcEtcd
 
+pytestmark = pytest.mark.e2e
+
 TTL = 2  # the shortest TTL the test etcd grants as asked (its minimum is 1.5 x election timeout, rounded up)
 
 

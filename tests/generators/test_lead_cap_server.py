@@ -13,11 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
 import redis
 from march_harness import MarchServer, RespConn, RespError
 
 from march import errors
 from march.generators.bits import PRESETS
+
+pytestmark = pytest.mark.e2e
 
 Factory = Callable[..., MarchServer]
 SNOWFLAKE = PRESETS["snowflake"]

@@ -20,6 +20,8 @@ from march_harness.resp import encode
 from march import errors
 from march.generators.bits import PRESETS, Layout, iso
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 DEBUG = ["--enable-debug-command", "yes"]
 

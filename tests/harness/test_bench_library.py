@@ -30,6 +30,8 @@ from march_harness.bench.measured import (
 from march_harness.bench.redisbench import INCR, Auth, BenchmarkFailed, Run
 from march_harness.invoke import run_script
 
+pytestmark = pytest.mark.e2e
+
 # redis-benchmark 7.0.15's plain output for `-c 2 -n 200 --precision 3 -t incr` (progress line
 # ending in \r first), with the cumulative block's 100% line changed so that reading p99.9 from it
 # (the wrong block) would give 9.999 instead of 0.343.

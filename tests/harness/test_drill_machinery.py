@@ -18,6 +18,8 @@ from march_harness.etcd import EtcdCluster, _http
 from march_harness.load import Load, figures
 from march_harness.proxy import TcpProxy
 
+pytestmark = pytest.mark.e2e
+
 # -- etcd ----------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from march_harness import MarchServer, RespConn, wait_until
+
+pytestmark = pytest.mark.e2e
 
 Factory = Callable[..., MarchServer]
 IDLE = 1  # seconds (the smallest allowed): a sequence leaves memory 1 to ~2 s after its last ID

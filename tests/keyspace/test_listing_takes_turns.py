@@ -31,6 +31,8 @@ from march_harness.resp import encode
 
 from march import errors
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 
 PREFIX = b"prefix:"

@@ -30,6 +30,8 @@ from march_harness.cluster import ClusterNode, MarchCluster
 from march_harness.etcd import EtcdCluster
 from prometheus_client.parser import text_string_to_metric_families
 
+pytestmark = pytest.mark.e2e
+
 PASSWORD = "metrics-pw-4471"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -25,6 +25,8 @@ from march_harness.cluster import MarchCluster
 from march_harness.etcd import EtcdCluster
 from march_harness.prometheus import Prometheus, prometheus_binary, promtool_binary
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "monitoring" / "prometheus" / "march-rules.yml"
 RULE_TESTS = ROOT / "monitoring" / "prometheus" / "march-rules.test.yml"

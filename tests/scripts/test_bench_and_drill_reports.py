@@ -15,6 +15,8 @@ from march_harness.history import History
 from march_harness.invoke import STOP_GRACE, run_script
 from march_harness.load import time_series
 
+pytestmark = pytest.mark.e2e
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

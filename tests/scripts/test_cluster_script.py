@@ -32,10 +32,13 @@ SCRIPT = REPO_ROOT / "scripts" / "cluster"
 READY = "Ctrl-C stops everything."
 NODE_LINE = re.compile(r"^n(\d+)\s+127\.0\.0\.1:(\d+)\s+pid (\d+)\s+\(confirmed\)")
 
-pytestmark = pytest.mark.skipif(
-    not (REPO_ROOT / ".venv" / "bin" / "python").exists(),
-    reason="scripts/cluster uses .venv, which scripts/test creates",
-)
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not (REPO_ROOT / ".venv" / "bin" / "python").exists(),
+        reason="scripts/cluster uses .venv, which scripts/test creates",
+    ),
+]
 
 
 def _first_of_free_ports(count: int) -> int:

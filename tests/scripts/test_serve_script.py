@@ -10,6 +10,8 @@ import pytest
 from march_harness import MarchServer
 from march_harness.servers import REPO_ROOT
 
+pytestmark = pytest.mark.e2e
+
 
 class ServeScript(MarchServer):
     name = "scripts/serve"

@@ -9,6 +9,8 @@ import subprocess
 import pytest
 from march_harness import MarchServer
 
+pytestmark = pytest.mark.e2e
+
 
 def run_benchmark(port: int, *args: str) -> str:
     binary = shutil.which("redis-benchmark")

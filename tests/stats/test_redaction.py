@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from march_harness import MarchServer, RespConn
+
+pytestmark = pytest.mark.e2e
 
 ADMIN_PW = "redact-Admin-7731"
 SECRETS = [f"pw-{i}-secret" for i in range(12)]

@@ -43,6 +43,8 @@ from march.store.contract import Guard, SequenceRecord
 from march.store.etcd_guard import encode_ceiling
 from march.store.etcd_store import EtcdStore, decode_record, encode_record
 
+pytestmark = pytest.mark.e2e
+
 MAX_ID = 2**63 - 1
 TOP = 2**63
 DEAD = "127.0.0.1:1"  # nothing listens there: a call to it fails at once

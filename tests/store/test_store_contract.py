@@ -79,6 +79,8 @@ from march.store.etcd_store import EtcdStore
 from march.store.etcd_users import USERS_PAGE
 from march.store.sqlite_store import SqliteStore
 
+pytestmark = pytest.mark.e2e
+
 TOP = 2**63  # the largest ceiling a store must keep (a sequence's IDs end at 2**63 - 1)
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 from march_harness import MarchServer, RespConn, RespError, wait_until
 from march_harness.cluster import MarchCluster
@@ -35,6 +36,8 @@ from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
 from march.store.contract import SequenceRecord
 from march.store.etcd_store import encode_record
+
+pytestmark = pytest.mark.e2e
 
 BAD_DEFAULT = "on #zz +@all ~*"
 ADMIN = "on #" + "a" * 64 + " >admin-pw-31 ~* &* +@all"  # (a second password, hashed: the rules stay valid)

@@ -44,6 +44,8 @@ from march_harness.tls import Certs, make_certs, openssl_binary, wait_listening
 
 from march import errors
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 
 

@@ -19,6 +19,8 @@ import pytest
 from march_harness import MarchServer, serving, wait_until
 from march_harness.raw import Raw, barrier, bulk, info_field, mb
 
+pytestmark = pytest.mark.e2e
+
 MAX_ARGS = 8
 MAX_BULK = 4096
 MAX_INLINE = 1024

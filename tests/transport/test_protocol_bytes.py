@@ -13,6 +13,8 @@ from march_harness.raw import Raw, barrier, bulk, info_field, march_bug, mb
 
 from march.version import REDIS_COMPAT_VERSION
 
+pytestmark = pytest.mark.e2e
+
 Server = MarchServer | RedisServer
 
 

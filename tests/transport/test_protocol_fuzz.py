@@ -19,6 +19,8 @@ from march_harness import fuzz
 
 from march.resp import ProtocolError, RequestParser
 
+pytestmark = [pytest.mark.e2e, pytest.mark.fuzz]
+
 
 def options(*argv: str) -> argparse.Namespace:
     args: argparse.Namespace = fuzz.parse_args(list(argv))

@@ -18,6 +18,8 @@ import pytest
 from march_harness import MarchServer, RedisServer, RespConn
 from march_harness.resp import encode
 
+pytestmark = pytest.mark.e2e
+
 Pair = tuple[MarchServer, RedisServer]
 
 

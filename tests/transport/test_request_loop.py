@@ -41,6 +41,8 @@ from march_harness.tls import Certs, TlsRespConn, make_certs, openssl_binary, wa
 
 from march import errors
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 MiB = 1 << 20
 HIGH_WATER = 256 << 10  # march/server.py's write high-water mark

@@ -11,6 +11,8 @@ import pytest
 from march_harness import MarchServer, RedisServer
 from march_harness.raw import Raw, barrier, mb
 
+pytestmark = pytest.mark.e2e
+
 Server = MarchServer | RedisServer
 
 # One element of each RESP2/RESP3 type but the bulk string.

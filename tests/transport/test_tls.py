@@ -30,6 +30,8 @@ from march_harness.tls import Certs, TlsRespConn, make_certs, openssl_binary, wa
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+pytestmark = pytest.mark.e2e
+
 Factory = Callable[..., MarchServer]
 
 

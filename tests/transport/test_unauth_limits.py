@@ -13,6 +13,8 @@ import pytest
 from march_harness import MarchServer, RedisServer
 from march_harness.raw import PASSWORD, Raw, mb
 
+pytestmark = pytest.mark.e2e
+
 Server = MarchServer | RedisServer
 
 
