@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import redis
 import redis.exceptions as rex
 from march_client import AsyncSequencer, Sequencer, Unavailable
-from march_client._address import target
+from march_client._address import Options
 from march_client._retry import Action, RetryPolicy, classify
 from march_client.aio import AsyncRouter
 from march_client.slots import key_slot, request_slot
@@ -172,7 +173,7 @@ def fake_router(nodes: dict[tuple[str, int], FakeNode], retry_for: float = 5.0) 
         slept.append(s)
         now[0] += s
 
-    router = Router(target(None, list(nodes)), RetryPolicy(retry_for), clock=lambda: now[0], sleep=sleep)
+    router = Router(Options(nodes=list(nodes)).target(), RetryPolicy(retry_for), clock=lambda: now[0], sleep=sleep)
     router.client = lambda address: nodes[address]  # type: ignore[method-assign,assignment,return-value]
     return router, slept
 
@@ -379,7 +380,7 @@ async def test_async_router_routes_by_slot_too() -> None:
     low, high = key_in(0, 8191), key_in(8192, 16383)
     moved = rex.MovedError(f"{key_slot(high.encode())} 127.0.0.1:2")
     nodes = {a: AsyncFakeNode([moved, 1, 2], slots=table), b: AsyncFakeNode([10, 11, 12], slots=table)}
-    router = AsyncRouter(target(None, [a, b]), RetryPolicy(5.0))
+    router = AsyncRouter(Options(nodes=[a, b]).target(), RetryPolicy(5.0))
     router.client = lambda address: nodes[address]  # type: ignore[method-assign,assignment,return-value]
     assert await router.execute("INCR", high) == 10
     for _ in range(2):
@@ -451,17 +452,39 @@ def test_tls_with_a_client_certificate(march_factory: Callable[..., MarchServer]
 
 
 def test_url_and_nodes_are_read() -> None:
-    t = target("rediss://app:p%40ss@db.example:7400", None)
+    t = Options("rediss://app:p%40ss@db.example:7400").target()
     assert t.seeds == [("db.example", 7400)]
     assert t.options["username"] == "app" and t.options["password"] == "p@ss" and t.options["ssl"] is True
-    assert target(None, None).seeds == [("127.0.0.1", 7379)]  # March's default port
-    assert target(None, ["a:1", ("b", 2), "redis://c:3", "d"]).seeds == [("a", 1), ("b", 2), ("c", 3), ("d", 7379)]
-    assert target("redis://h:1", None, password="explicit").options["password"] == "explicit"
-    assert "ssl" not in target("redis://h:1", None).options
+    assert Options().target().seeds == [("127.0.0.1", 7379)]  # March's default port
+    assert Options(nodes=["a:1", ("b", 2), "redis://c:3", "d"]).target().seeds == [
+        ("a", 1),
+        ("b", 2),
+        ("c", 3),
+        ("d", 7379),
+    ]
+    assert Options("redis://h:1", password="explicit").target().options["password"] == "explicit"
+    assert "ssl" not in Options("redis://h:1").target().options
     for bad_url, bad_nodes in (("redis://h:1", ["h:1"]), (None, [])):
         with pytest.raises(ValueError, match="url or a non-empty list"):
-            target(bad_url, bad_nodes)
+            Options(bad_url, nodes=bad_nodes).target()
     with pytest.raises(ValueError, match="scheme"):
-        target("http://h:1", None)
+        Options("http://h:1").target()
     with pytest.raises(ValueError, match="host:port"):
-        target(None, ["h:notaport"])
+        Options(nodes=["h:notaport"]).target()
+
+
+def test_both_sequencers_take_the_options_and_nothing_else() -> None:
+    """One list of arguments (`Options`) for both classes: each is an `Options`, an unknown keyword
+    is refused by both, and a URL's password never shows in a repr."""
+    fields = [f.name for f in dataclasses.fields(Options)]
+    assert fields[0] == "url" and "retry_for" in fields and "clock" in fields
+    for cls in (Sequencer, AsyncSequencer):
+        assert issubclass(cls, Options)
+        with pytest.raises(TypeError, match="retry_seconds"):
+            cls("redis://127.0.0.1:1", retry_seconds=1)  # type: ignore[call-arg]
+    seq = Sequencer("redis://u:secret-pw@127.0.0.1:1", retry_for=0.5, max_incrby=7)
+    try:
+        assert (seq.retry_for, seq.max_incrby, seq.router.current) == (0.5, 7, ("127.0.0.1", 1))
+        assert "secret-pw" not in repr(seq)
+    finally:
+        seq.close()
