@@ -17,7 +17,7 @@ def client(port: int, protocol: int = 3) -> redis.Redis:
 def outcome(client: redis.Redis, *args: Any) -> Any:
     """The reply, or ``("error", exception class, message)``: what a redis-py user sees."""
     try:
-        return client.execute_command(*args)
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
     except redis.RedisError as exc:
         return ("error", type(exc).__name__, str(exc))
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import django
-from django.conf import settings
+import django  # type: ignore[import-untyped]  # Django ships no type stubs
+from django.conf import settings  # type: ignore[import-untyped]
 from march_client import Sequencer
 
 from march_harness.postgres import PostgresCluster
@@ -65,7 +65,7 @@ def setup_django(sqlite_path: Path) -> Models:
             DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         )
     django.setup()
-    from django.db import models
+    from django.db import models  # type: ignore[import-untyped]
     from march_client.orm.django import MarchIDField, MarchManager
 
     class Order(models.Model):

@@ -79,11 +79,13 @@ def arrows(package: Path = PACKAGE) -> list[Arrow]:
         tree = ast.parse(path.read_text(), str(path))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 base = _resolved(name, path.name == "__init__.py", node)
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-            elif isinstance(node, ast.Import):
+            else:
                 targets = [a.name for a in node.names]
             for target in targets:
                 found = _known(target, known)

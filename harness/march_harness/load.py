@@ -160,7 +160,7 @@ class ClusterClient(Client):
         if self.rc is None:
             # The constructor reads the topology: with no primary known it fails, like a request.
             self.rc = RedisCluster(
-                startup_nodes=[RedisClusterNode(*_split(a)) for a in self.seeds],
+                startup_nodes=[RedisClusterNode(*_split(a)) for a in self.seeds],  # type: ignore[no-untyped-call]
                 socket_timeout=SOCKET_TIMEOUT,
                 socket_connect_timeout=SOCKET_TIMEOUT,
                 retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=6),
@@ -172,13 +172,13 @@ class ClusterClient(Client):
     def incr(self, key: str, sent: int) -> tuple[int, str, int]:
         rc = self._client()
         value = rc.incr(key)
-        node = rc.get_node_from_key(key)  # after a MOVED or a refresh: the node that answered
+        node = rc.get_node_from_key(key)  # type: ignore[no-untyped-call]  # after a MOVED or a refresh: who answered
         return int(value), node.name if node else "", sent
 
     def current_node(self) -> str:
         if self.rc is None:
             return ""
-        node = self.rc.get_node_from_key(self.keys[0])
+        node = self.rc.get_node_from_key(self.keys[0])  # type: ignore[no-untyped-call]
         return node.name if node else ""
 
     def failed(self, error: BaseException) -> None:
@@ -344,12 +344,12 @@ class Load:
             ]
             # Plain clients start on different seeds: one of them talks to a standby from the start.
             for i in range(plain_clients):
-                k = (i + s) % len(seeds)
-                rotated = list(seeds[k:]) + list(seeds[:k])
+                first = (i + s) % len(seeds)
+                rotated = list(seeds[first:]) + list(seeds[:first])
                 self.clients.append(PlainClient(f"{tag}plain{i}", rotated, self.histories, self._stop, **limits))
             for i in range(forward_clients):
-                k = (i + s) % len(seeds)
-                rotated = list(seeds[k:]) + list(seeds[:k])
+                first = (i + s) % len(seeds)
+                rotated = list(seeds[first:]) + list(seeds[:first])
                 self.clients.append(ForwardClient(f"{tag}forward{i}", rotated, self.histories, self._stop, **limits))
         self.started_at = 0
 

@@ -28,15 +28,15 @@ def main() -> int:
     keys = os.environ.get("MARCH_KEYS", "orders,payments,invoices").split(",")
     interval = int(os.environ.get("INTERVAL_MS", "10")) / 1000
     password = os.environ.get("MARCH_PASSWORD") or None
-    sentinel = Sentinel(
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
         sentinels, socket_timeout=1.0, password=password, sentinel_kwargs={"socket_timeout": 0.5, "password": password}
     )
-    master = sentinel.master_for("march", socket_timeout=1.0)
+    master = sentinel.master_for("march", socket_timeout=1.0)  # type: ignore[no-untyped-call]
     failing: dict[str, tuple[float, int]] = {}
     i = 0
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], 0)
-        if ready and not sys.stdin.buffer.read1(65536):
+        if ready and not os.read(sys.stdin.fileno(), 65536):
             return 0  # input ended
         key = keys[i % len(keys)]
         i += 1

@@ -222,7 +222,7 @@ def _freeze(x: Any) -> Any:
 
 
 def wait_until(
-    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, message: str = "condition"
+    predicate: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.01, message: str = "condition"
 ) -> T:
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds.
 

@@ -526,7 +526,12 @@ def run_abusers(cfg: SoakConfig, ports: list[int], metrics_ports: list[int], sec
     abusers = make_abusers(cfg, targets, stop, deadline)
     for a in abusers:
         a.start()
-    watcher = threading.Thread(target=lambda: (results.poll(seconds + 5), stop.set()), daemon=True)
+
+    def watch() -> None:
+        results.poll(seconds + 5)
+        stop.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     for a in abusers:
         a.join(seconds + 30)
@@ -672,7 +677,10 @@ def _quantiles(latencies: list[int]) -> tuple[float, float, float]:
     if not latencies:
         return 0.0, 0.0, 0.0
     latencies.sort()
-    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1e9  # noqa: E731
+
+    def pick(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1e9
+
     return pick(0.5), pick(0.99), latencies[-1] / 1e9
 
 
@@ -814,10 +822,10 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
         nk = [r - s for s, r in new_keys.latencies if lo is None or hi is None or r < lo or s > hi]
         report.new_key_ops = len(new_keys.latencies)
         report.new_key_p50, report.new_key_p99, report.new_key_worst = _quantiles(nk)
-        for node, samples in sampler.samples.items():
+        for name, samples in sampler.samples.items():
             if samples:
                 kbs = [kb for _, kb in samples]
-                report.rss[node] = (kbs[0], max(kbs), kbs[-1])
+                report.rss[name] = (kbs[0], max(kbs), kbs[-1])
         report.rss_series = sampler.samples
         report.breaches = [b for tally, _, _ in report.abusers.values() for b in tally.breaches]
         events = [(fault_at, "kill -9 of the primary")] if fault_at is not None else []

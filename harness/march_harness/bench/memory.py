@@ -83,7 +83,7 @@ def _incr_share(port: int, keys: list[bytes]) -> None:
         for start in range(0, len(keys), PIPELINE):
             pipe = client.pipeline(transaction=False)
             for key in keys[start : start + PIPELINE]:
-                pipe.execute_command("INCR", key)
+                pipe.execute_command("INCR", key)  # type: ignore[no-untyped-call]
             for reply in pipe.execute():
                 if not isinstance(reply, int):
                     raise RuntimeError(f"INCR answered {reply!r}")
