@@ -61,7 +61,7 @@ march_node() {
 }
 
 march_clients() {
-    # Debian's Redis clients that tests/cluster/test_clients.py runs the docs/clients programs with:
+    # Debian's Redis clients that tests/clients/test_docs_clients.py runs the docs/clients programs with:
     # Go (redigo, redisc, FZambia/sentinel: sources under /usr/share/gocode, built in GOPATH mode, as no
     # module proxy is reachable), Ruby (redis-rb 4.8), PHP (phpredis) and C (hiredis). Only what is missing.
     local want=(golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev

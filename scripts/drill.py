@@ -6,10 +6,10 @@ duplicates, order violations) next to the issue's bars, and a PNG of the run (`-
 The chart is drawn afterwards from the histories the load records anyway, so it costs the load
 nothing. Run it through scripts/drill.
 
-The drills are the ones tests/fault/test_cluster_drills.py runs (harness/march_harness/drills.py), and the
+The drills are the ones tests/cluster/test_cluster_drills.py runs (harness/march_harness/drills.py), and the
 race drills (``race-node-id``, ``race-failover``: ``--rounds`` rounds each, 100 by default) whose
 short versions tests/cluster/test_races.py runs, and ``race-acl`` (two nodes changing one user at once:
-a revoked password or a deleted user must never come back; tests/cluster/test_acl_race.py, run here
+a revoked password or a deleted user must never come back; tests/access/test_acl_race.py, run here
 with ``--rounds`` rounds through pytest); here the timing bars are checked strictly: the
 exit status is 0 only if every repetition had no violation and met every bar (`--bars-advisory`:
 no violation is enough; the suite runs the report so, since it never judges speed).

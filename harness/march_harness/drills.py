@@ -1,4 +1,4 @@
-"""The cluster fault drills of issue 3, shared by tests/fault/test_cluster_drills.py and
+"""The cluster fault drills of issue 3, shared by tests/cluster/test_cluster_drills.py and
 scripts/drill: each drill makes one fault under concurrent INCR load, waits (with deadlines)
 for the cluster to recover, and returns a `DrillResult`:
 

@@ -2,7 +2,7 @@
 
 Like ``march_harness.memory_store``, it is never used by a running server. One ``FakeEtcd`` is the
 "cluster"; ``client(name)`` gives each simulated node its own view (``FakeEtcdClient``), with its
-own link to steer. The contract tests (``tests/etcd/test_contract.py``) run against this fake and
+own link to steer. The contract tests (``tests/etcd/test_etcd_contract.py``) run against this fake and
 a real etcd alike, so that what tests learn on the fake holds on etcd.
 
 What it models, as etcd does:

@@ -18,7 +18,8 @@ Checked all along and at the end: the process is alive (no crash); it answers PI
 counts 1, 2. Prints a summary (frames, replies by kind, errors by text, peak RSS, duration) and
 exits 1 on any failure, with the tail of the server log. Traffic goes to 127.0.0.1 only; the run is
 bounded by ``--frames`` and ``--seconds``; the server is stopped on the way out, also on SIGINT or
-SIGTERM. Run it through scripts/fuzz; tests/fuzz runs a short version through ``run()``.
+SIGTERM. Run it through scripts/fuzz (``python -m march_harness.fuzz``);
+tests/transport/test_protocol_fuzz.py runs a short version through ``run()``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """In-memory store for unit tests of the pure core. Never used by a running server.
 
-It follows the store contract like every backend (``tests/store/test_contract.py``). Tests steer
+It follows the store contract like every backend (``tests/store/test_store_contract.py``). Tests steer
 it: ``delay`` makes every write land late, ``fail_next`` makes the next writes raise StoreError,
 ``hold()`` makes every call hang until ``release()`` (a frozen disk; ``hold(reads=False)``: only
 writes), ``guard`` sets the one guard it accepts. ``writes`` records every ceiling that landed, in

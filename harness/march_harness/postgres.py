@@ -12,7 +12,7 @@ ready when a connection succeeds, polled with a deadline.
 Nothing here touches a system-wide PostgreSQL, its data or its config. No binaries: the fixture
 skips with the reason (a failure under CI, where scripts/test installs the package).
 
-tests/client/conftest.py imports the fixture, so the client tests share one cluster per session
+tests/clients/conftest.py imports the fixture, so the client tests share one cluster per session
 (a module importing it itself would get its own cluster, stopped with the module's tests).
 """
 

@@ -1,7 +1,7 @@
 """Raw-socket helpers for protocol tests: ``Raw`` asserts exact reply bytes; ``barrier`` makes a
 request split across two server reads without sleeping (see its docstring); ``mb`` is
 ``march_harness.resp.encode``, one request as a RESP multibulk of bulk strings. ``PASSWORD`` is the
-password of the ``locked`` servers (tests/protocol/conftest.py).
+password of the ``locked`` servers (tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The abuse soak: every unfriendly tenant at once against a three-node cluster on real etcd,
 while well-behaved clients draw IDs and the primary is killed with ``kill -9`` half-way.
 
-Shared by ``scripts/soak`` (minutes, a report and a PNG) and ``tests/fault/test_soak.py`` (a short
+Shared by ``scripts/soak`` (minutes, a report and a PNG) and ``tests/cluster/test_abuse_soak.py`` (a short
 run in the suite). What it runs:
 
 - **Well-behaved clients** (this process, threads): ``march_harness.load.Load`` — redis-py

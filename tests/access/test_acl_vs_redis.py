@@ -9,7 +9,7 @@ revoked, ``acl-pubsub-default``; first-argument rules (``+select|0``); key patte
 
 Both servers are this module's own (ACL changes would disturb the package's shared ones). Only
 commands whose ACL categories are the same in both are probed; March's own categories (@create,
-@floor) are in tests/test_auth.py and tests/e2e/test_acl.py.
+@floor) are in tests/access/test_rules.py and tests/access/test_acl.py.
 """
 
 from __future__ import annotations

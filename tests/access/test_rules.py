@@ -2,7 +2,7 @@
 may run and touch, the rules that rebuild a user (what the store keeps), the ACL file and log.
 
 The command table is March's real registry. Comparisons with a real redis-server are in
-tests/commands/test_acl.py; end-to-end behaviour in tests/e2e/test_acl.py.
+tests/access/test_acl_vs_redis.py; end-to-end behaviour in tests/access/test_acl.py.
 """
 
 from __future__ import annotations

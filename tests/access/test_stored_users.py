@@ -7,7 +7,7 @@
 - Work that grows with the number of users runs in slices: the start-up install of 5,000 users
   and ``ACL LIST`` of them let another task run between slices (an ordering, not a timing).
 
-Cluster-level behaviour (three processes, real etcd) is in tests/cluster/test_acl_race.py.
+Cluster-level behaviour (three processes, real etcd) is in tests/access/test_acl_race.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fixtures for the Python client's tests (tests/client): a running march and clients on it.
+"""Fixtures for the Python client's tests (tests/clients): a running march and clients on it.
 
 - `march_url`: ``redis://127.0.0.1:<port>`` of a fresh march process (tests/conftest.py's
   `march_server`, stopped at teardown).

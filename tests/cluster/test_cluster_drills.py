@@ -33,9 +33,9 @@ TTL = 2  # seconds of lease: the shortest march accepts keeps each repetition to
 # The takeover drill runs with the TTL of its bar: 15,000 sequences, TTL 3 s, serving within 6 s.
 TTLS = {"takeover": 3}
 # The races' short versions: tests/cluster/test_races.py; rebalance moves groups, so it runs with
-# four of them in tests/fault/test_group_drills.py (with one group a join moves nothing); sigterm's
+# four of them in tests/cluster/test_group_drills.py (with one group a join moves nothing); sigterm's
 # short version is tests/cluster/test_groups_change.py's; the partition drills (network
-# namespaces) run in tests/fault/test_partition_drills.py.
+# namespaces) run in tests/cluster/test_partition_drills.py.
 FAULTS = [d for d in DRILLS if not d.startswith(("race-", "partition-")) and d not in ("rebalance", "sigterm")]
 
 

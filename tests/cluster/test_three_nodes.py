@@ -4,8 +4,8 @@ One primary is elected and every node reports the same topology (CLUSTER SLOTS/N
 INFO replication); standbys answer key commands with MOVED to the primary and serve everything
 else; redis-py ``RedisCluster`` and ``redis-cli -c`` pointed at any node get IDs; FAILOVER moves
 the primary role with IDs continuing above; a primary whose leader key is taken stops handing out
-IDs. Faults under load (kill -9, SIGSTOP, cut links, etcd leader loss) are the drills in
-tests/fault.
+IDs. Faults under load (kill -9, SIGSTOP, cut links, etcd leader loss) are the drills
+(test_cluster_drills.py, marker fault).
 """
 
 from __future__ import annotations

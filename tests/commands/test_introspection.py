@@ -170,7 +170,7 @@ def test_config_get_names(mc: redis.Redis) -> None:
 
 
 # The shared servers: only CONFIG SET calls that fail (and change nothing) here; live changes are in
-# tests/e2e/test_config_live.py, each on its own server.
+# tests/commands/test_config_live.py, each on its own server.
 @pytest.mark.parametrize(
     "args",
     [

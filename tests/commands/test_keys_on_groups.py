@@ -3,8 +3,8 @@
 A real node (SQLite in the test's directory) whose ``groups`` are replaced by four ``Group``s on its
 one store, groups 0 and 2 served here, 1 and 3 not: what a node of a four-group cluster that
 leads two of them holds. The handlers are called directly (the dispatcher's routing by group is
-helper "groups"'s). With one group the existing tests (tests/commands/test_keyspace.py,
-tests/e2e/test_listing.py) show nothing changed.
+helper "groups"'s). With one group the existing tests (tests/commands/test_keys_and_scan.py,
+tests/keyspace/test_listing_takes_turns.py) show nothing changed.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def test_slowlog_and_monitor_never_show_a_password(march_factory: Callable[..., 
         b"ACL",
         b"SETUSER",
         *[b"(redacted)"] * 5,
-    ] in logged  # every argument, as Redis (tests/e2e/test_redaction.py)
+    ] in logged  # every argument, as Redis (tests/stats/test_redaction.py)
 
 
 MONITOR_LINE = re.compile(r'^\+?\d{10}\.\d{6} \[0 127\.0\.0\.1:\d+\] "INCR" "ops:cli"$')

@@ -7,7 +7,7 @@ patterns too (decided in slices: the replies are the same). Then what March adds
 subscriptions per connection (count, name length, bytes held) and the memory they take; which
 subscriptions hear ``+switch-master`` (decided when they are made, as a glob match would). The
 message itself is tested on a cluster (``tests/cluster/test_sentinel.py``); the flood in
-``tests/e2e/test_pubsub.py``.
+``tests/commands/test_pubsub_flood.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ A lease runs out with ``env.expire``: the fake's clock is advanced past the TTL;
 polled (with a deadline) until the key is gone. Real TTLs are whole seconds and the test etcd
 accepts 2 s (election timeout 500 ms), so the expiry tests cost about 2.5 s each on the real one.
 
-The fake's own switches (unreachable, hang, delay, lost replies, NOSPACE) are in ``test_fake.py``.
+The fake's own switches (unreachable, hang, delay, lost replies, NOSPACE) are in ``tests/harness/test_fake_etcd.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and the figures the READMEs quote; fast, no server, no load. One test runs the cluster target for
 real (a local etcd and two 3-node clusters, a second of load each way) and checks that its report
 has every field; nothing here measures or asserts a speed (the whole bench runs in
-tests/e2e/test_reports.py)."""
+tests/scripts/test_bench_and_drill_reports.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The fake etcd's own behaviour, which a real etcd cannot be made to show on demand (fake only).
 
-``test_contract.py`` checks that the fake answers like etcd; these check its switches, which the
+``tests/etcd/test_etcd_contract.py`` checks that the fake answers like etcd; these check its switches, which the
 cluster tests use to play failures: an unreachable link or etcd (calls fail at once, watches
 break), a hung one (calls fail at their deadline on the clock, unapplied), a slow one (calls land
 late, even after their caller gave up), lost replies (applied, yet an error), the NOSPACE alarm,

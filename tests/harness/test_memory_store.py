@@ -1,7 +1,7 @@
 """Unit tests of the memory store's knobs: the test double the generator tests lean on.
 
 The store contract itself (create once, ceilings only move up, the guard, listing) is in
-``test_contract.py``, which runs against this store too. Here: the knobs do exactly what the
+``tests/store/test_store_contract.py``, which runs against this store too. Here: the knobs do exactly what the
 generator tests assume. ``writes`` records only what landed and ``attempts`` counts every write
 tried; ``reads`` counts loads; ``fail_next`` fails exactly that many writes with a transient
 ``StoreError``; ``hold()`` hangs every call (reads and writes) until ``release()``, and a held

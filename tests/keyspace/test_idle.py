@@ -2,7 +2,7 @@
 visits of the sweep leaves memory and its next ID is above every earlier one; a dropped generator
 hands out nothing; a sequence with a store write in flight or a waiting request stays; a pass over
 many generators takes turns with other work (sliced). The process-level test is
-``tests/e2e/test_idle.py``."""
+``tests/keyspace/test_idle_server.py``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The parts ``Workers`` is built from (``march.keyspace.worker_ids``), each on its own.
 
-``test_workers.py`` checks the whole against a model; here the two small jobs it hands on are
+``test_worker_ids_model.py`` checks the whole against a model; here the two small jobs it hands on are
 checked directly: ``_Serial`` (one namespace's operations one at a time, each within ``max_wait``)
 and ``_Records`` (every store call bounded; a guard refused for leadership ends the term; the
 retired floor read once per term). The sweeper runs through ``Workers.sweep`` in the model test.

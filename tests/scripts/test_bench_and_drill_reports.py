@@ -29,7 +29,7 @@ def assert_png(path: Path) -> None:
 @pytest.mark.timeout(240 + STOP_GRACE + 20)  # the run (115 s at load 6 on 2 cores), its stop, the fixtures
 def test_bench_quick_prints_the_table_and_draws_the_png(tmp_path: Path, redis_binary: str, etcd_bin: str) -> None:
     png = tmp_path / "bench.png"
-    # The cluster target (six more nodes) runs on its own in tests/test_bench.py.
+    # The cluster target (six more nodes) runs on its own in tests/harness/test_bench_library.py.
     out = run_script(["scripts/bench.py", "--quick", "--no-cluster", "--png", str(png)], timeout=240)
     for expected in (
         "INCR -c 50 -P 1: median of 1 rounds",

@@ -1,8 +1,8 @@
 """What only the etcd store and its client have, mostly against a real etcd (one member).
 
 The store contract (round trips, guards, ceilings only up, listing, batching) is in
-``tests/store/test_contract.py``, which runs against a real etcd and the fake alike; the client's
-own contract is in ``tests/etcd/test_contract.py``. Here:
+``tests/store/test_store_contract.py``, which runs against a real etcd and the fake alike; the client's
+own contract is in ``tests/etcd/test_etcd_contract.py``. Here:
 
 - The record format: ``<prefix>/seq/<key>`` holds the ceiling as 20 zero-padded digits, a space,
   then JSON; the digits compare bytewise like the numbers, which is what the guarded write's

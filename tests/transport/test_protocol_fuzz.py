@@ -1,4 +1,4 @@
-"""The protocol fuzzer (scripts/fuzz.py), short: a real march fed random and mutated RESP for
+"""The protocol fuzzer (harness/march_harness/fuzz.py), short: a real march fed random and mutated RESP for
 20,000 frames or 20 seconds, whichever comes first, with the same checks as the long run (no
 crash, no hang, no traceback or internal error in the log, bounded RSS, PING and INCR correct
 afterwards). The other tests show that those checks do fail when they should.

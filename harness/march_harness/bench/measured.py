@@ -2,7 +2,7 @@
 throughput and latency ratios, the machine's line (cores, load), the open-file limit that -c 1000
 needs, the JSON line a measuring script prints.
 
-Pure (no server, no load), so that tests/test_bench.py checks it quickly; scripts/bench.py runs the
+Pure (no server, no load), so that tests/harness/test_bench_library.py checks it quickly; scripts/bench.py runs the
 loads and prints.
 """
 
