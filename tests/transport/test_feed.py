@@ -1,4 +1,4 @@
-"""A connection's MONITOR feed (march/feed.py), with a real node (SQLite store in the test's
+"""A connection's MONITOR feed (march/transport/feed.py), with a real node (SQLite store in the test's
 directory), its ``App`` and a ``Client``: which requests the monitors see and how, when a
 connection is "watched" (never the fast path), and how lines for a monitor are written and bounded.
 

@@ -1,4 +1,4 @@
-"""Flow control (march/flow.py) on real uvloop transports over socket pairs: when a connection's
+"""Flow control (march/transport/flow.py) on real uvloop transports over socket pairs: when a connection's
 replies are written, when the rest of a read stalls and goes on, when a client is dropped; the
 intake (parser, protocol errors, held bytes) and the node's budget of unfinished requests.
 

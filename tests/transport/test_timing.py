@@ -1,4 +1,4 @@
-"""Request timing (march/timing.py): how a read's requests are counted and timed by command
+"""Request timing (march/transport/timing.py): how a read's requests are counted and timed by command
 (commandstats, the latency histograms), which go to SLOWLOG and which waits to LATENCY, with the
 server's own counters, SLOWLOG, LATENCY monitor, command table and configuration.
 

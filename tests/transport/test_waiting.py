@@ -1,4 +1,4 @@
-"""A request that waits (march/waiting.py), with a real node (SQLite store in the test's
+"""A request that waits (march/transport/waiting.py), with a real node (SQLite store in the test's
 directory), its ``App``, a ``Client`` and the request timer: its reply, how it is timed, and what
 a connection that goes away leaves behind.
 """
