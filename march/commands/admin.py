@@ -33,7 +33,17 @@ from typing import TYPE_CHECKING, Any
 from march import errors
 from march.commands.args import Args
 from march.commands.forward import readiness
-from march.commands.table import COMMANDS, CommandSpec, Secrets, Subcommand, command, container, lookup, lookup_full
+from march.commands.table import (
+    COMMANDS,
+    NO_REPLY,
+    CommandSpec,
+    Secrets,
+    Subcommand,
+    command,
+    container,
+    lookup,
+    lookup_full,
+)
 from march.config import Config, ConfigError, ConfigTypeError, find_option, parse_value, rewrite_file
 from march.errors import CommandError, StoreError
 from march.glob import compile_glob
@@ -406,15 +416,8 @@ def shutdown(client: Client, args: list[bytes]) -> Any:
             raise CommandError(errors.NO_SHUTDOWN)
     client.app.request_shutdown()
     client.close_after = True
-    return _NO_REPLY
+    return NO_REPLY  # the connection closes, as in Redis
 
-
-class _NoReply:
-    """SHUTDOWN sends no reply when it succeeds: the connection just closes, as in Redis."""
-
-
-_NO_REPLY = _NoReply()
-NO_REPLY = _NO_REPLY
 
 # Redis 7.0's sections in Redis' order and with its titles, then March's own. INFO and INFO default:
 # all but commandstats and latencystats (as in Redis); ``all`` and ``everything``: every one.

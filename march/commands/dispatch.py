@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from march import errors
 from march.commands.forward import forward, forwards, is_link_command, link_command
 from march.commands.permissions import refuse
-from march.commands.table import SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
+from march.commands.table import QUEUED, SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
 from march.errors import CommandError, Rejected, StoreError, StoreFull, StoreRejected
 from march.generators.bound import NotServing
 
@@ -112,9 +112,6 @@ def call(client: Client, args: list[bytes]) -> Any:
         client.multi_mem += sum(map(len, args))  # (CLIENT LIST multi-mem)
         return QUEUED  # no call until EXEC runs it (the connection counts it apart: ``timing``)
     return spec.handler(client, args)
-
-
-QUEUED = "QUEUED"  # a request MULTI queued: no call until EXEC runs it (the connection tells by identity)
 
 
 # What a RESP2 connection with subscriptions may run, as in Redis (its replies would be read as messages).

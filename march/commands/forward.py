@@ -61,13 +61,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from march import errors
 from march import log as march_log
-from march.access.rules import User
-from march.client import LINK_NOBODY, LinkPeer
+from march.client import NOBODY, LinkPeer
 from march.cluster.links import (
     INITIATOR,
     LINK_COMMAND,
@@ -82,7 +82,7 @@ from march.cluster.links import (
     proof,
     proof_ok,
 )
-from march.commands.table import CommandSpec, lookup
+from march.commands.table import CommandSpec, Relayed, lookup
 from march.errors import CommandError
 from march.resp import Encoded
 
@@ -96,7 +96,6 @@ log = logging.getLogger("march")
 FORWARD = "forward"  # the ``redirect`` setting that turns forwarding on
 LINK_USER = " march-link:"  # + the claimed node: what link proofs are throttled under (no ACL user's name has a space)
 LINK_LIB = "march-link"  # CLIENT LIST lib-name of a link on the receiving side
-NOBODY = User(LINK_NOBODY)  # whom a link runs requests as when they name no known user: may run nothing
 _NAME_SAFE = re.compile(r"[^A-Za-z0-9._:\-\[\]]")  # what of a node id may go into a client name
 _NODE_MAX = 256  # bytes of a claimed node id that count (throttle records, logs): ids are short
 
@@ -138,27 +137,16 @@ def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | C
         return _relay(client, group, key, [args])
     client.relay_link = link  # its next requests go on the same link and lane, so they run in its order
     sent = links.write(link, client.id, client.user.name.encode(), [args])
-    return Relayed(client, group, peer, [args], sent)
+    return Relayed(partial(_reply, client, group, peer, [args], sent))
 
 
-class Relayed:
-    """A forwarded request written to its link; awaiting it gives the reply (or raises its error)."""
-
-    __slots__ = ("client", "group", "peer", "requests", "sent")
-
-    def __init__(self, client: Client, group: Group, peer: Peer, requests: list[list[bytes]], sent: Sent) -> None:
-        self.client, self.group, self.peer, self.requests, self.sent = client, group, peer, requests, sent
-
-    def __await__(self) -> Generator[Any, None, Encoded]:
-        return self.reply().__await__()
-
-    async def reply(self) -> Encoded:
-        client = self.client
-        try:
-            replies = await client.app.links.replies(self.sent, deadline(client.app))
-        except LinkLost as exc:
-            raise _lost(exc) from None
-        return await _settle(client, self.group, self.peer, self.requests, replies)
+async def _reply(client: Client, group: Group, peer: Peer, requests: list[list[bytes]], sent: Sent) -> Encoded:
+    """The reply of ``requests``, written to a link already (``sent``)."""
+    try:
+        replies = await client.app.links.replies(sent, deadline(client.app))
+    except LinkLost as exc:
+        raise _lost(exc) from None
+    return await _settle(client, group, peer, requests, replies)
 
 
 async def _relay(client: Client, group: Group, key: bytes, requests: list[list[bytes]]) -> Encoded:

@@ -14,7 +14,7 @@ protected mode (with no password, only loopback clients are served), the parser'
 protocol error closes that connection only, after answering what came before it). Client limits
 hit are logged, rate-limited.
 
-A request forwarded to another node (``commands.forward.Relayed``) is written to its link at once
+A request forwarded to another node (``commands.Relayed``) is written to its link at once
 and the read goes on; its reply takes its place in the read's replies, written once it is in
 (``waiting.Relays``). On the other side, once a connection has proven to be another node's
 forwarding link, its requests go to its lanes (``waiting.Lanes``: each of the entry node's clients
@@ -25,7 +25,10 @@ answered from as few calls as the generator allows (one while its durable range 
 and found once however often it waits: a pipeline costs time linear in its length.
 
 This module never knows what a command does: it calls ``commands.call`` (or a registered hot
-handler directly) and encodes what comes back. It imports nothing from the node's assembly.
+handler directly) and encodes what comes back, telling apart what a handler may return by the
+handler contract (``march.commands`` exports it: ``waits``, ``Relayed``, ``NO_REPLY``,
+``MONITOR_STARTED``, ``QUEUED``); it imports nothing else of the commands, and nothing from the
+node's assembly.
 """
 
 from __future__ import annotations
@@ -42,12 +45,7 @@ from march import errors
 from march import log as march_log
 from march.app import App, FastCommand
 from march.client import Client
-from march.commands import call
-from march.commands.admin import NO_REPLY
-from march.commands.dispatch import QUEUED, as_error
-from march.commands.forward import Relayed
-from march.commands.ops import MONITOR_STARTED
-from march.commands.table import waits
+from march.commands import MONITOR_STARTED, NO_REPLY, QUEUED, Relayed, as_error, call, waits
 from march.errors import Rejected
 from march.resp import RequestParser, encode, encode_error
 from march.stats.counters import error_kind

@@ -8,7 +8,7 @@ not one for the waited reply and one for the rest). A coroutine runs in a task (
 future costs no task: ``answered`` is its done-callback, so the requests a store write answers
 are answered in one pass of the loop, in the order the generator answered them. A request that
 got ``NotServing`` while it waited (this node stopped serving; it got no ID) runs again once the
-change is over (``commands.dispatch.rerun``: here if this node serves by then, else a MOVED
+change is over (``commands.rerun``: here if this node serves by then, else a MOVED
 reply). The request is timed alone (``RequestTimer.waited``). A connection that goes away cancels
 its own request only (its task, or its future: the generator's queue skips it), never the store
 write or the others waiting for it.
@@ -44,12 +44,9 @@ from typing import Any, Protocol, cast
 
 from march import errors
 from march.app import FastCommand
-from march.client import Client
+from march.client import NOBODY, Client
 from march.cluster.links import CONTROL
-from march.commands.admin import NO_REPLY
-from march.commands.dispatch import call, monitored, rerun, show
-from march.commands.forward import NOBODY, Relayed
-from march.commands.table import lookup, waits
+from march.commands import NO_REPLY, Relayed, call, lookup, monitored, rerun, show, waits
 from march.errors import Rejected
 from march.generators.bound import NotServing
 from march.resp import encode
@@ -84,7 +81,7 @@ class Resumable(Protocol):
 
 @dataclass(slots=True, eq=False)
 class Relays:
-    """The replies of a read that ran requests forwarded to another node (``commands.forward.Relayed``):
+    """The replies of a read that ran requests forwarded to another node (``commands.Relayed``):
     ``out`` holds the read's replies in order, with a place kept for each relayed one."""
 
     out: list[bytes]
