@@ -32,6 +32,7 @@ from march.access.stored import SharedUsers
 from march.cluster.announce import PubSub
 from march.cluster.groups import Group, Groups, Keyspaces
 from march.cluster.links import Links
+from march.cluster.readiness import readiness
 from march.config import OPTIONS, Config
 from march.keyspace.keyspace import Keyspace
 from march.keyspace.serving import Change, Phase
@@ -272,6 +273,12 @@ class App:
     def _follow(self, change: Change) -> None:
         single = len(self.groups) == 1
         self.hot = self._hot if (change.phase is Phase.SERVING if single else self.groups.serving_any()) else {}
+
+    def readiness(self, warm: bool = True) -> str | None:
+        """None when this node can serve a plain client every key now, else why not
+        (``march.cluster.readiness``; ``warm``: on the event loop, ask for missing links)."""
+        stopping = self.shutdown_requested is not None and self.shutdown_requested.is_set()
+        return readiness(self.groups, self.links, self.config, self.users.loaded, stopping, warm)
 
     @property
     def cluster(self) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 from march import errors
 from march.cluster.directory import NodeInfo
 from march.cluster.layout import ALL_SLOTS, SlotRange
+from march.cluster.links import Peer
 from march.cluster.member import GroupMember
 from march.cluster.slots import SLOTS, key_slot
 from march.config import Config
@@ -80,6 +81,12 @@ class Group:
         if primary is None or primary.id == self.member.me.id:
             return None
         return primary.seen_by(tls)
+
+    def link_peer(self, tls: bool) -> Peer | None:
+        """Where a request of this group is forwarded: the address its primary takes links at
+        (``tls``: TLS links) and its registered node id; None as for ``primary_node``."""
+        node = self.primary_node()
+        return None if node is None else Peer(node.link(tls), node.id)
 
     def node_at(self, addr: str) -> NodeInfo | None:
         """The registered node whose address (or TLS address) is ``addr`` (a MOVED target), if any."""

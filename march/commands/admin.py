@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from march import errors
 from march.commands.args import Args
-from march.commands.forward import readiness
 from march.commands.table import (
     COMMANDS,
     NO_REPLY,
@@ -649,7 +648,7 @@ def _sequences(client: Client, count: int | None) -> dict[str, Any]:
 def _cluster(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
     member, state = app.group.member, app.group.state
-    ready = readiness(app)  # (forwarding: ``commands.forward``; for a Redis-only health check)
+    ready = app.readiness()  # (``march.cluster.readiness``; for a Redis-only health check)
     if member is None:
         return {"cluster_enabled": 0, "march_ready": int(ready is None)}
     return {

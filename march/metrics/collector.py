@@ -33,7 +33,6 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from march.app import App
-from march.commands.forward import readiness
 from march.config import MAX_ID
 from march.generators.sequence import SequenceGenerator
 from march.generators.timestamp import TimestampGenerator
@@ -377,7 +376,7 @@ def _forwarding(app: App) -> Iterator[Metric]:
     proofs.add_metric(["incoming"], f.proofs_failed)
     proofs.add_metric(["outgoing"], f.unproven)
     yield proofs
-    ready = readiness(app, warm=False) is None
+    ready = app.readiness(warm=False) is None
     yield GaugeMetricFamily("march_ready", "1 if this node can serve every key now (GET /ready).", value=int(ready))
 
 
