@@ -27,8 +27,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from march import log as march_log
-from march.access.rules import AclCommand, AclLog, AuthThrottle, User, Users
+from march.access.acl_log import AclLog
+from march.access.rules import AclCommand, User
 from march.access.stored import SharedUsers
+from march.access.throttle import AuthThrottle
+from march.access.users import Users
 from march.cluster.announce import PubSub
 from march.cluster.groups import Group, Groups, Keyspaces
 from march.cluster.links import Links

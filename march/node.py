@@ -23,7 +23,7 @@ users' ACL rules read) is handed to it.
   (``march.cluster.directory``). Either refusal is an ``IdentityConflict``: ``failed`` is set,
   ``failure`` says why, and the server stops and exits with status 1.
 
-**Users** (``march.access.rules``) are the store's (``march.access.stored.SharedUsers``: seeding from ``aclfile``
+**Users** (``march.access.users``) are the store's (``march.access.stored.SharedUsers``: seeding from ``aclfile``
 and ``requirepass``, compare-and-set changes, following other nodes' changes one user at a time).
 A single node reads them when its store opens, before it listens. A cluster node may start
 before etcd answers: it listens at once with every user unknown (``default`` off: no client is
@@ -42,8 +42,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
-from march.access.rules import AclCommand, Users
+from march.access.rules import AclCommand
 from march.access.stored import SharedUsers
+from march.access.users import Users
 from march.clock import SYSTEM, Clock
 from march.cluster.directory import NodeInfo
 from march.cluster.groups import Group, Groups

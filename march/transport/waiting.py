@@ -180,7 +180,7 @@ class Waiting:
     ) -> bytes:
         """The encoded reply ("" for none), once the handler is done; timed. An AUTH or HELLO (the
         commands that may run before authentication) that waited was held back on purpose (AUTH
-        is throttled after failures, per address and user, ``auth.AuthThrottle``, so even the right
+        is throttled after failures, per address and user, ``march.access.throttle``, so even the right
         password may wait its turn): it counts as a call that took no time."""
         args, coro = self.args, self.coro
         assert coro is not None
