@@ -119,20 +119,11 @@ class Node:
         self.failure: IdentityConflict | None = None  # why this node may not take part (then it stops)
         self.failed = asyncio.Event()
 
-    @property
-    def group(self) -> Group:
-        """The first group (the only one with one group): what single-group readers look at."""
-        return self.groups[0]
-
     def _build(self, layout: Layout, state: ServingState | None = None) -> Groups:
         """One group per slot range of ``layout``, each with its own serving state and keyspace."""
         groups = []
         for g in range(layout.groups):
-            own = (
-                state
-                if state is not None and g == 0
-                else ServingState(self.clock, f"group {g}" if layout.groups > 1 else "")
-            )
+            own = state if state is not None and g == 0 else ServingState(self.clock, layout.label(g))
             groups.append(Group(own, Keyspace(self.config, self.store, own, self.clock.now), g, layout.slots(g)))
         return Groups(groups)
 
@@ -187,7 +178,8 @@ class Node:
         """Open the store (a locked or unwritable data dir fails here, before listening); load the users."""
         await self.store.open()
         if not self.config.cluster:
-            self.group.state.serve_forever(SINGLE_NODE)  # after the lock: a refused node never says it served
+            for group in self.groups:  # (one: a single node's layout is one group)
+                group.state.serve_forever(SINGLE_NODE)  # after the lock: a refused node never says it served
         else:
             await self._read_layout()
         try:
@@ -242,8 +234,7 @@ class Node:
             check_layout=self._check_layout,
         )
         self.member = member
-        for group, part in zip(self.groups, member.groups, strict=True):
-            group.member = part
+        self.groups.join(member)
         member.start()
         log.info("joining cluster %s at %s", c.etcd_prefix, c.etcd)
 

@@ -154,8 +154,9 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
         app.forward_port = forwarding.sockets[0].getsockname()[1]
         log.info("forwarding port on %s:%d (every key, for plain and Sentinel clients)", config.bind, app.forward_port)
     node.join(app.port, app.tls_port, app.forward_port)
-    if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.cluster.announce)
-        app.group.member.directory.on_primary_change(app.switch_master)
+    member = app.groups.member
+    if member is not None:  # Sentinel clients that listen hear of a failover (march.cluster.announce)
+        member.directory.on_primary_change(app.switch_master)
         try:
             app.links.tls = link_tls(config)
         except (OSError, ssl.SSLError) as exc:

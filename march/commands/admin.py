@@ -647,7 +647,7 @@ def _sequences(client: Client, count: int | None) -> dict[str, Any]:
 
 def _cluster(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
-    member, state = app.group.member, app.group.state
+    member, state = app.groups.member, app.groups[0].state  # (the first group's state: dashboards keep working)
     ready = app.readiness()  # (``march.cluster.readiness``; for a Redis-only health check)
     if member is None:
         return {"cluster_enabled": 0, "march_ready": int(ready is None)}
@@ -659,7 +659,7 @@ def _cluster(client: Client, count: int | None) -> dict[str, Any]:
         "march_node_id": member.me.id,
         "march_advertise": member.me.addr,
         "march_forward_address": member.me.forward_addr,  # what Sentinel replies name ("": no forward_port)
-        "march_role": member.node.loop.describe()[0],  # primary if it leads any group
+        "march_role": member.loop.describe()[0],  # primary if it leads any group
         "march_phase": state.phase.value,
         "etcd_prefix": app.config.etcd_prefix,
         "lease_ttl": member.ttl,
@@ -673,11 +673,12 @@ def _cluster(client: Client, count: int | None) -> dict[str, Any]:
 
 def _groups_led(app: App) -> dict[str, Any]:
     """Several leadership groups: how many, and which ones this node leads (INFO cluster)."""
-    if len(app.groups) == 1:
+    listed = app.groups.listed
+    if not listed:
         return {}
     return {
-        "march_groups": len(app.groups),
-        "march_groups_led": ",".join(str(g.index) for g in app.groups if g.state.leading),
+        "march_groups": len(listed),
+        "march_groups_led": ",".join(str(g.index) for g in listed if g.state.leading),
     }
 
 
@@ -747,7 +748,7 @@ def _replication(client: Client) -> dict[str, Any]:
     key it holds: its id and create revision), the same on every node that follows it, and new at
     each failover as Redis' replication id is; a single node's is its run id."""
     app = client.app
-    member = app.group.member
+    member = app.groups.member
     if member is None:
         return {"role": "master", "connected_slaves": 0, **_repl_tail(app.run_id, "no-failover")}
     primary, standbys = member.directory.members(client.tls)

@@ -301,7 +301,7 @@ def _check(client: Client, peer: LinkPeer, nonce: bytes, fields: list[bytes]) ->
 
 def _registered_at(app: App, node: bytes, host: str) -> bool:
     """Whether ``node`` is a node registered in etcd at ``host`` (its address's or TLS address's host)."""
-    member = app.group.member
+    member = app.groups.member
     if member is None:
         return False
     found = member.directory.topology.nodes.get(node.decode("utf-8", "replace"))

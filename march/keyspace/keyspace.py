@@ -67,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from march import errors
@@ -517,3 +517,8 @@ class Keyspace(ActiveSequences):
     async def count(self) -> int:
         """How many sequences exist (``march.keyspace.census``)."""
         return await self.census.count()
+
+    def size(self) -> int | Awaitable[int]:
+        """DBSIZE: from memory while this term knows the count (no waiting), else ``count``."""
+        known = self.census.known()
+        return known if known is not None else self.count()

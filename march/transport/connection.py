@@ -43,8 +43,9 @@ from typing import Any, cast
 
 from march import errors
 from march import log as march_log
-from march.app import App, FastCommand
+from march.app import App
 from march.client import Client
+from march.cluster.groups import FastCommand
 from march.commands import MONITOR_STARTED, NO_REPLY, QUEUED, Relayed, as_error, call, waits
 from march.errors import Rejected
 from march.resp import RequestParser, encode, encode_error

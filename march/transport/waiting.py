@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from march import errors
-from march.app import FastCommand
 from march.client import NOBODY, Client
+from march.cluster.groups import FastCommand
 from march.cluster.links import CONTROL
 from march.commands import NO_REPLY, Relayed, call, lookup, monitored, rerun, show, waits
 from march.errors import Rejected
