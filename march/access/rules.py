@@ -133,12 +133,7 @@ class User:
         self.all_channels = False  # &* / allchannels: every channel and pattern
         self.channels: list[bytes] = []  # &pattern, in the order given (without allchannels)
         self._channel_globs: list[Glob] = []  # compiled, for SUBSCRIBE's channel names
-        self.all_commands = False  # +@all: every command, present and future
-        self.allowed: set[str] = set()  # command names allowed whole
-        self.sub_allowed: set[str] = set()  # "cmd|sub" allowed although cmd is not
-        self.sub_denied: set[str] = set()  # "cmd|sub" denied although cmd is
-        self.first_args: dict[str, list[str]] = {}  # +select|0: a command allowed with these first arguments only
-        self.command_rules: list[str] = ["-@all"]  # as applied, for describe()
+        self.commands = _Commands()  # which commands it may run
         self.unrestricted = False  # every command on every key: the server's fast path needs no check
 
     # --- rules ---------------------------------------------------------------------------------
@@ -161,11 +156,7 @@ class User:
                 "_matchers": list(self._matchers),
                 "channels": list(self.channels),
                 "_channel_globs": list(self._channel_globs),
-                "allowed": set(self.allowed),
-                "sub_allowed": set(self.sub_allowed),
-                "sub_denied": set(self.sub_denied),
-                "first_args": {name: list(args) for name, args in self.first_args.items()},
-                "command_rules": list(self.command_rules),
+                "commands": self.commands.copy(),
             }
         )
         return other
@@ -216,23 +207,18 @@ class User:
         elif rule.startswith("&"):
             self._add_channel_rule(rule)
         elif low in ("allcommands", "+@all"):
-            self.all_commands = True
-            self.allowed = set(table)
-            self.sub_allowed.clear()
-            self.sub_denied.clear()
-            self.first_args.clear()
-            self.command_rules = ["+@all"]
+            self.commands.allow_all(table)
         elif low in ("nocommands", "-@all"):
-            self._no_commands()
+            self.commands.reset()
         elif rule[:1] in "+-" and len(rule) > 1:
-            self._command_rule(rule, table)
+            self.commands.rule(rule, table)
         elif low == "reset":
             channels = ["resetchannels", "allchannels"] if all_channels else ["resetchannels"]
             for step in ("resetpass", "resetkeys", *channels, "nocommands", "off"):
                 self._apply_one(step, table)
         else:
             raise _modifier(rule, errors.ACL_SYNTAX)
-        self.unrestricted = self.all_commands and not self.sub_denied and self.all_keys
+        self.unrestricted = self.commands.every and not self.commands.sub_denied and self.all_keys
 
     def _add_hash(self, digest: str) -> None:
         self.nopass = False
@@ -283,15 +269,136 @@ class User:
         self.channels = patterns
         self._channel_globs = [compile_glob(p) for p in patterns]
 
-    def _no_commands(self) -> None:
-        self.all_commands = False
+    # --- reading -------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """The rules that rebuild this user (ACL LIST without ``user <name>``), in Redis 7.0's order:
+        on/off, passwords, keys, channels (``&*``, or ``resetchannels`` and each ``&pattern``), commands."""
+        parts = ["on" if self.enabled else "off"]
+        parts += ["nopass"] if self.nopass else [f"#{h}" for h in self.passwords]
+        parts += [k.text() for k in self.keys]
+        parts += ["&*"] if self.all_channels else ["resetchannels", *self._channel_texts()]
+        parts += self.commands.rules
+        return " ".join(parts)
+
+    def commands_text(self) -> str:
+        return " ".join(self.commands.rules)
+
+    def keys_text(self) -> str:
+        return " ".join(k.text() for k in self.keys)
+
+    def channels_text(self) -> str:
+        """ACL GETUSER's ``channels``: ``&*``, or each ``&pattern`` (empty: none), as Redis 7.0."""
+        return "&*" if self.all_channels else " ".join(self._channel_texts())
+
+    def _channel_texts(self) -> list[str]:
+        return ["&" + p.decode("utf-8", "surrogateescape") for p in self.channels]
+
+    def check_password(self, password: bytes) -> bool:
+        """True if ``password`` is one of the user's (any password with ``nopass``); constant time."""
+        if self.nopass:
+            return True
+        digest = hash_password(password)
+        found = False
+        for h in self.passwords:
+            found |= hmac.compare_digest(h, digest)
+        return found
+
+    def may_run(self, name: str, sub: str = "") -> bool:
+        return self.commands.may_run(name, sub)
+
+    def may_access(self, key: bytes, write: bool) -> bool:
+        if self.all_keys:
+            return True
+        return any((w if write else r) and glob.match(key) for glob, r, w in self._matchers)
+
+    def may_listen(self, name: bytes, pattern: bool) -> bool:
+        """Whether this user may SUBSCRIBE to channel ``name`` (one of its ``&`` patterns matches it)
+        or PSUBSCRIBE to pattern ``name`` (it is one of them, as a string), as Redis 7.0 checks."""
+        if self.all_channels:
+            return True
+        if pattern:
+            return name in self.channels
+        return any(glob.match(name) for glob in self._channel_globs)
+
+    def denial(self, spec: AclCommand, args: list[bytes]) -> tuple[str, str] | None:
+        """Why this user may not run ``args`` (reason "command", "key" or "channel", and the object),
+        or None. Checked in Redis' order: the command, then its keys, then its channels."""
+        sub = args[1].decode("utf-8", "replace").lower() if spec.subcommands and len(args) > 1 else ""
+        if not self.commands.may_run(spec.name, sub) and not self.commands.first_arg_allowed(spec.name, args):
+            return "command", f"{spec.name}|{sub}" if sub else spec.name
+        if not self.all_keys:
+            # As Redis' key specs: INCR reads and writes (RW), GET reads, SEQ.CREATE writes, EXISTS and
+            # TYPE only look (any pattern that matches will do).
+            access = spec.key_access
+            for position in spec.key_positions(len(args)):
+                key = args[position]
+                readable, writable = self.may_access(key, write=False), self.may_access(key, write=True)
+                ok = (
+                    (readable or writable)
+                    if not access
+                    else ("R" not in access or readable) and ("W" not in access or writable)
+                )
+                if not ok:
+                    return "key", key.decode("utf-8", "replace")
+        if not self.all_channels and spec.channels:
+            pattern = spec.channels == "pattern"
+            for name in args[1:]:
+                if not self.may_listen(name, pattern):
+                    return "channel", name.decode("utf-8", "replace")
+        return None
+
+    def checked(self, spec: AclCommand) -> bool:
+        """Whether a request to ``spec`` needs ``denial`` for this user: not for a user with every
+        command on every key (the fast path), unless the command names channels it may not all use."""
+        return not self.unrestricted or (bool(spec.channels) and not self.all_channels)
+
+
+class _Commands:
+    """Which commands a user may run: its command rules (``+cmd``, ``-cmd``, ``+cmd|sub``,
+    ``+cmd|first-arg``, ``+@category``, ``allcommands``, ``nocommands``) as Redis 7.0 applies them,
+    kept as applied (``rules``, for ``describe``), and the check (``may_run``)."""
+
+    def __init__(self) -> None:
+        self.every = False  # +@all: every command, present and future
+        self.allowed: set[str] = set()  # command names allowed whole
+        self.sub_allowed: set[str] = set()  # "cmd|sub" allowed although cmd is not
+        self.sub_denied: set[str] = set()  # "cmd|sub" denied although cmd is
+        self.first_args: dict[str, list[str]] = {}  # +select|0: a command allowed with these first arguments only
+        self.rules: list[str] = ["-@all"]  # as applied, for describe()
+
+    def copy(self) -> _Commands:
+        other = _Commands()
+        other.every = self.every
+        other.allowed, other.sub_allowed, other.sub_denied = (
+            set(self.allowed),
+            set(self.sub_allowed),
+            set(self.sub_denied),
+        )
+        other.first_args = {name: list(args) for name, args in self.first_args.items()}
+        other.rules = list(self.rules)
+        return other
+
+    def allow_all(self, table: Mapping[str, AclCommand]) -> None:
+        """``allcommands`` / ``+@all``."""
+        self.every = True
+        self.allowed = set(table)
+        self.sub_allowed.clear()
+        self.sub_denied.clear()
+        self.first_args.clear()
+        self.rules = ["+@all"]
+
+    def reset(self) -> None:
+        """``nocommands`` / ``-@all``."""
+        self.every = False
         self.allowed.clear()
         self.sub_allowed.clear()
         self.sub_denied.clear()
         self.first_args.clear()
-        self.command_rules = ["-@all"]
+        self.rules = ["-@all"]
 
-    def _command_rule(self, given: str, table: Mapping[str, AclCommand]) -> None:
+    def rule(self, given: str, table: Mapping[str, AclCommand]) -> None:
+        """``+cmd``, ``-cmd``, ``+cmd|sub``, ``-cmd|sub``, ``+cmd|first-arg``, ``+@category``, ``-@category``."""
         rule = given.lower()
         allow = rule[0] == "+"
         what = rule[1:]
@@ -320,8 +427,8 @@ class User:
             else:
                 self._set_command(found, allow)
         if not allow:
-            self.all_commands = False
-        self.command_rules.append(rule)
+            self.every = False
+        self.rules.append(rule)
 
     def _allow_piped(self, given: str, table: Mapping[str, AclCommand]) -> str | None:
         """``+cmd|sub`` or ``+cmd|first-arg``, as Redis 7.0 reads it (split at the last ``|``): a
@@ -367,41 +474,6 @@ class User:
         else:
             self.allowed.discard(name)
 
-    # --- reading -------------------------------------------------------------------------------
-
-    def describe(self) -> str:
-        """The rules that rebuild this user (ACL LIST without ``user <name>``), in Redis 7.0's order:
-        on/off, passwords, keys, channels (``&*``, or ``resetchannels`` and each ``&pattern``), commands."""
-        parts = ["on" if self.enabled else "off"]
-        parts += ["nopass"] if self.nopass else [f"#{h}" for h in self.passwords]
-        parts += [k.text() for k in self.keys]
-        parts += ["&*"] if self.all_channels else ["resetchannels", *self._channel_texts()]
-        parts += self.command_rules
-        return " ".join(parts)
-
-    def commands_text(self) -> str:
-        return " ".join(self.command_rules)
-
-    def keys_text(self) -> str:
-        return " ".join(k.text() for k in self.keys)
-
-    def channels_text(self) -> str:
-        """ACL GETUSER's ``channels``: ``&*``, or each ``&pattern`` (empty: none), as Redis 7.0."""
-        return "&*" if self.all_channels else " ".join(self._channel_texts())
-
-    def _channel_texts(self) -> list[str]:
-        return ["&" + p.decode("utf-8", "surrogateescape") for p in self.channels]
-
-    def check_password(self, password: bytes) -> bool:
-        """True if ``password`` is one of the user's (any password with ``nopass``); constant time."""
-        if self.nopass:
-            return True
-        digest = hash_password(password)
-        found = False
-        for h in self.passwords:
-            found |= hmac.compare_digest(h, digest)
-        return found
-
     def may_run(self, name: str, sub: str = "") -> bool:
         if sub:
             full = f"{name}|{sub}"
@@ -409,61 +481,15 @@ class User:
                 return False
             if full in self.sub_allowed:
                 return True
-        return self.all_commands or name in self.allowed
+        return self.every or name in self.allowed
 
-    def _first_arg_allowed(self, name: str, args: list[bytes]) -> bool:
+    def first_arg_allowed(self, name: str, args: list[bytes]) -> bool:
         """``+select|0``: the command is allowed with this first argument (compared in any case, as Redis)."""
         allowed = self.first_args.get(name)
         if not allowed or len(args) < 2:
             return False
         first = args[1].decode("utf-8", "surrogateescape").lower()
         return any(a.lower() == first for a in allowed)
-
-    def may_access(self, key: bytes, write: bool) -> bool:
-        if self.all_keys:
-            return True
-        return any((w if write else r) and glob.match(key) for glob, r, w in self._matchers)
-
-    def may_listen(self, name: bytes, pattern: bool) -> bool:
-        """Whether this user may SUBSCRIBE to channel ``name`` (one of its ``&`` patterns matches it)
-        or PSUBSCRIBE to pattern ``name`` (it is one of them, as a string), as Redis 7.0 checks."""
-        if self.all_channels:
-            return True
-        if pattern:
-            return name in self.channels
-        return any(glob.match(name) for glob in self._channel_globs)
-
-    def denial(self, spec: AclCommand, args: list[bytes]) -> tuple[str, str] | None:
-        """Why this user may not run ``args`` (reason "command", "key" or "channel", and the object),
-        or None. Checked in Redis' order: the command, then its keys, then its channels."""
-        sub = args[1].decode("utf-8", "replace").lower() if spec.subcommands and len(args) > 1 else ""
-        if not self.may_run(spec.name, sub) and not self._first_arg_allowed(spec.name, args):
-            return "command", f"{spec.name}|{sub}" if sub else spec.name
-        if not self.all_keys:
-            # As Redis' key specs: INCR reads and writes (RW), GET reads, SEQ.CREATE writes, EXISTS and
-            # TYPE only look (any pattern that matches will do).
-            access = spec.key_access
-            for position in spec.key_positions(len(args)):
-                key = args[position]
-                readable, writable = self.may_access(key, write=False), self.may_access(key, write=True)
-                ok = (
-                    (readable or writable)
-                    if not access
-                    else ("R" not in access or readable) and ("W" not in access or writable)
-                )
-                if not ok:
-                    return "key", key.decode("utf-8", "replace")
-        if not self.all_channels and spec.channels:
-            pattern = spec.channels == "pattern"
-            for name in args[1:]:
-                if not self.may_listen(name, pattern):
-                    return "channel", name.decode("utf-8", "replace")
-        return None
-
-    def checked(self, spec: AclCommand) -> bool:
-        """Whether a request to ``spec`` needs ``denial`` for this user: not for a user with every
-        command on every key (the fast path), unless the command names channels it may not all use."""
-        return not self.unrestricted or (bool(spec.channels) and not self.all_channels)
 
 
 def _modifier(rule: str, why: str) -> CommandError:
