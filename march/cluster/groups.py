@@ -338,9 +338,6 @@ class Keyspaces:
     def scan(self, cursor: int, count: int) -> Any:
         return self._any().scan(cursor, count)
 
-    def known_count(self) -> int | None:
-        return self._any().known_count()
-
     def count(self) -> Any:
         return self._any().count()
 
