@@ -232,6 +232,8 @@ SPELLINGS: dict[bytes, CommandSpec] = {}
 HOT: dict[bytes, Hot] = {}
 
 
+# Longer than 60 lines: its keywords are the registration's vocabulary, one per line and each
+# explained in the docstring; the body only builds the ``CommandSpec``.
 def command(
     name: str,
     arity: int,

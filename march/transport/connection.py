@@ -53,7 +53,7 @@ from march.stats.counters import error_kind
 from march.transport.feed import MonitorFeed
 from march.transport.flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
 from march.transport.timing import RequestTimer
-from march.transport.waiting import Lanes, Relays, Waiting
+from march.transport.waiting import Lanes, Relays, Waiting, repeats
 
 log = logging.getLogger("march")
 
@@ -78,8 +78,10 @@ class Connections(InputBudget):
         self.parser = parser
 
 
-# Longer than 250 lines: one client's transport whole (reading, running in order, writing, closing);
-# forwarding's relayed replies added their places to the request loop (``run``).
+# Longer than 250 lines on purpose: one client's transport whole (accepting, reading, running in order,
+# writing, closing), each step a few lines over the same state (its transport, client, flow, backlog);
+# what could stand apart already does (flow control, timing, MONITOR, waiting requests, lanes), and the
+# rest split in two would hand that state back and forth on the path every request takes.
 class Connection(asyncio.Protocol):
     """One client's connection (see the module docstring)."""
 
@@ -245,7 +247,7 @@ class Connection(asyncio.Protocol):
             try:
                 if entry is not None and len(args) == entry.arity:
                     if entry.consecutive is not None and i < n and (i < same_until or requests[i] == args):
-                        same_until = same_until if i < same_until else _repeats(requests, args, i)
+                        same_until = same_until if i < same_until else repeats(requests, args, i)
                         ids = entry.consecutive(client, args, same_until - i + 1)
                         if ids is not None:
                             self.answered(args, ids, out)
@@ -373,14 +375,6 @@ class Connection(asyncio.Protocol):
         self.closing = self.deaf = True
         self.flow.stalled = None
         self.transport.close()
-
-
-def _repeats(requests: list[list[bytes]], args: list[bytes], i: int) -> int:
-    """The end of the run of requests equal to ``args`` that ``requests[i]`` (known equal) continues."""
-    j, n = i + 1, len(requests)
-    while j < n and requests[j] == args:
-        j += 1
-    return j
 
 
 def _refuse(app: App, transport: asyncio.Transport, why: str) -> None:

@@ -273,7 +273,7 @@ class Lanes:
                 reply: bytes | None = None
                 if i < n and requests[i] == args and _runs(hot, args):  # pipelined INCRs: answered together
                     if i >= same_until:
-                        same_until = _repeats(requests, args, i)
+                        same_until = repeats(requests, args, i)
                     run = self.take_run(args, same_until - i + 1, answered)
                     if run:
                         i += len(run) - 1
@@ -455,7 +455,7 @@ def _lane_of(args: list[bytes]) -> int:
         return CONTROL
 
 
-def _repeats(requests: list[list[bytes]], args: list[bytes], i: int) -> int:
+def repeats(requests: list[list[bytes]], args: list[bytes], i: int) -> int:
     """The end of the run of requests equal to ``args`` that ``requests[i]`` (known equal) continues."""
     j, n = i + 1, len(requests)
     while j < n and requests[j] == args:
