@@ -23,8 +23,9 @@ stored rules are newer than any backup's), unless its stored rules cannot be rea
 such a user off, ``march.access.stored``): then the file's record replaces it, so restore is also the way
 back in when the stored ``default`` is unreadable and no admin can log in. An absent user is
 created. A worker record that exists
-keeps its holder and gets the higher ``floor_ms``; an absent one is written released (token
-``""``: no holder survives a restore) with its floor; the retired floor is raised likewise.
+keeps its holder and gets the higher UPTO (``upto_ms``: the file's ``floor_ms``, its stored name);
+an absent one is written released (token ``""``: no holder survives a restore) with its UPTO; the
+retired UPTO is raised likewise.
 
 Where the writes go, and why they can never break what a serving primary relies on:
 
@@ -222,7 +223,7 @@ def worker_line(record: WorkerRecord) -> dict[str, Any]:
         "id": record.id,
         "token": record.token.decode("latin-1"),
         "expires_ms": record.expires_ms,
-        "floor_ms": record.floor_ms,
+        "floor_ms": record.upto_ms,
         "ttl": record.ttl,
     }
 
@@ -448,7 +449,7 @@ class _EtcdReader:
             after = spaces[-1]
 
     async def workers_retired(self) -> int:
-        return await self.store.retired_worker_floor()
+        return await self.store.retired_worker_upto()
 
     async def close(self) -> None:
         pass
@@ -616,12 +617,12 @@ class _SqliteWriter:
 def _worker_plan(record: WorkerRecord, stored: WorkerRecord | None, summary: Summary) -> WorkerRecord | None:
     if stored is None:
         summary.workers_written += 1
-        return WorkerRecord(record.namespace, record.id, b"", 0, record.floor_ms, record.ttl)  # released
-    if stored.floor_ms >= record.floor_ms:
+        return WorkerRecord(record.namespace, record.id, b"", 0, record.upto_ms, record.ttl)  # released
+    if stored.upto_ms >= record.upto_ms:
         summary.workers_kept += 1
         return None
     summary.workers_written += 1
-    return WorkerRecord(stored.namespace, stored.id, stored.token, stored.expires_ms, record.floor_ms, stored.ttl)
+    return WorkerRecord(stored.namespace, stored.id, stored.token, stored.expires_ms, record.upto_ms, stored.ttl)
 
 
 PRIMARY_SERVING = (

@@ -40,9 +40,11 @@ no values read). Worker-id and user records are neither listed nor counted with 
   exactly ``expected`` (None: there is none), and says whether it wrote. Nothing else writes a
   worker record, so two concurrent ACQUIREs (or a new primary racing a deposed one) can never
   both take one id. ``delete_worker(record, guard)`` is a compare-and-delete, guarded the same
-  way, that in the same atomic step raises the *retired floor* to at least the record's
-  ``floor_ms``: ``retired_worker_floor()`` is the highest floor of every record ever deleted, so
-  deleting a record never loses a floor (the next holder of any id starts above it).
+  way, that in the same atomic step raises the *retired UPTO* to at least the record's
+  ``upto_ms``: ``retired_worker_upto()`` is the highest UPTO of every record ever deleted, so
+  deleting a record never loses a declared time (the next holder of any id starts above it).
+  Stored, ``upto_ms`` keeps its old name ``floor_ms`` (etcd's JSON, SQLite's columns): existing data
+  reads as before.
   ``worker_namespaces(after, limit)`` pages through the namespaces that have records (in an
   order of the backend's own; a page may be short, ``[]`` is the end): how a new primary counts
   them once per term.
@@ -120,7 +122,7 @@ class WorkerRecord:
     ``token`` names the holding (b"": released, free at once); ``expires_ms`` is the wall-clock
     time (Unix ms) the primary that wrote it expected the holding to end: for operators only, never
     used to decide (expiry runs on the primary's monotonic clock, see ``march.keyspace.worker_ids``);
-    ``floor_ms`` the highest time any holder declared it might have used (never decreases); ``ttl``
+    ``upto_ms`` the highest time any holder declared it might have used (its ``UPTO``, never decreases); ``ttl``
     the seconds each renewal grants.
     """
 
@@ -128,7 +130,7 @@ class WorkerRecord:
     id: int
     token: bytes
     expires_ms: int
-    floor_ms: int
+    upto_ms: int
     ttl: int
 
 
@@ -232,12 +234,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
         """Delete ``record`` iff the guard holds and the stored record of its (namespace, id) equals it,
-        raising the retired floor to at least ``record.floor_ms`` in the same atomic step. False: the
+        raising the retired UPTO to at least ``record.upto_ms`` in the same atomic step. False: the
         stored record differs or is gone (nothing changed); GuardFailed: the guard failed."""
 
     @abc.abstractmethod
-    async def retired_worker_floor(self) -> int:
-        """The highest ``floor_ms`` of every worker record deleted so far, 0 if none (a linearizable read)."""
+    async def retired_worker_upto(self) -> int:
+        """The highest ``upto_ms`` of every worker record deleted so far, 0 if none (a linearizable read)."""
 
     @abc.abstractmethod
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:

@@ -6,7 +6,7 @@ guard's group (``Guard.leader``; ``<prefix>/leader`` with one group) holds this 
 create revision it won. When the transaction fails it reads that leader key back (its first read,
 ``leader_key``), and ``holds`` tells a lost leadership from a record that changed.
 
-Ceilings (and the retired worker floor) are written as ``DIGITS`` zero-padded decimal digits, so
+Ceilings (and the retired worker UPTO) are written as ``DIGITS`` zero-padded decimal digits, so
 that etcd's bytewise value compare is a numeric one. Nothing here may do I/O.
 """
 

@@ -314,8 +314,8 @@ class EtcdStore(Store):
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
         return await self.workers.delete_worker(record, guard)
 
-    async def retired_worker_floor(self) -> int:
-        return await self.workers.retired_worker_floor()
+    async def retired_worker_upto(self) -> int:
+        return await self.workers.retired_worker_upto()
 
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
         return await self.workers.worker_namespaces(after, limit)

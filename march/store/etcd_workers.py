@@ -1,10 +1,11 @@
-"""Worker records on etcd (``march.keyspace.worker_ids``): one key per (namespace, id), and the retired floor.
+"""Worker records on etcd (``march.keyspace.worker_ids``): one key per (namespace, id), and the retired UPTO.
 
 ``<prefix>/workers/<n>:<namespace>/<id>`` holds one ``WorkerRecord`` as JSON with sorted keys, so
 that equal records are equal bytes and a write can compare the value it read (``encode_worker``);
-``<prefix>/workers-retired`` holds the highest floor of every deleted record, in the digits of
+``<prefix>/workers-retired`` holds the highest ``upto_ms`` of every deleted record, in the digits of
 ``etcd_guard``. Every write is guarded by leadership like a ceiling write, and a delete raises the
-retired floor in the same transaction, so no holder's time is forgotten when its record goes.
+retired UPTO in the same transaction, so no holder's time is forgotten when its record goes. The
+JSON keeps ``upto_ms`` under its old name, ``floor_ms``: records written by any version read alike.
 ``EtcdStore`` hands its worker calls here. Nothing here may write without the guard.
 """
 
@@ -19,7 +20,7 @@ from march.etcd.keypath import KeyPaths, prefix_end
 from march.store.contract import Guard, WorkerRecord
 from march.store.etcd_guard import encode_ceiling, guard_compares, holds, leader_key
 
-_WORKER_ATTEMPTS = 32  # a delete reads the retired floor again each time another delete raised it meanwhile
+_WORKER_ATTEMPTS = 32  # a delete reads the retired UPTO again each time another delete raised it meanwhile
 
 
 def encode_worker(record: WorkerRecord) -> bytes:
@@ -27,7 +28,7 @@ def encode_worker(record: WorkerRecord) -> bytes:
     data = {
         "token": record.token.decode("latin-1"),
         "expires_ms": record.expires_ms,
-        "floor_ms": record.floor_ms,
+        "floor_ms": record.upto_ms,  # (the stored name, kept: see the module docstring)
         "ttl": record.ttl,
     }
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
@@ -90,18 +91,18 @@ class EtcdWorkers:
         return False
 
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
-        """One transaction: the guard, the record exactly as given, and (when the record's floor is above
-        the retired floor just read) the retired floor unchanged; then delete the record and raise the
-        retired floor. A retired floor that moved in between is read again."""
+        """One transaction: the guard, the record exactly as given, and (when the record's UPTO is above
+        the retired UPTO just read) the retired UPTO unchanged; then delete the record and raise the
+        retired UPTO. A retired UPTO that moved in between is read again."""
         key, retired = self.keys.worker(record.namespace, record.id), self.keys.workers_retired
         value = encode_worker(record)
         for _ in range(_WORKER_ATTEMPTS):
             current = await self.etcd.get(retired, self.timeout)
             compare = [*guard_compares(self.keys, guard), value_is(key, value)]
             ops: list[Request] = [Delete(key)]
-            if record.floor_ms > (int(current.value) if current is not None else 0):
+            if record.upto_ms > (int(current.value) if current is not None else 0):
                 compare.append(value_is(retired, current.value) if current is not None else created_at(retired, 0))
-                ops.append(Put(retired, encode_ceiling(record.floor_ms)))
+                ops.append(Put(retired, encode_ceiling(record.upto_ms)))
             try:
                 reply = await self.etcd.txn(
                     compare, ops, [Get(leader_key(self.keys, guard)), Get(key)], self.write_timeout
@@ -117,9 +118,9 @@ class EtcdWorkers:
             found = reply.ranges[1]
             if found is None or not found.kvs or found.kvs[0].value != value:
                 return False
-        raise StoreError(f"worker {record.id} of {record.namespace!r}: the retired floor kept changing")
+        raise StoreError(f"worker {record.id} of {record.namespace!r}: the retired UPTO kept changing")
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         found = await self.etcd.get(self.keys.workers_retired, self.timeout)
         return 0 if found is None else int(found.value)
 

@@ -447,7 +447,7 @@ class SqliteStore(SqliteFile):
         (result,) = await self._write(_delete_worker, [record])
         return bool(result)
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         row = await self._run(lambda: self._conn().execute("SELECT floor_ms FROM workers_retired").fetchone())
         return 0 if row is None else int(row[0])
 
@@ -528,13 +528,13 @@ def _swap_worker(db: sqlite3.Connection, item: tuple[WorkerRecord, WorkerRecord 
         return False
     db.execute(
         "INSERT OR REPLACE INTO workers (namespace, id, token, expires_ms, floor_ms, ttl) VALUES (?, ?, ?, ?, ?, ?)",
-        (record.namespace, record.id, record.token, record.expires_ms, record.floor_ms, record.ttl),
+        (record.namespace, record.id, record.token, record.expires_ms, record.upto_ms, record.ttl),
     )
     return True
 
 
 def _delete_worker(db: sqlite3.Connection, record: WorkerRecord) -> bool:
-    """Compare-and-delete one worker record, its floor kept as the retired floor, inside the write transaction."""
+    """Compare-and-delete one worker record, its UPTO kept as the retired UPTO, inside the write transaction."""
     row = db.execute(
         "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?",
         (record.namespace, record.id),
@@ -548,7 +548,7 @@ def _delete_worker(db: sqlite3.Connection, record: WorkerRecord) -> bool:
     db.execute(
         "INSERT INTO workers_retired (one, floor_ms) VALUES (1, ?) "
         "ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)",
-        (record.floor_ms,),
+        (record.upto_ms,),
     )
     return True
 

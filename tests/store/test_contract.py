@@ -38,7 +38,7 @@ What it pins down, identically on every backend:
   whose name extends it, with ``/`` or NUL), they survive a new store object, are never listed or
   counted as sequences, and a guard that does not hold is ``GuardFailed``. ``delete_worker`` is a
   compare-and-delete (only the exact stored record; of concurrent deletes one wins) that keeps the
-  highest floor ever deleted as ``retired_worker_floor`` (never lowered, durable, also when many
+  highest floor ever deleted as ``retired_worker_upto`` (never lowered, durable, also when many
   deletes race), refused to a guard that does not hold; ``worker_namespaces`` pages through every
   namespace with records exactly once, whatever the page size, and nothing else.
 - Users: ``save_user`` is a compare-and-set on the record's revision (0: absent), for writes and
@@ -838,27 +838,27 @@ async def test_save_worker_needs_the_guard(subject: Subject) -> None:
 
 async def test_delete_worker_is_a_compare_and_delete_that_keeps_the_floor(subject: Subject) -> None:
     store, guard = subject.store, subject.guard
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     held = worker(b"ns", 0, b"a" * 32, 5_000, 500, 30)
     assert await store.save_worker(held, None, guard)
     for other in (worker(b"ns", 0, b"a" * 32, 4_000, 500, 30), worker(b"ns", 0, b"b", 5_000, 500, 30)):
         assert await store.delete_worker(other, guard) is False  # not what is stored: nothing changes
     assert await store.delete_worker(worker(b"ns", 1), guard) is False  # no such record
     assert await store.load_workers(b"ns") == [held]
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     assert await store.delete_worker(held, guard) is True
     assert await store.load_workers(b"ns") == []
-    assert await store.retired_worker_floor() == 500  # the floor outlives its record
+    assert await store.retired_worker_upto() == 500  # the floor outlives its record
     assert await store.delete_worker(held, guard) is False  # gone already
     lower = worker(b"other", 7, b"", 1, 300)
     assert await store.save_worker(lower, None, guard)
     assert await store.delete_worker(lower, guard)
-    assert await store.retired_worker_floor() == 500  # never lowered
+    assert await store.retired_worker_upto() == 500  # never lowered
     higher = worker(b"ns", 0, b"c", 1, 10**13)
     assert await store.save_worker(higher, None, guard)
     assert await store.delete_worker(higher, guard)
     fresh = await subject.reopen()
-    assert await fresh.retired_worker_floor() == 10**13
+    assert await fresh.retired_worker_upto() == 10**13
     assert await fresh.load_workers(b"ns") == []
     assert await fresh.count() == 0
 
@@ -874,7 +874,7 @@ async def test_concurrent_deletes_one_wins_and_the_highest_floor_is_kept(subject
         assert await store.save_worker(record, None, guard)
     random.Random(7).shuffle(many)  # each raises the retired floor the others compare: they read it again
     assert await asyncio.gather(*(store.delete_worker(r, guard) for r in many)) == [True] * 20
-    assert await store.retired_worker_floor() == 1_019
+    assert await store.retired_worker_upto() == 1_019
     assert await store.load_workers(b"ns") == []
 
 
@@ -891,9 +891,9 @@ async def test_delete_worker_needs_the_guard(subject: Subject) -> None:
     with pytest.raises(GuardFailed):  # a deposed primary can never delete a record
         await store.delete_worker(held, guard)
     assert await store.load_workers(b"ns") == [held]
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     assert await store.delete_worker(held, new)
-    assert await store.retired_worker_floor() == 77
+    assert await store.retired_worker_upto() == 77
 
 
 async def test_worker_namespaces_page_through_each_namespace_once(subject: Subject) -> None:

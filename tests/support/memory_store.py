@@ -156,10 +156,10 @@ class MemoryStore(Store):
         if self.workers.get(at) != record:
             return False
         del self.workers[at]
-        self.retired_floor = max(self.retired_floor, record.floor_ms)
+        self.retired_floor = max(self.retired_floor, record.upto_ms)
         return True
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         self.reads += 1
         await self._pass_gate()
         return self.retired_floor
