@@ -83,9 +83,8 @@ from march.keyspace.policies import settings_problem
 from march.keyspace.worker_ids import IDS, MAX_TTL
 from march.node import etcd_client
 from march.store.contract import SINGLE_NODE, SequenceRecord, WorkerRecord
-from march.store.etcd_guard import encode_ceiling
-from march.store.etcd_store import EtcdStore, decode_record, encode_record
-from march.store.etcd_workers import decode_worker, encode_worker
+from march.store.etcd_store import EtcdStore
+from march.store.etcd_values import decode_record, decode_worker, encode_ceiling, encode_record, encode_worker
 from march.store.membership import SQLITE_FILE
 from march.store.sqlite_store import SqliteStore
 

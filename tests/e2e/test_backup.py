@@ -31,8 +31,7 @@ from march.config import MAX_ID
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
 from march.store.contract import SequenceRecord
-from march.store.etcd_guard import encode_ceiling
-from march.store.etcd_store import encode_record
+from march.store.etcd_values import encode_ceiling, encode_record
 
 MANY = 20_000  # sequences in the scale tests: a realistic size that still runs in a few seconds
 
