@@ -30,9 +30,10 @@ from march.errors import GuardFailed, StoreError, StoreFull
 from march.etcd.api import Etcd, Get, Put, created_at, value_below, value_is
 from march.etcd.keypath import KeyPaths, prefix_end
 from march.store.batch import Batcher
-from march.store.contract import Guard, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
+from march.store.contract import Guard, Restored, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
 from march.store.cursors import ScanCursors
 from march.store.etcd_guard import GuardedTxn
+from march.store.etcd_restore import EtcdRestore
 from march.store.etcd_users import EtcdUsers
 from march.store.etcd_values import DIGITS, ceiling_of, decode_record, encode_ceiling, encode_record
 from march.store.etcd_workers import EtcdWorkers
@@ -88,6 +89,7 @@ class EtcdStore(Store):
         self.guarded = GuardedTxn(etcd, keys, self.write_timeout, self.note)
         self.users = EtcdUsers(etcd, keys, timeout, self.write_timeout)
         self.workers = EtcdWorkers(etcd, keys, timeout, self.guarded)
+        self.restore = EtcdRestore(etcd, keys, timeout)
         size = self._size
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(
             self._load_batch, MAX_OPS, MAX_BYTES, lambda k: size(k, b"")
@@ -137,6 +139,12 @@ class EtcdStore(Store):
         end = prefix_end(self.keys.seq(prefix))
         found = await self.etcd.range(Get(start, end, limit=limit, keys_only=True), self.timeout)
         return [self.keys.seq_name(kv.key) for kv in found.kvs]
+
+    async def export_sequences(self, after: bytes | None, limit: int) -> list[SequenceRecord]:
+        """One range read of names and values (a page of a backup: no batching, nothing remembered)."""
+        start = self.keys.seqs if after is None else self.keys.seq(after) + b"\0"
+        found = await self.etcd.range(Get(start, prefix_end(self.keys.seqs), limit=limit), self.timeout)
+        return [decode_record(self.keys.seq_name(kv.key), kv.value) for kv in found.kvs]
 
     async def load_users(self) -> UserRecords:
         return await self.users.load_users()
@@ -283,6 +291,24 @@ class EtcdStore(Store):
 
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
         return await self.workers.worker_namespaces(after, limit)
+
+    async def serving_primary(self) -> str | None:
+        return await self.restore.serving_primary()
+
+    async def raise_to(self, records: list[SequenceRecord], dry_run: bool = False) -> list[Restored]:
+        with self.cursors.creating():  # SCAN points counted before now may move
+            return await self.restore.raise_to(records, dry_run)
+
+    async def restore_users(
+        self, users: Mapping[str, str], readable: Callable[[str, str], bool], dry_run: bool = False
+    ) -> list[Restored]:
+        return await self.restore.restore_users(users, readable, dry_run)
+
+    async def raise_workers(self, records: list[WorkerRecord], dry_run: bool = False) -> list[Restored]:
+        return await self.restore.raise_workers(records, dry_run)
+
+    async def raise_retired_floor(self, floor_ms: int, dry_run: bool = False) -> Restored:
+        return await self.restore.raise_retired_floor(floor_ms, dry_run)
 
     def facts(self) -> dict[str, Any]:
         return {"etcd_endpoint": self.etcd.endpoint, "etcd_prefix": self.keys.prefix.decode()}
