@@ -502,7 +502,10 @@ class SqliteStore(SqliteFile):
         return out
 
     async def raise_workers(self, records: list[WorkerRecord], dry_run: bool = False) -> list[Restored]:
-        return await self._write(partial(_raise_worker, dry_run=dry_run), records)
+        out: list[Restored] = []
+        for start in range(0, len(records), _BATCH):
+            out += await self._write(partial(_raise_worker, dry_run=dry_run), records[start : start + _BATCH])
+        return out
 
     async def raise_retired_floor(self, floor_ms: int, dry_run: bool = False) -> Restored:
         (outcome,) = await self._write(partial(_raise_retired, dry_run=dry_run), [floor_ms])
