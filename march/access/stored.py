@@ -47,7 +47,7 @@ hold a newer password than the file's), so the node never falls back to the buil
 ``default``. The node starts and serves. An admin repairs the user with ``ACL SETUSER`` (which
 applies its rules to a user with nothing, as for a new user), ``ACL LOAD``, or, when no admin can
 log in, ``march restore`` of a file holding a valid record for it (restore replaces a stored user
-only when it cannot be read; see ``march.backup.archive``).
+only when it cannot be read; see ``march.backup.operations``).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from march import errors
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
 from march.store.contract import SequenceRecord
-from march.store.etcd_store import encode_record
+from march.store.etcd_values import encode_record
 
 BAD_DEFAULT = "on #zz +@all ~*"
 ADMIN = "on #" + "a" * 64 + " >admin-pw-31 ~* &* +@all"  # (a second password, hashed: the rules stay valid)
