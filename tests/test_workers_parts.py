@@ -115,12 +115,12 @@ async def test_a_store_call_is_bounded_by_store_timeout() -> None:
 
 async def test_the_retired_floor_is_read_once_per_term() -> None:
     store = MemoryStore()
-    store.retired_floor = 5
+    store.retired_upto = 5
     _, term = leading()
     records = _Records(Config(), store)
     known = _Known(term, started=0.0)
     assert await records.retired(known) == 5
-    store.retired_floor = 9  # written by nobody else while this term leads: it is not read again
+    store.retired_upto = 9  # written by nobody else while this term leads: it is not read again
     assert await records.retired(known) == 5
     assert await records.retired(_Known(term, started=0.0)) == 9  # a new term reads it again
 
