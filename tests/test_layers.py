@@ -10,7 +10,10 @@ a function):
 - every arrow between rooms points down the floors of ``docs/architecture.md`` (or along one
   floor between rooms that do not import each other back), unless ``UPWARD_ALLOWED`` says why;
   ``FLOORS`` here is that table, and a test holds the two equal;
-- at most ``MAX_LOOSE`` modules loose at the top of the package, and no file name used twice.
+- at most ``MAX_LOOSE`` modules loose at the top of the package, and no file name used twice;
+- a room listed in ``ENTRY_POINTS_ONLY`` reaches the other room only through that room's package
+  (what its ``__init__`` exports), never one of its modules: the transport knows the commands'
+  entry points and the handler contract (``march.commands``), never a command module.
 
 Nothing is imported or run: a module that does not import cleanly still gets checked.
 """
@@ -66,6 +69,15 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # (importer, imported) -> why the import must sit inside a function (never just to dodge a circle).
 INSIDE_FUNCTION_ALLOWED: dict[tuple[str, str], str] = {}
+
+# (importer room, imported room) -> why the importer may use only the imported room's package itself
+# (``from march.commands import call``), never one of its modules (``march.commands.table``).
+ENTRY_POINTS_ONLY: dict[tuple[str, str], str] = {
+    ("march.transport", "march.commands"): (
+        "the transport calls the dispatcher as uvicorn's protocol calls its app: it knows the entry points "
+        "and the handler contract (march.commands exports them), never a command"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -162,6 +174,19 @@ def room_arrows(edges: list[Arrow]) -> list[Arrow]:
         if pair[0] != pair[1] and pair not in seen:
             seen[pair] = Arrow(pair[0], pair[1], a.kind, a.line)
     return list(seen.values())
+
+
+def side_doors(
+    edges: list[Arrow], package: Path = PACKAGE, rules: dict[tuple[str, str], str] = ENTRY_POINTS_ONLY
+) -> list[Arrow]:
+    """The imports of a module of a room that ``rules`` limits to another room's entry points, of a
+    module inside that room (not the room's package itself)."""
+    out = []
+    for a in edges:
+        target = room_of(a.target, package)
+        if (room_of(a.source, package), target) in rules and a.target != target:
+            out.append(a)
+    return out
 
 
 def circles(edges: list[Arrow]) -> list[list[str]]:
@@ -267,6 +292,13 @@ def test_few_modules_loose_and_no_file_name_twice() -> None:
     assert [n for n, c in names.items() if c > 1] == []
 
 
+def test_the_transport_knows_only_the_commands_entry_points() -> None:
+    found = side_doors(arrows())
+    assert found == [], "imports of a room's modules where only its package's exports may be used:\n" + "\n".join(
+        f"{a} ({ENTRY_POINTS_ONLY[room_of(a.source), room_of(a.target)]})" for a in found
+    )
+
+
 def test_the_allowlists_name_real_arrows() -> None:
     seen = {(a.source, a.target) for a in arrows()}
     for pair, reason in {**UPWARD_ALLOWED, **INSIDE_FUNCTION_ALLOWED}.items():
@@ -317,6 +349,31 @@ def test_the_documented_table_is_read(tmp_path: Path) -> None:
     assert floors == [("top", ("march.cli", "march.commands"))]
     assert floor_of("march.commands.acl", floors) == 0
     assert floor_of("march.config", floors) is None
+
+
+def test_a_side_door_into_the_commands_is_found(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "commands/__init__.py": "from march.commands.table import waits\n",
+            "commands/table.py": "def waits() -> None: ...\n",
+            "transport/__init__.py": "",
+            "transport/conn.py": (
+                "from march.commands import waits\n"
+                "from march.commands.table import waits as w\n"
+                "import march.commands.table\n"
+                "from march.commands import table\n"
+            ),
+        },
+    )
+    found = side_doors(arrows(root), root)
+    assert [(a.source, a.target, a.line) for a in found] == [
+        ("march.transport.conn", "march.commands.table", 2),
+        ("march.transport.conn", "march.commands.table", 3),
+        ("march.transport.conn", "march.commands.table", 4),
+    ]
+    assert side_doors(arrows(root), root, rules={}) == []
 
 
 def test_rooms_that_import_each_other_are_found() -> None:

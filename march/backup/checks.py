@@ -17,7 +17,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from march.access.rules import User, Users, check_username
+from march.access.rules import User, check_username
+from march.access.users import Users
 from march.commands.table import (
     COMMANDS,  # (importing march.commands registers every command: ACL rules read the table)
 )

@@ -87,7 +87,7 @@ def worker_line(record: WorkerRecord) -> dict[str, Any]:
         "id": record.id,
         "token": record.token.decode("latin-1"),
         "expires_ms": record.expires_ms,
-        "floor_ms": record.floor_ms,
+        "floor_ms": record.upto_ms,
         "ttl": record.ttl,
     }
 
@@ -126,7 +126,7 @@ class BackupWriter:
             self._emit(worker_line(record))
             self.counts.workers += 1
         else:
-            self._emit({"type": "workers_retired", "floor_ms": record.floor_ms})
+            self._emit({"type": "workers_retired", "floor_ms": record.upto_ms})
 
     def end(self) -> Counts:
         counts = self.counts

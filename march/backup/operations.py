@@ -2,7 +2,7 @@
 one portable file, and floors taken from the data a team already has. Nothing here runs in a node,
 and nothing here knows how a store keeps its records: every read and write goes through the store
 contract (``march.store.contract``: ``export``, ``raise_to``, ``restore_users``, ``raise_workers``,
-``raise_retired_floor``), on the store the nodes use (the same options as ``march serve``).
+``raise_retired_upto``), on the store the nodes use (the same options as ``march serve``).
 
 **Backup** reads while nodes serve, a page (``PAGE`` records) at a time: SQLite through a store
 opened ``read_only`` beside the node (no lock: WAL readers never wait for the node's writer, nor
@@ -131,7 +131,7 @@ async def raise_floors(
 
 def released(record: WorkerRecord) -> WorkerRecord:
     """A worker record as a restore writes it where none is stored: no holder survives a restore."""
-    return WorkerRecord(record.namespace, record.id, b"", 0, record.floor_ms, record.ttl)
+    return WorkerRecord(record.namespace, record.id, b"", 0, record.upto_ms, record.ttl)
 
 
 async def restore(store: Store | None, backup: Backup, dry_run: bool = False) -> Summary:
@@ -146,7 +146,7 @@ async def restore(store: Store | None, backup: Backup, dry_run: bool = False) ->
     summary.users(await store.restore_users(backup.users, user_readable, dry_run))
     summary.workers(await store.raise_workers([released(w) for w in backup.workers], dry_run))
     if backup.workers_retired:
-        await store.raise_retired_floor(backup.workers_retired, dry_run)
+        await store.raise_retired_upto(backup.workers_retired, dry_run)
     return summary
 
 

@@ -40,9 +40,11 @@ no values read). Worker-id and user records are neither listed nor counted with 
   exactly ``expected`` (None: there is none), and says whether it wrote. Nothing else writes a
   worker record, so two concurrent ACQUIREs (or a new primary racing a deposed one) can never
   both take one id. ``delete_worker(record, guard)`` is a compare-and-delete, guarded the same
-  way, that in the same atomic step raises the *retired floor* to at least the record's
-  ``floor_ms``: ``retired_worker_floor()`` is the highest floor of every record ever deleted, so
-  deleting a record never loses a floor (the next holder of any id starts above it).
+  way, that in the same atomic step raises the *retired UPTO* to at least the record's
+  ``upto_ms``: ``retired_worker_upto()`` is the highest UPTO of every record ever deleted, so
+  deleting a record never loses a declared time (the next holder of any id starts above it).
+  Stored, ``upto_ms`` keeps its old name ``floor_ms`` (etcd's JSON, SQLite's columns): existing data
+  reads as before.
   ``worker_namespaces(after, limit)`` pages through the namespaces that have records (in an
   order of the backend's own; a page may be short, ``[]`` is the end): how a new primary counts
   them once per term.
@@ -64,13 +66,13 @@ Backup and restore (``march.backup``) go through the store, never around it:
 - ``export(limit)`` yields every record, a page at a time: the sequences in byte order
   (``export_sequences(after, limit)``: the records of up to ``limit`` names after ``after``, the
   backend's own page read), then the users, the worker records by namespace and the retired floor
-  (``RetiredFloor``). It writes nothing and takes no lock, so it runs while nodes serve (SQLite:
+  (``RetiredUpto``). It writes nothing and takes no lock, so it runs while nodes serve (SQLite:
   a store opened ``read_only``); it is not one snapshot, but every record in it is one the store
   held while it ran, which is all a restore needs (ceilings and floors only grow).
 - The restore writes only ever raise, each record by its rule (one function each, below, the
   same for every backend): ``raise_to(records)`` (sequences: ``raise_sequence``),
   ``restore_users(users, readable)`` (``restore_user``), ``raise_workers(records)``
-  (``raise_worker``), ``raise_retired_floor(floor_ms)``. Each says per record what it did
+  (``raise_worker``), ``raise_retired_upto(upto_ms)``. Each says per record what it did
   (``Restored``); with ``dry_run`` what it would do, writing nothing. Records are taken in order, as
   if one at a time (a name given twice meets the first). They write only where no primary serves:
   a serving primary holds a range below its ceiling in memory and writes back the settings it
@@ -143,7 +145,7 @@ class WorkerRecord:
     ``token`` names the holding (b"": released, free at once); ``expires_ms`` is the wall-clock
     time (Unix ms) the primary that wrote it expected the holding to end: for operators only, never
     used to decide (expiry runs on the primary's monotonic clock, see ``march.keyspace.worker_ids``);
-    ``floor_ms`` the highest time any holder declared it might have used (never decreases); ``ttl``
+    ``upto_ms`` the highest time any holder declared it might have used (its ``UPTO``, never decreases); ``ttl``
     the seconds each renewal grants.
     """
 
@@ -151,7 +153,7 @@ class WorkerRecord:
     id: int
     token: bytes
     expires_ms: int
-    floor_ms: int
+    upto_ms: int
     ttl: int
 
 
@@ -175,13 +177,13 @@ class UserRecords:
 
 
 @dataclass(frozen=True)
-class RetiredFloor:
-    """The retired worker floor (``retired_worker_floor``) as an exported record."""
+class RetiredUpto:
+    """The retired worker UPTO (``retired_worker_upto``) as an exported record."""
 
-    floor_ms: int
+    upto_ms: int
 
 
-Exported = SequenceRecord | UserRecord | WorkerRecord | RetiredFloor  # what ``export`` yields
+Exported = SequenceRecord | UserRecord | WorkerRecord | RetiredUpto  # what ``export`` yields
 
 
 class Restored(enum.Enum):
@@ -209,9 +211,9 @@ def raise_worker(wanted: WorkerRecord, stored: WorkerRecord | None) -> tuple[Res
     """``raise_workers``' rule for one worker record (its holder kept), and the record to write."""
     if stored is None:
         return Restored.CREATED, wanted
-    if stored.floor_ms >= wanted.floor_ms:
+    if stored.upto_ms >= wanted.upto_ms:
         return Restored.UNCHANGED, None
-    return Restored.RAISED, replace(stored, floor_ms=wanted.floor_ms)
+    return Restored.RAISED, replace(stored, upto_ms=wanted.upto_ms)
 
 
 def restore_user(name: str, stored: str | None, readable: Callable[[str, str], bool]) -> Restored:
@@ -303,12 +305,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
         """Delete ``record`` iff the guard holds and the stored record of its (namespace, id) equals it,
-        raising the retired floor to at least ``record.floor_ms`` in the same atomic step. False: the
+        raising the retired UPTO to at least ``record.upto_ms`` in the same atomic step. False: the
         stored record differs or is gone (nothing changed); GuardFailed: the guard failed."""
 
     @abc.abstractmethod
-    async def retired_worker_floor(self) -> int:
-        """The highest ``floor_ms`` of every worker record deleted so far, 0 if none (a linearizable read)."""
+    async def retired_worker_upto(self) -> int:
+        """The highest ``upto_ms`` of every worker record deleted so far, 0 if none (a linearizable read)."""
 
     @abc.abstractmethod
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
@@ -344,7 +346,7 @@ class Store(abc.ABC):
         while spaces := await self.worker_namespaces(space, limit):
             for space in spaces:
                 yield list(await self.load_workers(space))
-        yield [RetiredFloor(await self.retired_worker_floor())]
+        yield [RetiredUpto(await self.retired_worker_upto())]
 
     async def export_sequences(self, after: bytes | None, limit: int) -> list[SequenceRecord]:
         """The records of up to ``limit`` sequences after ``after`` (None: from the first), in byte
@@ -374,8 +376,8 @@ class Store(abc.ABC):
         """Each worker record created, or its floor raised, by ``raise_worker``; only while no primary serves."""
 
     @abc.abstractmethod
-    async def raise_retired_floor(self, floor_ms: int, dry_run: bool = False) -> Restored:
-        """The retired worker floor raised to at least ``floor_ms`` (RAISED or UNCHANGED)."""
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
+        """The retired worker UPTO raised to at least ``upto_ms`` (RAISED or UNCHANGED)."""
 
     def watch_users(self, after: int) -> AsyncIterator[list[UserRecord]] | None:
         """The changes to the users after revision ``after`` (what ``load_users`` named), in order

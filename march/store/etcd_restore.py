@@ -1,4 +1,4 @@
-"""A restore's writes on etcd (``raise_to``, ``restore_users``, ``raise_workers``, ``raise_retired_floor``
+"""A restore's writes on etcd (``raise_to``, ``restore_users``, ``raise_workers``, ``raise_retired_upto``
 of ``march.store.contract``): each record only raised, and only while no primary serves.
 
 A serving primary holds a range of IDs below its ceiling in memory and writes back the settings it
@@ -107,13 +107,13 @@ class EtcdRestore:
 
         return await self._each([(self.keys.worker(r.namespace, r.id), r) for r in records], decide, dry_run)
 
-    async def raise_retired_floor(self, floor_ms: int, dry_run: bool) -> Restored:
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool) -> Restored:
         def decide(floor: int, value: bytes | None) -> tuple[Restored, bytes | None]:
             if value is not None and int(value) >= floor:
                 return Restored.UNCHANGED, None
             return Restored.RAISED, encode_ceiling(floor)
 
-        (outcome,) = await self._each([(self.keys.workers_retired, floor_ms)], decide, dry_run)
+        (outcome,) = await self._each([(self.keys.workers_retired, upto_ms)], decide, dry_run)
         return outcome
 
     async def _each(self, pairs: Sequence[tuple[bytes, T]], decide: Decide[T], dry_run: bool) -> list[Restored]:

@@ -286,8 +286,8 @@ class EtcdStore(Store):
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
         return await self.workers.delete_worker(record, guard)
 
-    async def retired_worker_floor(self) -> int:
-        return await self.workers.retired_worker_floor()
+    async def retired_worker_upto(self) -> int:
+        return await self.workers.retired_worker_upto()
 
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
         return await self.workers.worker_namespaces(after, limit)
@@ -307,8 +307,8 @@ class EtcdStore(Store):
     async def raise_workers(self, records: list[WorkerRecord], dry_run: bool = False) -> list[Restored]:
         return await self.restore.raise_workers(records, dry_run)
 
-    async def raise_retired_floor(self, floor_ms: int, dry_run: bool = False) -> Restored:
-        return await self.restore.raise_retired_floor(floor_ms, dry_run)
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
+        return await self.restore.raise_retired_upto(upto_ms, dry_run)
 
     def facts(self) -> dict[str, Any]:
         return {"etcd_endpoint": self.etcd.endpoint, "etcd_prefix": self.keys.prefix.decode()}

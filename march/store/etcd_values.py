@@ -45,7 +45,7 @@ def encode_worker(record: WorkerRecord) -> bytes:
     data = {
         "token": record.token.decode("latin-1"),
         "expires_ms": record.expires_ms,
-        "floor_ms": record.floor_ms,
+        "floor_ms": record.upto_ms,
         "ttl": record.ttl,
     }
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

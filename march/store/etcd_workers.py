@@ -58,9 +58,9 @@ class EtcdWorkers:
             current = await self.etcd.get(retired, self.timeout)
             compare = [value_is(key, value)]
             ops: list[Request] = [Delete(key)]
-            if record.floor_ms > (int(current.value) if current is not None else 0):
+            if record.upto_ms > (int(current.value) if current is not None else 0):
                 compare.append(value_is(retired, current.value) if current is not None else created_at(retired, 0))
-                ops.append(Put(retired, encode_ceiling(record.floor_ms)))
+                ops.append(Put(retired, encode_ceiling(record.upto_ms)))
             done = await self.guarded(guard, compare, ops, [Get(key)], f"worker {record.id} of {record.namespace!r}")
             if done.written:
                 return True
@@ -69,7 +69,7 @@ class EtcdWorkers:
                 return False
         raise StoreError(f"worker {record.id} of {record.namespace!r}: the retired floor kept changing")
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         found = await self.etcd.get(self.keys.workers_retired, self.timeout)
         return 0 if found is None else int(found.value)
 

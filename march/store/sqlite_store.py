@@ -27,7 +27,7 @@
 - ``read_only``: a backup's view of a node's file while the node runs: no lock, no schema, both
   connections ``mode=ro`` (WAL: they never wait for the node's writer, nor it for them; each page
   of ``export`` is its own short read). Every write is a ``StoreError``.
-- The restore writes (``raise_to``, ``raise_workers``, ``raise_retired_floor``) read and write in
+- The restore writes (``raise_to``, ``raise_workers``, ``raise_retired_upto``) read and write in
   one transaction per batch, under the data dir's lock: no node serves from the file meanwhile.
 - A data dir that a cluster node used (it holds ``cluster.json``, ``march.store.membership``) is
   refused (``IdentityConflict``): without ``--etcd`` the node would hand out IDs from its own store,
@@ -507,8 +507,8 @@ class SqliteStore(SqliteFile):
             out += await self._write(partial(_raise_worker, dry_run=dry_run), records[start : start + _BATCH])
         return out
 
-    async def raise_retired_floor(self, floor_ms: int, dry_run: bool = False) -> Restored:
-        (outcome,) = await self._write(partial(_raise_retired, dry_run=dry_run), [floor_ms])
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
+        (outcome,) = await self._write(partial(_raise_retired, dry_run=dry_run), [upto_ms])
         return outcome  # type: ignore[no-any-return]
 
     # --- worker ids (rare: one transaction each, not batched) -----------------------------------
@@ -532,7 +532,7 @@ class SqliteStore(SqliteFile):
         (result,) = await self._write(_delete_worker, [record])
         return bool(result)
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         row = await self._run(lambda: self._conn().execute("SELECT floor_ms FROM workers_retired").fetchone())
         return 0 if row is None else int(row[0])
 
@@ -611,7 +611,7 @@ def _stored_worker(db: sqlite3.Connection, namespace: bytes, worker_id: int) -> 
 def _put_worker(db: sqlite3.Connection, record: WorkerRecord) -> None:
     db.execute(
         "INSERT OR REPLACE INTO workers (namespace, id, token, expires_ms, floor_ms, ttl) VALUES (?, ?, ?, ?, ?, ?)",
-        (record.namespace, record.id, record.token, record.expires_ms, record.floor_ms, record.ttl),
+        (record.namespace, record.id, record.token, record.expires_ms, record.upto_ms, record.ttl),
     )
 
 
@@ -629,7 +629,7 @@ def _delete_worker(db: sqlite3.Connection, record: WorkerRecord) -> bool:
     if _stored_worker(db, record.namespace, record.id) != record:
         return False
     db.execute("DELETE FROM workers WHERE namespace = ? AND id = ?", (record.namespace, record.id))
-    db.execute(_RAISE_RETIRED, (record.floor_ms,))
+    db.execute(_RAISE_RETIRED, (record.upto_ms,))
     return True
 
 

@@ -38,7 +38,7 @@ What it pins down, identically on every backend:
   whose name extends it, with ``/`` or NUL), they survive a new store object, are never listed or
   counted as sequences, and a guard that does not hold is ``GuardFailed``. ``delete_worker`` is a
   compare-and-delete (only the exact stored record; of concurrent deletes one wins) that keeps the
-  highest floor ever deleted as ``retired_worker_floor`` (never lowered, durable, also when many
+  highest floor ever deleted as ``retired_worker_upto`` (never lowered, durable, also when many
   deletes race), refused to a guard that does not hold; ``worker_namespaces`` pages through every
   namespace with records exactly once, whatever the page size, and nothing else.
 - Users: ``save_user`` is a compare-and-set on the record's revision (0: absent), for writes and
@@ -53,7 +53,7 @@ What it pins down, identically on every backend:
   reads while a primary serves; ``raise_to`` creates what is absent, raises a lower ceiling keeping
   the stored kind and settings, never lowers, leaves the other kind alone, takes a name twice in
   order, and crosses every backend's batch size; ``restore_users`` creates, keeps a readable user
-  and replaces only an unreadable one; ``raise_workers`` and ``raise_retired_floor`` only raise
+  and replaces only an unreadable one; ``raise_workers`` and ``raise_retired_upto`` only raise
   (the holder kept); a dry run says the same and writes nothing; every restore write, dry runs
   too, is ``PrimaryServing`` while a primary serves, and on etcd also when one is elected between
   the restore's read and its write (any group's leader key), nothing written.
@@ -89,7 +89,7 @@ from march.store.contract import (
     Exported,
     Guard,
     Restored,
-    RetiredFloor,
+    RetiredUpto,
     SequenceRecord,
     Store,
     UserRecord,
@@ -885,27 +885,27 @@ async def test_save_worker_needs_the_guard(subject: Subject) -> None:
 
 async def test_delete_worker_is_a_compare_and_delete_that_keeps_the_floor(subject: Subject) -> None:
     store, guard = subject.store, subject.guard
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     held = worker(b"ns", 0, b"a" * 32, 5_000, 500, 30)
     assert await store.save_worker(held, None, guard)
     for other in (worker(b"ns", 0, b"a" * 32, 4_000, 500, 30), worker(b"ns", 0, b"b", 5_000, 500, 30)):
         assert await store.delete_worker(other, guard) is False  # not what is stored: nothing changes
     assert await store.delete_worker(worker(b"ns", 1), guard) is False  # no such record
     assert await store.load_workers(b"ns") == [held]
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     assert await store.delete_worker(held, guard) is True
     assert await store.load_workers(b"ns") == []
-    assert await store.retired_worker_floor() == 500  # the floor outlives its record
+    assert await store.retired_worker_upto() == 500  # the floor outlives its record
     assert await store.delete_worker(held, guard) is False  # gone already
     lower = worker(b"other", 7, b"", 1, 300)
     assert await store.save_worker(lower, None, guard)
     assert await store.delete_worker(lower, guard)
-    assert await store.retired_worker_floor() == 500  # never lowered
+    assert await store.retired_worker_upto() == 500  # never lowered
     higher = worker(b"ns", 0, b"c", 1, 10**13)
     assert await store.save_worker(higher, None, guard)
     assert await store.delete_worker(higher, guard)
     fresh = await subject.reopen()
-    assert await fresh.retired_worker_floor() == 10**13
+    assert await fresh.retired_worker_upto() == 10**13
     assert await fresh.load_workers(b"ns") == []
     assert await fresh.count() == 0
 
@@ -921,7 +921,7 @@ async def test_concurrent_deletes_one_wins_and_the_highest_floor_is_kept(subject
         assert await store.save_worker(record, None, guard)
     random.Random(7).shuffle(many)  # each raises the retired floor the others compare: they read it again
     assert await asyncio.gather(*(store.delete_worker(r, guard) for r in many)) == [True] * 20
-    assert await store.retired_worker_floor() == 1_019
+    assert await store.retired_worker_upto() == 1_019
     assert await store.load_workers(b"ns") == []
 
 
@@ -938,9 +938,9 @@ async def test_delete_worker_needs_the_guard(subject: Subject) -> None:
     with pytest.raises(GuardFailed):  # a deposed primary can never delete a record
         await store.delete_worker(held, guard)
     assert await store.load_workers(b"ns") == [held]
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     assert await store.delete_worker(held, new)
-    assert await store.retired_worker_floor() == 77
+    assert await store.retired_worker_upto() == 77
 
 
 async def test_worker_namespaces_page_through_each_namespace_once(subject: Subject) -> None:
@@ -1061,7 +1061,7 @@ async def exported(store: Store, limit: int) -> list[list[Exported]]:
 
 async def test_export_yields_every_record_a_page_at_a_time(subject: Subject) -> None:
     store, guard = subject.store, subject.guard
-    assert await exported(store, 10) == [[RetiredFloor(0)]]
+    assert await exported(store, 10) == [[RetiredUpto(0)]]
     names = [*ODD_NAMES, *(b"s%03d" % i for i in range(25))]
     records = [rec(name, 10 + i, min_batch=i + 1) for i, name in enumerate(names)]
     records.append(rec(b"stamp", 1_700_000_000_000, "timestamp", epoch_ms=1288834974657))
@@ -1077,12 +1077,12 @@ async def test_export_yields_every_record_a_page_at_a_time(subject: Subject) -> 
     assert all(0 < len(page) <= 10 for page in pages)
     flat = [r for page in pages for r in page]
     families = [type(r).__name__ for r in flat]
-    assert families == sorted(families, key=["SequenceRecord", "UserRecord", "WorkerRecord", "RetiredFloor"].index)
+    assert families == sorted(families, key=["SequenceRecord", "UserRecord", "WorkerRecord", "RetiredUpto"].index)
     assert [r for r in flat if isinstance(r, SequenceRecord)] == sorted(records, key=lambda r: r.key)
     assert [r for r in flat if isinstance(r, UserRecord)] == [UserRecord(n, f"on ~{n}", users[n]) for n in "abc"]
     key = lambda w: (w.namespace, w.id)  # noqa: E731 - namespaces come in the backend's own order
     assert sorted((r for r in flat if isinstance(r, WorkerRecord)), key=key) == sorted(workers, key=key)
-    assert pages[-1] == [RetiredFloor(99)]
+    assert pages[-1] == [RetiredUpto(99)]
     assert [r for page in await exported(await subject.reopen(), 1000) for r in page] == flat
 
 
@@ -1173,13 +1173,13 @@ async def test_raise_workers_and_the_retired_floor_only_rise(subject: Subject) -
     assert await store.raise_workers(twice) == [Restored.CREATED, Restored.RAISED]
     assert await store.load_workers(b"d") == [twice[1]]
 
-    assert await store.raise_retired_floor(30) == Restored.UNCHANGED
-    assert await store.raise_retired_floor(80, dry_run=True) == Restored.RAISED
-    assert await store.retired_worker_floor() == 50
-    assert await store.raise_retired_floor(80) == Restored.RAISED
-    assert await store.raise_retired_floor(80) == Restored.UNCHANGED
+    assert await store.raise_retired_upto(30) == Restored.UNCHANGED
+    assert await store.raise_retired_upto(80, dry_run=True) == Restored.RAISED
+    assert await store.retired_worker_upto() == 50
+    assert await store.raise_retired_upto(80) == Restored.RAISED
+    assert await store.raise_retired_upto(80) == Restored.UNCHANGED
     fresh = await subject.reopen()
-    assert await fresh.retired_worker_floor() == 80 and await fresh.count() == 0
+    assert await fresh.retired_worker_upto() == 80 and await fresh.count() == 0
 
 
 def restore_calls(store: Store, dry_run: bool) -> list[Callable[[], Awaitable[object]]]:
@@ -1188,7 +1188,7 @@ def restore_calls(store: Store, dry_run: bool) -> list[Callable[[], Awaitable[ob
         lambda: store.raise_to([rec(b"k", 99), rec(b"new", 5)], dry_run),
         lambda: store.restore_users({"u": "on"}, readable, dry_run),
         lambda: store.raise_workers([worker(b"ns", 0)], dry_run),
-        lambda: store.raise_retired_floor(9, dry_run),
+        lambda: store.raise_retired_upto(9, dry_run),
     ]
 
 
@@ -1196,7 +1196,7 @@ async def nothing_restored(store: Store) -> None:
     """None of ``restore_calls`` wrote: ``k`` still at 10."""
     assert await store.load(b"k") == rec(b"k", 10) and await store.load(b"new") is None
     assert await store.load_user("u") is None
-    assert await store.load_workers(b"ns") == [] and await store.retired_worker_floor() == 0
+    assert await store.load_workers(b"ns") == [] and await store.retired_worker_upto() == 0
 
 
 async def test_restore_writes_are_refused_while_a_primary_serves(subject: Subject) -> None:

@@ -40,7 +40,7 @@ class MemoryStore(Store):
         self.users: dict[str, UserRecord] = {}
         self.users_revision = 0  # the revision of the last user write
         self.workers: dict[tuple[bytes, int], WorkerRecord] = {}
-        self.retired_floor = 0  # the highest floor of a deleted worker record
+        self.retired_upto = 0  # the highest UPTO of a deleted worker record
         self._sorted: list[bytes] = []
         self._order: list[bytes] = []  # in creation order: a SCAN cursor is a position in it
         self.guard: Guard = SINGLE_NODE
@@ -170,13 +170,13 @@ class MemoryStore(Store):
         if self.workers.get(at) != record:
             return False
         del self.workers[at]
-        self.retired_floor = max(self.retired_floor, record.floor_ms)
+        self.retired_upto = max(self.retired_upto, record.upto_ms)
         return True
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         self.reads += 1
         await self._pass_gate()
-        return self.retired_floor
+        return self.retired_upto
 
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
         self.reads += 1
@@ -231,12 +231,12 @@ class MemoryStore(Store):
             out.append(outcome)
         return out
 
-    async def raise_retired_floor(self, floor_ms: int, dry_run: bool = False) -> Restored:
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
         await self._restoring()
-        if self.retired_floor >= floor_ms:
+        if self.retired_upto >= upto_ms:
             return Restored.UNCHANGED
         if not dry_run:
-            self.retired_floor = floor_ms
+            self.retired_upto = upto_ms
         return Restored.RAISED
 
     async def _before_write(self, guard: Guard) -> None:
