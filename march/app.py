@@ -1,19 +1,17 @@
-"""Server-wide state shared by every connection: config, node (store, group, users), clients, counters.
+"""Server-wide state shared by every connection: config, node (store, groups, users), clients, counters.
 
 ``App`` is built once by the node's assembly and handed to every ``Client``; command handlers reach
 the keyspace, the group, the config and the statistics through it.
 
 It sits below the commands and the per-connection state and imports nothing above it: what the
-assembly built it receives at construction, seen through the small Protocols below (``Assembled``:
-the node; ``FastCommand``: an entry of the fast-path table; ``Connected``: a connection's client).
+assembly built it receives at construction, seen through small Protocols (``Assembled``: the node;
+``Connected``: a connection's client; ``march.cluster.groups.FastCommand``: a fast-path entry).
 
-``hot`` is the server's fast-path table: the hot commands while the group serves, empty otherwise
-(then every request goes through the dispatcher, which waits or redirects). It is derived from the
-group's serving state on every change, never set by hand. With several leadership groups it holds
-the hot commands while any group serves, each wrapped (``_GroupedHot``) to check its key's group
-first (one CRC16, ``march.cluster.groups.Groups.of_key``) and hand a request of a group not served here to
-the dispatcher (``slow``), which waits or redirects; ``keyspace`` is then ``march.cluster.groups.Keyspaces``
-(each call to its key's group's keyspace).
+``hot`` is the server's fast-path table while this node serves a group, empty otherwise (then
+every request goes through the dispatcher, which waits or redirects). It is derived from the groups'
+serving states on every change, never set by hand. The groups make it (``Groups.fast_path``: with one
+group the hot commands themselves; with several each checks its key's group first) and the keyspace
+the commands see (``Groups.keyspace``); nothing here asks how many groups there are.
 """
 
 from __future__ import annotations
@@ -24,17 +22,21 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from march import log as march_log
-from march.access.rules import AclCommand, AclLog, AuthThrottle, User, Users
+from march.access.acl_log import AclLog
+from march.access.rules import AclCommand, User
 from march.access.stored import SharedUsers
+from march.access.throttle import AuthThrottle
+from march.access.users import Users
 from march.cluster.announce import PubSub
-from march.cluster.groups import Group, Groups, Keyspaces
+from march.cluster.groups import FastCommand, Groups, Keyspaces, Slow
 from march.cluster.links import Links
+from march.cluster.readiness import readiness
 from march.config import OPTIONS, Config
 from march.keyspace.keyspace import Keyspace
-from march.keyspace.serving import Change, Phase
+from march.keyspace.serving import Change
 from march.limits import clients_the_fd_limit_allows
 from march.stats.counters import NodeMetrics
 from march.stats.diagnostics import LatencyMonitor, Monitors, SlowLog
@@ -56,8 +58,6 @@ class Assembled(Protocol):
     @property
     def store(self) -> Store: ...
     @property
-    def group(self) -> Group: ...
-    @property
     def groups(self) -> Groups: ...
     @property
     def users(self) -> Users: ...
@@ -65,17 +65,6 @@ class Assembled(Protocol):
     def shared_users(self) -> SharedUsers: ...
     @property
     def commands(self) -> Mapping[str, AclCommand]: ...  # the registered commands, by name
-
-
-class FastCommand(Protocol):
-    """An entry of the server's fast-path table (``commands.table.Hot`` is one)."""
-
-    @property
-    def arity(self) -> int: ...
-    @property
-    def handler(self) -> Callable[..., Any]: ...
-    @property
-    def consecutive(self) -> Callable[..., range | None] | None: ...
 
 
 class Connected(Protocol):
@@ -95,28 +84,6 @@ class Connected(Protocol):
     def logout(self) -> None: ...
     def user_removed(self) -> bool: ...  # its user was deleted: True if it must close
     def info_line(self, current: str = "", running: list[bytes] | None = None) -> str: ...
-
-
-Slow = Callable[[Any, list[bytes]], Any]  # the dispatcher's ``call(client, args)``
-
-
-class _GroupedHot:
-    """A hot command with several groups: served at once only while its key's group serves here."""
-
-    __slots__ = ("arity", "consecutive", "handler")
-
-    def __init__(self, entry: FastCommand, groups: Groups, slow: Slow) -> None:
-        self.arity = entry.arity
-        run, many, of_key = entry.handler, entry.consecutive, groups.of_key
-
-        def handler(client: Any, args: list[bytes]) -> Any:
-            return run(client, args) if of_key(args[1]).state.serving else slow(client, args)
-
-        def consecutive(client: Any, args: list[bytes], count: int) -> range | None:
-            return many(client, args, count) if many is not None and of_key(args[1]).state.serving else None
-
-        self.handler: Callable[..., Any] = handler
-        self.consecutive: Callable[..., range | None] | None = consecutive if many is not None else None
 
 
 class Stats:
@@ -195,9 +162,8 @@ class App:
         self.config = config
         self.node = node
         self.store = node.store
-        self.group = node.group
         self.groups = node.groups
-        self.keyspace: Keyspace | Keyspaces = node.group.keyspace if len(node.groups) == 1 else Keyspaces(node.groups)
+        self.keyspace: Keyspace | Keyspaces = node.groups.keyspace
         self.users = node.users
         self.acl_log = AclLog()
         self.auth_throttle = AuthThrottle()  # failed AUTHs per address and per user, across connections
@@ -222,11 +188,9 @@ class App:
         self.latency = LatencyMonitor()
         self.monitors = Monitors()
         self.pubsub = PubSub()
-        if len(node.groups) > 1:  # (without the dispatcher to fall back on, no fast path at all)
-            hot = {name: _GroupedHot(entry, node.groups, slow) for name, entry in hot.items()} if slow else {}
         self.links = Links(config.cluster_secret)  # forwarding links to other nodes (redirect forward)
-        self._hot = hot
-        self.hot: Mapping[bytes, FastCommand] = hot if self.groups.serving_any() else {}
+        self._hot = node.groups.fast_path(hot, slow)
+        self.hot: Mapping[bytes, FastCommand] = self._hot if self.groups.serving_any() else {}
         for group in node.groups:
             group.state.subscribe(self._follow)
         node.shared_users.changed = self._users_changed
@@ -270,8 +234,13 @@ class App:
         self.pubsub.switch_master(self.config.sentinel_master_name.encode(), old, new)
 
     def _follow(self, change: Change) -> None:
-        single = len(self.groups) == 1
-        self.hot = self._hot if (change.phase is Phase.SERVING if single else self.groups.serving_any()) else {}
+        self.hot = self._hot if self.groups.serving_any() else {}
+
+    def readiness(self, warm: bool = True) -> str | None:
+        """None when this node can serve a plain client every key now, else why not
+        (``march.cluster.readiness``; ``warm``: on the event loop, ask for missing links)."""
+        stopping = self.shutdown_requested is not None and self.shutdown_requested.is_set()
+        return readiness(self.groups, self.links, self.config, self.users.loaded, stopping, warm)
 
     @property
     def cluster(self) -> bool:

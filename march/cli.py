@@ -35,7 +35,12 @@ import uvloop
 
 from march import config as config_mod
 from march import log as march_log
-from march.backup import archive as backup_mod
+from march.backup import operations as backup_ops
+from march.backup.checks import BackupError, Checks
+from march.backup.floors import floors_from_csv, floors_from_redis, floors_from_table
+from march.backup.format import read_backup_file, with_margin
+from march.backup.report import Summary
+from march.backup.through import through_primary
 from march.cluster import layout as layout_mod
 from march.commands.table import COMMANDS  # (importing the commands package registers every command)
 from march.errors import LayoutChanged, StoreError
@@ -54,11 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(serve)
     sub.add_parser("commands", help="print the command table (Markdown), as in the README")
     backup = sub.add_parser(
-        "backup", help="write every sequence, user and worker record to FILE", description=backup_mod.__doc__
+        "backup", help="write every sequence, user and worker record to FILE", description=backup_ops.__doc__
     )
     backup.add_argument("file", metavar="FILE", help="the backup file (- for stdout)")
     add_config_options(backup)
-    restore = sub.add_parser("restore", help="load a backup (ceilings only raised)", description=backup_mod.__doc__)
+    restore = sub.add_parser("restore", help="load a backup (ceilings only raised)", description=backup_ops.__doc__)
     restore.add_argument("file", metavar="FILE", help="the backup file (- for stdin)")
     restore.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
     restore.add_argument(
@@ -259,39 +264,34 @@ async def _serve(config: config_mod.Config, stopping: Stopping) -> None:
 
 
 def run_tool(args: argparse.Namespace, config: config_mod.Config) -> int:
-    """``march backup``, ``restore`` and ``import-floors`` (``march.backup.archive``): 0 done, 1 refused or failed."""
+    """``march backup``, ``restore`` and ``import-floors`` (``march.backup``): 0 done, 1 refused or failed."""
     try:
         if args.command == "backup":
-            counts = uvloop.run(backup_mod.run_backup(config, args.file))
+            counts = uvloop.run(backup_ops.run_backup(config, args.file))
             print(
                 f"backup: {counts.sequences} sequences, {counts.users} users, {counts.workers} worker records",
                 file=sys.stderr,
             )
             return 0
         if args.command == "restore":
-            data = backup_mod.read_backup_file(args.file, backup_mod.Checks.of(config))
-            data = backup_mod.with_margin(data, args.margin)
+            data = with_margin(read_backup_file(args.file, Checks.of(config)), args.margin)
             apply, records, left_out = not args.dry_run, data.sequences, 0
         else:
             apply = args.apply
-            records, left_out = _floors(args, backup_mod.Checks.of(config))
-        summary = backup_mod.Summary()
+            records, left_out = _floors(args, Checks.of(config))
+        summary = Summary()
         if args.through:
             password = args.password or os.environ.get("MARCH_THROUGH_PASSWORD")
-            backup_mod.through_primary(args.through, records, args.user, password, summary, apply)
+            through_primary(args.through, records, args.user, password, summary, apply)
             if args.command == "restore" and (data.users or data.workers):
                 summary.skipped.append(
                     "users and worker records: not through a primary (restore them with the nodes stopped)"
                 )
         elif args.command == "restore":
-            summary = uvloop.run(backup_mod.with_writer(config, lambda w: backup_mod.restore(w, data, apply), apply))
+            summary = uvloop.run(backup_ops.run_restore(config, data, dry_run=not apply))
         else:
-
-            async def job(writer: backup_mod.Writer) -> None:
-                await backup_mod.write_sequences(writer, records, summary, apply, "floors")
-
-            uvloop.run(backup_mod.with_writer(config, job, apply))
-    except (backup_mod.BackupError, StoreError) as exc:
+            summary = uvloop.run(backup_ops.run_import(config, records, dry_run=not apply))
+    except (BackupError, StoreError) as exc:
         print(f"march: {exc}", file=sys.stderr)
         return 1
     lines = summary.lines(apply)
@@ -332,17 +332,17 @@ async def run_groups(args: argparse.Namespace, config: config_mod.Config) -> int
         await etcd.close()
 
 
-def _floors(args: argparse.Namespace, checks: backup_mod.Checks) -> tuple[list[SequenceRecord], int]:
+def _floors(args: argparse.Namespace, checks: Checks) -> tuple[list[SequenceRecord], int]:
     if args.dsn:
         if not args.table or not args.column:
-            raise backup_mod.BackupError("--dsn needs --table and --column")
-        return backup_mod.floors_from_table(args.dsn, args.table, args.column, args.key, checks), 0
+            raise BackupError("--dsn needs --table and --column")
+        return floors_from_table(args.dsn, args.table, args.column, args.key, checks), 0
     if args.from_redis:
-        return backup_mod.floors_from_redis(args.from_redis, checks)
+        return floors_from_redis(args.from_redis, checks)
     if args.csv == "-":
-        return backup_mod.floors_from_csv(sys.stdin, checks), 0
+        return floors_from_csv(sys.stdin, checks), 0
     try:
         with open(args.csv, encoding="utf-8", newline="") as stream:
-            return backup_mod.floors_from_csv(stream, checks), 0
+            return floors_from_csv(stream, checks), 0
     except OSError as exc:
-        raise backup_mod.BackupError(f"{args.csv}: {exc.strerror or exc}") from None
+        raise BackupError(f"{args.csv}: {exc.strerror or exc}") from None

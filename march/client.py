@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from march.app import App
 
 LINK_NOBODY = "march-link"  # whom a forwarding link runs requests as when it has no user: may run nothing
+NOBODY = User(LINK_NOBODY)  # (that user: on a link, a request naming no known user runs as it)
 
 
 @dataclass(slots=True)
@@ -141,7 +142,7 @@ class Client:
         link, which carries other clients' requests too (each runs as the user it names: a deleted
         one may run nothing): it stays, as nobody."""
         if self.link is not None and self.link.authenticated:
-            self.user = User(LINK_NOBODY)
+            self.user = NOBODY
             return False
         return True
 

@@ -673,11 +673,15 @@ def clamp_setting(setting: str, value: int) -> int:
     return int(min(max(value, bounds.low), bounds.high))
 
 
-def _validate(c: Config) -> None:
-    def need(ok: bool, message: str) -> None:
-        if not ok:
-            raise ConfigError(message)
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
 
+
+def _validate(c: Config) -> None:
+    """Every option's own bounds, then the rules between options (``_validate_connections``: TLS,
+    forwarding, etcd, addresses)."""
+    need = _need
     for option in OPTIONS:
         check_value(option, getattr(c, option.name))
     need(
@@ -704,11 +708,15 @@ def _validate(c: Config) -> None:
     if c.tls_port:
         need(bool(c.tls_cert_file and c.tls_key_file), "tls_port needs tls_cert_file and tls_key_file")
         need(c.tls_auth_clients == "no" or bool(c.tls_ca_cert_file), "tls_auth_clients needs tls_ca_cert_file")
-    # 64 KiB: a name appears a few times in one etcd transaction, which must stay under etcd's
-    # default 1.5 MiB request limit (and the store batches several records per transaction).
     need(c.min_batch <= c.max_batch, "need min_batch <= max_batch")
     # A sweep of every sequence more often than once a second would be work for nothing.
     need(c.sequence_idle_seconds == 0 or c.sequence_idle_seconds >= 1, "sequence_idle_seconds must be 0 or at least 1")
+    _validate_connections(c)
+
+
+def _validate_connections(c: Config) -> None:
+    """The rules of the options that say where a node connects and who may connect to it."""
+    need = _need
     need(c.redirect in ("moved", "forward"), "redirect must be moved or forward")
     need(c.redirect == "moved" or bool(c.cluster_secret), "redirect forward needs cluster_secret")
     need(not c.forward_port or bool(c.cluster_secret), "forward_port needs cluster_secret (or cluster_secret_file)")

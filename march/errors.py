@@ -49,6 +49,15 @@ class StoreRejected(StoreError):
     """The store will never accept this request (too large, invalid): retrying cannot help."""
 
 
+class PrimaryServing(StoreError):
+    """A restore write refused: a primary serves from this store (``primary``: its node id), and a
+    record raised under it would not reach what it holds in memory (``march.store.contract``)."""
+
+    def __init__(self, primary: str) -> None:
+        super().__init__(f"a primary serves from this store ({primary})")
+        self.primary = primary
+
+
 class IdentityConflict(StoreError):
     """This process may not take part: its node id is held by another live process, or its data dir
     belongs to another deployment (another cluster, or a single node). Never retried: the node

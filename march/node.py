@@ -23,7 +23,7 @@ users' ACL rules read) is handed to it.
   (``march.cluster.directory``). Either refusal is an ``IdentityConflict``: ``failed`` is set,
   ``failure`` says why, and the server stops and exits with status 1.
 
-**Users** (``march.access.rules``) are the store's (``march.access.stored.SharedUsers``: seeding from ``aclfile``
+**Users** (``march.access.users``) are the store's (``march.access.stored.SharedUsers``: seeding from ``aclfile``
 and ``requirepass``, compare-and-set changes, following other nodes' changes one user at a time).
 A single node reads them when its store opens, before it listens. A cluster node may start
 before etcd answers: it listens at once with every user unknown (``default`` off: no client is
@@ -42,8 +42,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
-from march.access.rules import AclCommand, Users
+from march.access.rules import AclCommand
 from march.access.stored import SharedUsers
+from march.access.users import Users
 from march.clock import SYSTEM, Clock
 from march.cluster.directory import NodeInfo
 from march.cluster.groups import Group, Groups
@@ -118,20 +119,11 @@ class Node:
         self.failure: IdentityConflict | None = None  # why this node may not take part (then it stops)
         self.failed = asyncio.Event()
 
-    @property
-    def group(self) -> Group:
-        """The first group (the only one with one group): what single-group readers look at."""
-        return self.groups[0]
-
     def _build(self, layout: Layout, state: ServingState | None = None) -> Groups:
         """One group per slot range of ``layout``, each with its own serving state and keyspace."""
         groups = []
         for g in range(layout.groups):
-            own = (
-                state
-                if state is not None and g == 0
-                else ServingState(self.clock, f"group {g}" if layout.groups > 1 else "")
-            )
+            own = state if state is not None and g == 0 else ServingState(self.clock, layout.label(g))
             groups.append(Group(own, Keyspace(self.config, self.store, own, self.clock.now), g, layout.slots(g)))
         return Groups(groups)
 
@@ -186,7 +178,8 @@ class Node:
         """Open the store (a locked or unwritable data dir fails here, before listening); load the users."""
         await self.store.open()
         if not self.config.cluster:
-            self.group.state.serve_forever(SINGLE_NODE)  # after the lock: a refused node never says it served
+            for group in self.groups:  # (one: a single node's layout is one group)
+                group.state.serve_forever(SINGLE_NODE)  # after the lock: a refused node never says it served
         else:
             await self._read_layout()
         try:
@@ -241,8 +234,7 @@ class Node:
             check_layout=self._check_layout,
         )
         self.member = member
-        for group, part in zip(self.groups, member.groups, strict=True):
-            group.member = part
+        self.groups.join(member)
         member.start()
         log.info("joining cluster %s at %s", c.etcd_prefix, c.etcd)
 

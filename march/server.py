@@ -25,14 +25,12 @@ import logging
 import ssl
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from march import log as march_log
 from march.app import App
 from march.cluster.links import link_tls
 from march.commands import call
-from march.commands.forward import readiness
 from march.commands.table import COMMANDS, HOT
 from march.config import Config
 from march.limits import clients_the_fd_limit_allows
@@ -156,8 +154,9 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
         app.forward_port = forwarding.sockets[0].getsockname()[1]
         log.info("forwarding port on %s:%d (every key, for plain and Sentinel clients)", config.bind, app.forward_port)
     node.join(app.port, app.tls_port, app.forward_port)
-    if app.group.member is not None:  # Sentinel clients that listen hear of a failover (march.cluster.announce)
-        app.group.member.directory.on_primary_change(app.switch_master)
+    member = app.groups.member
+    if member is not None:  # Sentinel clients that listen hear of a failover (march.cluster.announce)
+        member.directory.on_primary_change(app.switch_master)
         try:
             app.links.tls = link_tls(config)
         except (OSError, ssl.SSLError) as exc:
@@ -169,7 +168,7 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
             registry_for(app),
             config.metrics_max_connections,
             config.metrics_timeout,
-            ready=partial(readiness, app),
+            ready=app.readiness,
             max_per_address=config.metrics_max_connections_per_address,
         )
         try:

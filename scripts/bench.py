@@ -1,9 +1,9 @@
-"""Benchmark report: redis-server, March on SQLite, March on etcd and the Python floor side by
+"""Benchmark report: redis-server, March on SQLite, March on etcd and the Python baseline side by
 side, same machine, same run, printed as tables and drawn as a PNG. Run it through scripts/bench.
 
 Every server runs on free loopback ports with throwaway data (March on etcd: a one-member etcd
-started here plus one `march serve --etcd` node, used once it is primary; the floor:
-`march_harness.bench.floor_server`, a bare uvloop + hiredis INCR server). March runs as users run it: ACL
+started here plus one `march serve --etcd` node, used once it is primary; the baseline:
+`march_harness.bench.baseline_server`, a bare uvloop + hiredis INCR server). March runs as users run it: ACL
 on (the load authenticates as a non-default user), a TLS listener, the metrics endpoint, the
 default limits (`march_harness.bench.targets`); every load authenticates as that user on every server.
 redis-benchmark drives each setting: a command, `-c` clients, `-P` pipeline depth. Rounds
@@ -15,11 +15,11 @@ are printed at the start and with the summary.
 
 Sections (each can be skipped):
 - `INCR` on one hot key (redis-benchmark's `-t incr`), with the issue's bars for March on SQLite
-  at `-c 50` (ratio to Redis >= 0.8 at -P 1, >= 0.5 at -P 16) and March / the floor at -P 16;
+  at `-c 50` (ratio to Redis >= 0.8 at -P 1, >= 0.5 at -P 16) and March / the baseline at -P 16;
 - timestamp `INCR` on a snowflake sequence (on redis-server a plain `INCR ts`), then
   `INCRBY ts 1000` at one client count, also as snowflake IDs per second (the issue's bar: more
   than 4,096,000, the most a snowflake library makes on one node);
-- tail latency: INCR at `-c 1000 -P 1` (redis, March on SQLite, the floor): p50/p99/p99.9 and
+- tail latency: INCR at `-c 1000 -P 1` (redis, March on SQLite, the baseline): p50/p99/p99.9 and
   March's / redis-server's (the soft open-file limit is raised for it if it is too low);
 - sequence creation: INCR on a fresh random name from 32 connections (`-r`), new sequences/s;
   `march_harness.bench.creation`'s own figure too (its own server);
@@ -85,14 +85,14 @@ INCRBY_BATCH = 1000
 METRICS_BAR = 0.05  # metrics on may cost at most 5% of the throughput with metrics off
 METRICS_ROUNDS = 7  # at least: single rounds vary by about ±5% here, as much as the bar
 TS_KEY = "ts"
-LABEL = {"redis": "redis", "floor": "python floor"}  # the reference in a ratio's name
-SERVERS = ("redis", "sqlite", "etcd", "floor")
+LABEL = {"redis": "redis", "baseline": "python baseline"}  # the reference in a ratio's name
+SERVERS = ("redis", "sqlite", "etcd", "baseline")
 CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
-AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the floor answers AUTH with OK)
+AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the baseline answers AUTH with OK)
 MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
 SUMMARY_WIDTH = 36  # characters per server column of the summary table
 TAIL_CLIENTS = 1000  # the issue's tail-latency setting: -c 1000 -P 1
-FLOOR_SETTING = (50, 16)  # the issue's floor ratio: march / python floor at -c 50 -P 16
+BASELINE_SETTING = (50, 16)  # the issue's baseline ratio: march / python baseline at -c 50 -P 16
 CREATE_CLIENTS = 32  # the issue's creation rate: 32 connections, each INCR on a fresh name
 CREATE = ("INCR", "seq:__rand_int__")  # with -r: a random name, a new sequence
 CREATE_REQUESTS, CREATE_QUICK_REQUESTS = 100_000, 10_000  # for march_harness.bench.creation
@@ -191,9 +191,9 @@ class Bench:
             judged = "" if bar is None or t.name != "sqlite" else f" (bar >= {bar}: {verdict(ratio >= bar, not quick)})"
             name = "march" if t.name == "sqlite" else t.label  # "march/redis": the line the README quotes
             print(f"  {name}/redis throughput ratio: {ratio:.3f}{judged}", flush=True)
-            floor = m.ratio(t.name, "floor")
-            if floor is not None and (s.clients, s.pipeline) == FLOOR_SETTING and s.title == "INCR":
-                print(f"  {name}/python floor throughput ratio: {floor:.3f} (goal >= 0.95)", flush=True)
+            baseline = m.ratio(t.name, "baseline")
+            if baseline is not None and (s.clients, s.pipeline) == BASELINE_SETTING and s.title == "INCR":
+                print(f"  {name}/python baseline throughput ratio: {baseline:.3f} (goal >= 0.95)", flush=True)
 
     # -- sections ------------------------------------------------------------------------------
     def main_sections(self, group: list[Target]) -> None:
@@ -273,7 +273,7 @@ class Bench:
         setting = Setting("INCR", TAIL_CLIENTS, 1, {t.name: INCR for t in group})
         m = self.measure(setting, group, seconds=a.tail_seconds)
         for t in group:
-            for ref in ("redis", "floor"):
+            for ref in ("redis", "baseline"):
                 if t.name == ref or not t.is_march:
                     continue
                 ratios = [m.latency_ratio(t.name, ref, f) for f in ("p50", "p99", "p999")]
@@ -288,10 +288,10 @@ class Bench:
 
     def create_section(self, group: list[Target]) -> None:
         """New sequences per second: INCR on a fresh random name from 32 connections (on redis-server
-        and the floor a new key). Then the fuller measuring script's own figure, if it is there."""
+        and the baseline a new key). Then the fuller measuring script's own figure, if it is there."""
         a = self.args
         print(f"\n== sequence creation, -c {CREATE_CLIENTS} -P 1: INCR on a random name (-r {CREATE_KEYSPACE:,})")
-        before = {t.name: t.call("DBSIZE") for t in group if t.name != "floor"}
+        before = {t.name: t.call("DBSIZE") for t in group if t.name != "baseline"}
         setting = Setting("new sequences", CREATE_CLIENTS, 1, {t.name: CREATE for t in group}, CREATE_KEYSPACE)
         m = self.measure(setting, group, seconds=a.create_seconds)
         for t in group:  # the check that each INCR made a new name (-r wraps silently when too large)
@@ -475,7 +475,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--only",
         default=",".join([*SERVERS, CLUSTER]),
-        help="servers to compare, and 'cluster' for the cluster target (default redis,sqlite,etcd,floor,cluster)",
+        help="servers to compare, and 'cluster' for the cluster target (default redis,sqlite,etcd,baseline,cluster)",
     )
     clusterbench.add_options(ap)
     ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out (the etcd and cluster targets)")
@@ -495,7 +495,7 @@ def parse_args() -> argparse.Namespace:
         "--check-readme",
         action="store_true",
         help="re-measure every figure the READMEs quote (their <!-- bench: key value --> markers) in one run "
-        "and print today's value and its ratio to the quote: redis, sqlite and the floor, -c 50, -P 1,16, "
+        "and print today's value and its ratio to the quote: redis, sqlite and the baseline, -c 50, -P 1,16, "
         "the tail, creation, memory and client sections, no metrics",
     )
     ap.add_argument(
@@ -507,7 +507,7 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     if args.check_readme:
         # The settings the quoted figures were measured at (2 s rounds: INCRBY's IDs/s depend on the length).
-        args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,floor", "50", "1,16", True
+        args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,baseline", "50", "1,16", True
         args.no_cluster = True
         args.seconds = 2.0
         args.no_tail = args.no_create = args.no_memory = args.no_client = False
@@ -589,7 +589,7 @@ def main() -> None:
             if group:
                 bench.main_sections(group)
             if not args.no_tail:
-                bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, floor
+                bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, baseline
             if not args.no_metrics and "sqlite" in args.servers:
                 bench.metrics_section()
             extra = [] if args.no_client else bench.client_section()

@@ -11,7 +11,10 @@ a function):
 - every arrow between rooms points down the floors of ``docs/architecture.md`` (or along one
   floor between rooms that do not import each other back), unless ``UPWARD_ALLOWED`` says why;
   ``FLOORS`` here is that table, and a test holds the two equal;
-- at most ``MAX_LOOSE`` modules loose at the top of the package, and no file name used twice.
+- at most ``MAX_LOOSE`` modules loose at the top of the package, and no file name used twice;
+- a room listed in ``ENTRY_POINTS_ONLY`` reaches the other room only through that room's package
+  (what its ``__init__`` exports), never one of its modules: the transport knows the commands'
+  entry points and the handler contract (``march.commands``), never a command module.
 
 Nothing is imported or run: a module that does not import cleanly still gets checked.
 """
@@ -33,6 +36,7 @@ from march_harness.import_graph import (
     modules,
     room_arrows,
     room_of,
+    side_doors,
 )
 
 MAX_LOOSE = 15  # modules loose at the top of march/ (__init__ and __main__ not counted): the rest live in folders
@@ -75,6 +79,15 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # (importer, imported) -> why the import must sit inside a function (never just to dodge a circle).
 INSIDE_FUNCTION_ALLOWED: dict[tuple[str, str], str] = {}
+
+# (importer room, imported room) -> why the importer may use only the imported room's package itself
+# (``from march.commands import call``), never one of its modules (``march.commands.table``).
+ENTRY_POINTS_ONLY: dict[tuple[str, str], str] = {
+    ("march.transport", "march.commands"): (
+        "the transport calls the dispatcher as uvicorn's protocol calls its app: it knows the entry points "
+        "and the handler contract (march.commands exports them), never a command"
+    ),
+}
 
 
 # --- the checks -----------------------------------------------------------------------------------
@@ -121,6 +134,13 @@ def test_few_modules_loose_and_no_file_name_twice() -> None:
     assert len(loose) <= MAX_LOOSE, f"{len(loose)} modules loose at the top of march/: {sorted(loose)}"
     names = Counter(p.name for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
     assert [n for n, c in names.items() if c > 1] == []
+
+
+def test_the_transport_knows_only_the_commands_entry_points() -> None:
+    found = side_doors(arrows(), ENTRY_POINTS_ONLY)
+    assert found == [], "imports of a room's modules where only its package's exports may be used:\n" + "\n".join(
+        f"{a} ({ENTRY_POINTS_ONLY[room_of(a.source), room_of(a.target)]})" for a in found
+    )
 
 
 def test_the_allowlists_name_real_arrows() -> None:
@@ -173,6 +193,31 @@ def test_the_documented_table_is_read(tmp_path: Path) -> None:
     assert floors == [("top", ("march.cli", "march.commands"))]
     assert floor_of("march.commands.acl", floors) == 0
     assert floor_of("march.config", floors) is None
+
+
+def test_a_side_door_into_the_commands_is_found(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "commands/__init__.py": "from march.commands.table import waits\n",
+            "commands/table.py": "def waits() -> None: ...\n",
+            "transport/__init__.py": "",
+            "transport/conn.py": (
+                "from march.commands import waits\n"
+                "from march.commands.table import waits as w\n"
+                "import march.commands.table\n"
+                "from march.commands import table\n"
+            ),
+        },
+    )
+    found = side_doors(arrows(root), ENTRY_POINTS_ONLY, root)
+    assert [(a.source, a.target, a.line) for a in found] == [
+        ("march.transport.conn", "march.commands.table", 2),
+        ("march.transport.conn", "march.commands.table", 3),
+        ("march.transport.conn", "march.commands.table", 4),
+    ]
+    assert side_doors(arrows(root), {}, root) == []
 
 
 def test_rooms_that_import_each_other_are_found() -> None:

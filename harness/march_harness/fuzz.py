@@ -379,7 +379,7 @@ def _checker_socket(port: int, timeout: float) -> socket.socket:
     """A connection to the server for the checks, from its own source address when it can.
 
     The fuzzed connections send AUTH with random passwords for the user ``default`` from 127.0.0.1,
-    so the server's AUTH throttle (see march.access.rules.AuthThrottle) rightly holds back that very
+    so the server's AUTH throttle (see march.access.throttle.AuthThrottle) rightly holds back that very
     (address, user) pair, and a check's AUTH from there may be refused as a guess. From 127.0.0.2
     (still loopback, still to 127.0.0.1) the checker is a different client with no failures."""
     try:

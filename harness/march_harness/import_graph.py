@@ -122,6 +122,17 @@ def room_arrows(edges: list[Arrow]) -> list[Arrow]:
     return list(seen.values())
 
 
+def side_doors(edges: list[Arrow], rules: dict[tuple[str, str], str], package: Path = PACKAGE) -> list[Arrow]:
+    """The imports, by a module of a room that ``rules`` limits to another room's entry points, of a
+    module inside that room (not the room's package itself)."""
+    out = []
+    for a in edges:
+        target = room_of(a.target, package)
+        if (room_of(a.source, package), target) in rules and a.target != target:
+            out.append(a)
+    return out
+
+
 def circles(edges: list[Arrow]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan, iterative)."""
     graph: dict[str, set[str]] = {}

@@ -3,7 +3,8 @@
 It follows the store contract like every backend (``tests/store/test_store_contract.py``). Tests steer
 it: ``delay`` makes every write land late, ``fail_next`` makes the next writes raise StoreError,
 ``hold()`` makes every call hang until ``release()`` (a frozen disk; ``hold(reads=False)``: only
-writes), ``guard`` sets the one guard it accepts. ``writes`` records every ceiling that landed, in
+writes), ``guard`` sets the one guard it accepts, ``serving`` names a primary serving from it (the
+restore writes refuse it, ``PrimaryServing``). ``writes`` records every ceiling that landed, in
 order; ``attempts`` counts writes, ``reads`` counts reads.
 """
 
@@ -12,11 +13,23 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from march.errors import GuardFailed, StoreError
-from march.store.contract import SINGLE_NODE, Guard, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
+from march.errors import GuardFailed, PrimaryServing, StoreError
+from march.store.contract import (
+    SINGLE_NODE,
+    Guard,
+    Restored,
+    SequenceRecord,
+    Store,
+    UserRecord,
+    UserRecords,
+    WorkerRecord,
+    raise_sequence,
+    raise_worker,
+    restore_user,
+)
 
 
 class MemoryStore(Store):
@@ -27,10 +40,11 @@ class MemoryStore(Store):
         self.users: dict[str, UserRecord] = {}
         self.users_revision = 0  # the revision of the last user write
         self.workers: dict[tuple[bytes, int], WorkerRecord] = {}
-        self.retired_floor = 0  # the highest floor of a deleted worker record
+        self.retired_upto = 0  # the highest UPTO of a deleted worker record
         self._sorted: list[bytes] = []
         self._order: list[bytes] = []  # in creation order: a SCAN cursor is a position in it
         self.guard: Guard = SINGLE_NODE
+        self.serving: str | None = None  # a primary serving from this store: restore writes refused
         self.delay = 0.0
         self.fail_next = 0
         self.writes: list[tuple[bytes, int]] = []
@@ -156,19 +170,74 @@ class MemoryStore(Store):
         if self.workers.get(at) != record:
             return False
         del self.workers[at]
-        self.retired_floor = max(self.retired_floor, record.floor_ms)
+        self.retired_upto = max(self.retired_upto, record.upto_ms)
         return True
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         self.reads += 1
         await self._pass_gate()
-        return self.retired_floor
+        return self.retired_upto
 
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
         self.reads += 1
         await self._pass_gate()
         names = sorted({ns for ns, _ in self.workers if after is None or ns > after})
         return names[:limit]
+
+    async def serving_primary(self) -> str | None:
+        await self._pass_gate()
+        return self.serving
+
+    async def _restoring(self) -> None:
+        await self._pass_gate(read=False)
+        if self.serving is not None:
+            raise PrimaryServing(self.serving)
+
+    async def raise_to(self, records: list[SequenceRecord], dry_run: bool = False) -> list[Restored]:
+        await self._restoring()
+        out = []
+        for record in records:
+            outcome, new = raise_sequence(record, self.records.get(record.key))
+            if new is not None and not dry_run:
+                if record.key not in self.records:
+                    bisect.insort(self._sorted, record.key)
+                    self._order.append(record.key)
+                self.records[record.key] = new
+                self.writes.append((record.key, new.ceiling))
+            out.append(outcome)
+        return out
+
+    async def restore_users(
+        self, users: Mapping[str, str], readable: Callable[[str, str], bool], dry_run: bool = False
+    ) -> list[Restored]:
+        await self._restoring()
+        out = []
+        for name, rules in users.items():
+            stored = self.users.get(name)
+            outcome = restore_user(name, stored.rules if stored is not None else None, readable)
+            if outcome is not Restored.UNCHANGED and not dry_run:
+                self.users_revision += 1
+                self.users[name] = UserRecord(name, rules, self.users_revision)
+            out.append(outcome)
+        return out
+
+    async def raise_workers(self, records: list[WorkerRecord], dry_run: bool = False) -> list[Restored]:
+        await self._restoring()
+        out = []
+        for record in records:
+            outcome, new = raise_worker(record, self.workers.get((record.namespace, record.id)))
+            if new is not None and not dry_run:
+                self.workers[(record.namespace, record.id)] = new
+            out.append(outcome)
+        return out
+
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
+        await self._restoring()
+        if self.retired_upto >= upto_ms:
+            return Restored.UNCHANGED
+        if not dry_run:
+            self.retired_upto = upto_ms
+        return Restored.RAISED
 
     async def _before_write(self, guard: Guard) -> None:
         self.attempts += 1

@@ -60,7 +60,7 @@ class SimNode:
         options.update(settings)
         self.config = Config(**options)
         self.node = Node(self.config, COMMANDS, clock=sim.clock, etcd=self._client)
-        self.group = self.node.group
+        self.group = self.node.groups[0]
         self.state = self.group.state
         self.keyspace = self.group.keyspace
         self.running = False

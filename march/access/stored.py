@@ -1,8 +1,8 @@
 """Users shared through the store: every change a compare-and-set, every node following the store.
 
 The store is the one source of truth for users (``march.store.contract``: each record has a revision
-that changes with every write). ``auth.Users`` is this node's copy, and this module keeps it in
-step; ``march.access.rules`` knows the rules, this module knows where they live.
+that changes with every write). ``users.Users`` is this node's copy, and this module keeps it in
+step; ``march.access.rules`` knows the rules and ``march.access.users`` the users, this module knows where they live.
 
 **Changing a user** (``ACL SETUSER``, ``DELUSER``, ``LOAD``, ``CONFIG SET requirepass``): read the
 stored record with its revision (a linearizable read, never this node's copy, which lags the
@@ -40,14 +40,14 @@ commands are the way to change users, and what they report holds on every node.
 
 **A stored record this version cannot read** (written by an older version's restore, or into the
 store by hand: ``on #zz +@all ~*``) fails closed, at start and whenever the watch brings one: the
-user is *off*, with nothing (``auth.Users.take``), and an error is logged naming the user and what
+user is *off*, with nothing (``users.Users.take``), and an error is logged naming the user and what
 could not be read (never the rules themselves). For ``default`` this means every client must
 ``AUTH`` as another user; ``requirepass`` does not replace it (the stored record still wins: it may
 hold a newer password than the file's), so the node never falls back to the built-in open
 ``default``. The node starts and serves. An admin repairs the user with ``ACL SETUSER`` (which
 applies its rules to a user with nothing, as for a new user), ``ACL LOAD``, or, when no admin can
 log in, ``march restore`` of a file holding a valid record for it (restore replaces a stored user
-only when it cannot be read; see ``march.backup.archive``).
+only when it cannot be read; see ``march.backup.operations``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from march import errors
-from march.access.rules import DEFAULT, User, Users, parse_acl_file
+from march.access.rules import DEFAULT, User
+from march.access.users import Users, parse_acl_file
 from march.clock import Clock
 from march.config import Config
 from march.errors import CommandError, StoreError

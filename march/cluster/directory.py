@@ -50,6 +50,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from march import errors
 from march.clock import Clock
@@ -99,6 +100,38 @@ class NodeInfo:
             return self.link_tls_addr or self.tls_addr
         return self.link_addr or self.addr
 
+    def record(self, role: str, leads: tuple[int, ...], takeover: int, lease_ttl: int) -> dict[str, Any]:
+        """This node's record in etcd (``<prefix>/nodes/<id>``) with its ``role``, the groups it
+        ``leads``, the group it asks for (``takeover``), its pid and its lease's TTL."""
+        return {
+            "id": self.id,
+            "addr": self.addr,
+            "tls_addr": self.tls_addr,
+            "forward_addr": self.forward_addr,
+            "link_addr": self.link_addr,
+            "link_tls_addr": self.link_tls_addr,
+            "role": role,
+            "leads": list(leads),
+            "takeover": takeover,
+            "pid": os.getpid(),
+            "lease_ttl": lease_ttl,
+        }
+
+    @staticmethod
+    def from_record(data: dict[str, Any]) -> NodeInfo:
+        """A node as its record says (``record``); KeyError, ValueError or TypeError if malformed."""
+        return NodeInfo(
+            data["id"],
+            data["addr"],
+            data.get("role", STANDBY),
+            data.get("tls_addr", ""),
+            tuple(int(g) for g in data.get("leads", ())),
+            int(data.get("takeover", -1)),
+            str(data.get("forward_addr", "")),
+            str(data.get("link_addr", "")),
+            str(data.get("link_tls_addr", "")),
+        )
+
     @property
     def host(self) -> str:
         return self.addr.rpartition(":")[0]
@@ -137,71 +170,19 @@ class Topology:
         return {i: n for i, n in self.nodes.items() if n.role != LEAVING}
 
 
-class Directory:
-    def __init__(
-        self,
-        etcd: Etcd,
-        keys: KeyPaths,
-        me: NodeInfo,
-        clock: Clock,
-        timeout: float,
-        lease_ttl: int = 0,
-        leader_keys: Sequence[tuple[bytes, bytes]] = (),
-        out_of_touch: Callable[[], float] = lambda: -math.inf,
-    ) -> None:
+class Registration:
+    """This node's record under its lease (``<prefix>/nodes/<id>``): created only where absent and
+    rewritten only under its own lease, so a node id has one live holder (the module docstring)."""
+
+    def __init__(self, etcd: Etcd, keys: KeyPaths, me: NodeInfo, clock: Clock, timeout: float, ttl: int) -> None:
         self.etcd = etcd
-        self.out_of_touch = out_of_touch  # ``LeaseKeeper.out_of_touch``: >= 0 once cut off from etcd for good
         self.keys = keys
         self.me = me
         self.clock = clock
-        self.timeout = timeout  # per call: short, the control loop retries
-        # (leader key, hand-off key) of each group, in group order (default: the one group's)
-        self.leader_keys = list(leader_keys) or [(keys.leader, keys.handoff)]
-        self._leader_index = {leader: g for g, (leader, _) in enumerate(self.leader_keys)}
-        self._handoff_index = {handoff: g for g, (_, handoff) in enumerate(self.leader_keys)}
-        self.views = [Topology() for _ in self.leader_keys]  # each group's view, from the last read
-        self.layout_record: KV | None = None  # ``<prefix>/groups`` as the last read found it (None: absent)
+        self.timeout = timeout
+        self.ttl = ttl  # this node's lease TTL, written in its record (how long a rival waits for it)
         self._registered: tuple[int, str, tuple[int, ...], int] | None = None  # (lease, role, leads, takeover) written
-        self._listeners: list[Callable[[], None]] = []
-        self.leader_changes = 0  # times a leader key named another node (metrics)
-        self._last_leaders: list[str | None] = [None] * len(self.leader_keys)
-        self._primary_listeners: list[Callable[[NodeInfo | None, NodeInfo], None]] = []
-        self._last_primary: NodeInfo | None = None  # the record of the last primary seen
-        self._switch_pending = False  # the primary changed and the listeners have not been told
-        self.ttl = lease_ttl  # this node's lease TTL, written in its record (how long a rival waits for it)
         self._rival: _Rival | None = None  # another lease holding this node's id, since when
-        # node id -> (the lease its record is under, clock time this node first read it so): how long
-        # each node has been back (``registered_for``); a node that rejoins comes back under a new lease
-        self._seen: dict[str, tuple[int, float]] = {}
-        self._led: set[int] = set()  # groups this node led, last it knew (it stepped down since)
-        self._turn = 0  # which other node a cut-off node sends the next client to
-
-    def on_change(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
-
-    def on_primary_change(self, listener: Callable[[NodeInfo | None, NodeInfo], None]) -> None:
-        """Call ``listener(old, new)`` each time this node sees another node become the primary
-        (``old``: the last primary it knew, None if its record was never seen). Pub/sub announces
-        ``+switch-master`` from it; a listener must not block, and its failure is logged, never raised."""
-        self._primary_listeners.append(listener)
-
-    def _announce(self, old: NodeInfo | None, new: NodeInfo) -> None:
-        for listener in list(self._primary_listeners):
-            try:
-                listener(old, new)
-            except Exception:
-                log.exception("a listener of primary changes failed")
-
-    def _changed(self) -> None:
-        for listener in list(self._listeners):
-            listener()
-
-    # --- this node's record ----------------------------------------------------------------------
-
-    @property
-    def topology(self) -> Topology:
-        """The first group's view (the only one with one group)."""
-        return self.views[0]
 
     async def register(self, lease: int, role: str, leads: tuple[int, ...] = (), takeover: int = -1) -> bool:
         """(Re)write this node's record under ``lease`` if the lease, the role or the groups it leads
@@ -213,20 +194,7 @@ class Directory:
         if self._registered == (lease, role, leads, takeover):
             return True
         key = self.keys.node(self.me.id)
-        record = {
-            "id": self.me.id,
-            "addr": self.me.addr,
-            "tls_addr": self.me.tls_addr,
-            "forward_addr": self.me.forward_addr,
-            "link_addr": self.me.link_addr,
-            "link_tls_addr": self.me.link_tls_addr,
-            "role": role,
-            "leads": list(leads),
-            "takeover": takeover,
-            "pid": os.getpid(),
-            "lease_ttl": self.ttl,
-        }
-        value = json.dumps(record).encode()
+        value = json.dumps(self.me.record(role, leads, takeover, self.ttl)).encode()
         ours = self._registered is not None and self._registered[0] == lease
         for _ in range(3):  # the record may come and go between attempts; the control loop retries anyway
             compare = lease_is(key, lease) if ours else created_at(key, 0)
@@ -287,6 +255,97 @@ class Directory:
     def lease_gone(self) -> None:
         self._registered = None  # the record went with the lease
 
+
+@dataclass(frozen=True)
+class _Rival:
+    """Another lease found holding this node's id: since when, and when to stop waiting for it."""
+
+    lease: int
+    seen: float
+    give_up: float
+
+
+class Directory:
+    """What this node knows of the cluster: its record (``Registration``), every group's view from the
+    last read (``read_all``), and what clients are told (``members``, ``redirect``)."""
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        keys: KeyPaths,
+        me: NodeInfo,
+        clock: Clock,
+        timeout: float,
+        lease_ttl: int = 0,
+        leader_keys: Sequence[tuple[bytes, bytes]] = (),
+        out_of_touch: Callable[[], float] = lambda: -math.inf,
+    ) -> None:
+        self.etcd = etcd
+        self.out_of_touch = out_of_touch  # ``LeaseKeeper.out_of_touch``: >= 0 once cut off from etcd for good
+        self.keys = keys
+        self.me = me
+        self.clock = clock
+        self.timeout = timeout  # per call: short, the control loop retries
+        # (leader key, hand-off key) of each group, in group order (default: the one group's)
+        self.leader_keys = list(leader_keys) or [(keys.leader, keys.handoff)]
+        self._leader_index = {leader: g for g, (leader, _) in enumerate(self.leader_keys)}
+        self._handoff_index = {handoff: g for g, (_, handoff) in enumerate(self.leader_keys)}
+        self.views = [Topology() for _ in self.leader_keys]  # each group's view, from the last read
+        self.layout_record: KV | None = None  # ``<prefix>/groups`` as the last read found it (None: absent)
+        self.registration = Registration(etcd, keys, me, clock, timeout, lease_ttl)
+        self._listeners: list[Callable[[], None]] = []
+        self.leader_changes = 0  # times a leader key named another node (metrics)
+        self._last_leaders: list[str | None] = [None] * len(self.leader_keys)
+        self._primary_listeners: list[Callable[[NodeInfo | None, NodeInfo], None]] = []
+        self._last_primary: NodeInfo | None = None  # the record of the last primary seen
+        self._switch_pending = False  # the primary changed and the listeners have not been told
+        # node id -> (the lease its record is under, clock time this node first read it so): how long
+        # each node has been back (``registered_for``); a node that rejoins comes back under a new lease
+        self._seen: dict[str, tuple[int, float]] = {}
+        self._led: set[int] = set()  # groups this node led, last it knew (it stepped down since)
+        self._turn = 0  # which other node a cut-off node sends the next client to
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def on_primary_change(self, listener: Callable[[NodeInfo | None, NodeInfo], None]) -> None:
+        """Call ``listener(old, new)`` each time this node sees another node become the primary
+        (``old``: the last primary it knew, None if its record was never seen). Pub/sub announces
+        ``+switch-master`` from it; a listener must not block, and its failure is logged, never raised."""
+        self._primary_listeners.append(listener)
+
+    def _announce(self, old: NodeInfo | None, new: NodeInfo) -> None:
+        for listener in list(self._primary_listeners):
+            try:
+                listener(old, new)
+            except Exception:
+                log.exception("a listener of primary changes failed")
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    @property
+    def topology(self) -> Topology:
+        """The first group's view (the only one with one group)."""
+        return self.views[0]
+
+    # --- this node's record ----------------------------------------------------------------------
+
+    async def register(self, lease: int, role: str, leads: tuple[int, ...] = (), takeover: int = -1) -> bool:
+        """This node's record under ``lease`` (``Registration.register``)."""
+        return await self.registration.register(lease, role, leads, takeover)
+
+    def record_lost(self) -> None:
+        self.registration.record_lost()
+
+    @property
+    def registered(self) -> bool:
+        return self.registration.registered
+
+    def lease_gone(self) -> None:
+        self.registration.lease_gone()
+
     # --- the topology ----------------------------------------------------------------------------
 
     async def read(self) -> Topology:
@@ -312,19 +371,9 @@ class Directory:
                 handoffs[self._handoff_index[kv.key]] = (kv.value.decode(), kv.lease, kv.mod_revision)
             elif kv.key.startswith(self.keys.nodes):
                 try:
-                    data = json.loads(kv.value)
-                    nodes[data["id"]] = NodeInfo(
-                        data["id"],
-                        data["addr"],
-                        data.get("role", STANDBY),
-                        data.get("tls_addr", ""),
-                        tuple(int(g) for g in data.get("leads", ())),
-                        int(data.get("takeover", -1)),
-                        str(data.get("forward_addr", "")),
-                        str(data.get("link_addr", "")),
-                        str(data.get("link_tls_addr", "")),
-                    )
-                    leases[data["id"]] = kv.lease
+                    node = NodeInfo.from_record(json.loads(kv.value))
+                    nodes[node.id] = node
+                    leases[node.id] = kv.lease
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed node record %r", kv.key)
         views = [
@@ -431,15 +480,6 @@ class Directory:
         if primary.id == self.me.id:
             return CommandError(errors.TRYAGAIN_TAKING_OVER)
         return CommandError(errors.MOVED.format(key_slot(key), primary.seen_by(tls).addr))
-
-
-@dataclass(frozen=True)
-class _Rival:
-    """Another lease found holding this node's id: since when, and when to stop waiting for it."""
-
-    lease: int
-    seen: float
-    give_up: float
 
 
 class GroupDirectory:

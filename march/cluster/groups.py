@@ -13,29 +13,56 @@ Everything about routing a request derives from the group's ``ServingState``: se
 (``redirect``: ``MOVED`` to the primary, or ``CLUSTERDOWN``; ``primary_node``: the primary's record,
 where a forwarded request goes).
 
-``Keyspaces`` is what the commands see as ``app.keyspace`` with several groups: each call goes to
-the keyspace of its key's group (with one group ``app.keyspace`` is that group's keyspace itself).
-Calls without a key (counting, listing) are answered by the groups this node serves.
+**One group is N = 1.** Nothing outside ``Groups`` asks how many groups there are. With one group
+(the default) ``Groups`` takes its own fast path: no slot is computed (no CRC16 per request), the
+keyspace the commands see is the group's own, the server's fast-path table is the hot commands
+themselves, every name is this node's, and nothing is reported group by group (``listed``).
+
+``Keyspaces`` is what the commands see as ``app.keyspace`` with several groups (``Groups.keyspace``):
+each call goes to the keyspace of its key's group. Calls without a key (listing) are answered by the
+groups this node serves; DBSIZE (``size``) counts the names in the slots this node serves.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any, Protocol
 
 from march import errors
 from march.cluster.directory import NodeInfo
 from march.cluster.layout import ALL_SLOTS, SlotRange
-from march.cluster.member import GroupMember
+from march.cluster.links import Peer
+from march.cluster.member import ClusterMember, GroupMember
 from march.cluster.slots import SLOTS, key_slot
 from march.config import Config
 from march.errors import CommandError
+from march.keyspace import listing
+from march.keyspace.census import retrieved
 from march.keyspace.keyspace import Generator, Keyspace
 from march.keyspace.listing import Selection
 from march.keyspace.serving import ServingState
 
 __all__ = ["ALL_SLOTS", "ActiveView", "Group", "Groups", "Keyspaces", "SlotRange"]  # SlotRange: march.cluster.layout
+
+# Listing work units (~0.1 us, march.keyspace.listing) one name's slot check costs: about 1 us measured for
+# short names (the hash-tag search, CRC16 in C, the table lookup, the calls), almost flat in length.
+SLOT_CHECK_COST = 10
+
+
+class FastCommand(Protocol):
+    """An entry of the server's fast-path table (``commands.table.Hot`` is one; ``Groups.fast_path``)."""
+
+    @property
+    def arity(self) -> int: ...
+    @property
+    def handler(self) -> Callable[..., Any]: ...
+    @property
+    def consecutive(self) -> Callable[..., range | None] | None: ...
+
+
+Slow = Callable[[Any, list[bytes]], Any]  # the dispatcher's ``call(client, args)``
 
 
 class Group:
@@ -81,6 +108,12 @@ class Group:
             return None
         return primary.seen_by(tls)
 
+    def link_peer(self, tls: bool) -> Peer | None:
+        """Where a request of this group is forwarded: the address its primary takes links at
+        (``tls``: TLS links) and its registered node id; None as for ``primary_node``."""
+        node = self.primary_node()
+        return None if node is None else Peer(node.link(tls), node.id)
+
     def node_at(self, addr: str) -> NodeInfo | None:
         """The registered node whose address (or TLS address) is ``addr`` (a MOVED target), if any."""
         if self.member is None:
@@ -91,9 +124,9 @@ class Group:
 
 
 class Groups:
-    """Every leadership group of this node, in slot order: which one a slot or a key belongs to.
-
-    With one group (the default) no slot is computed: every key is the one group's."""
+    """Every leadership group of this node, in slot order: which one a slot, a key or a request
+    belongs to, and what the node's readers see of them all (the module docstring: with one group,
+    its own fast path, ``_single``)."""
 
     def __init__(self, groups: list[Group]) -> None:
         assert groups and groups[0].slots.first == 0 and groups[-1].slots.last == SLOTS - 1
@@ -101,12 +134,32 @@ class Groups:
         self._single = groups[0] if len(groups) == 1 else None
         # slot -> group index, one byte per slot (at most 256 groups)
         self._by_slot = bytes(g.index for g in groups for _ in range(g.slots.first, g.slots.last + 1))
+        # what the commands see as ``app.keyspace``: the one group's keyspace itself, or each call to its key's
+        self.keyspace: Keyspace | Keyspaces = groups[0].keyspace if self._single is not None else Keyspaces(self)
+        self.member: ClusterMember | None = None  # cluster mode: this node's membership, once joined (``join``)
+
+    def join(self, member: ClusterMember) -> None:
+        """Cluster mode: this node's membership, and each group's part of it (``Group.member``)."""
+        self.member = member
+        for group, part in zip(self._groups, member.groups, strict=True):
+            group.member = part
 
     def of_slot(self, slot: int) -> Group:
         return self._single or self._groups[self._by_slot[slot]]
 
     def of_key(self, key: bytes) -> Group:
         return self._single or self._groups[self._by_slot[key_slot(key)]]
+
+    def route(self, key: bytes | None) -> Group:
+        """The group a request belongs to: its first key's (``key``); a keyspace-wide request (None)
+        runs on a group this node serves, waits on one in transition, else is redirected as slot 0's."""
+        single = self._single
+        if single is not None:
+            return single
+        if key is not None:
+            return self._groups[self._by_slot[key_slot(key)]]
+        groups = self._groups
+        return next((g for g in groups if g.serving), None) or next((g for g in groups if g.in_transition), groups[0])
 
     def check_one(self, keys: Iterable[bytes]) -> None:
         """CROSSSLOT unless every key belongs to one leadership group (always so with one group).
@@ -133,7 +186,8 @@ class Groups:
 
     def serving_any(self) -> bool:
         """Whether this node serves at least one group (keyspace-wide commands may run here)."""
-        return any(g.state.serving for g in self._groups)
+        single = self._single
+        return single.state.serving if single is not None else any(g.state.serving for g in self._groups)
 
     def in_transition_any(self) -> bool:
         return any(g.state.in_transition for g in self._groups)
@@ -141,6 +195,62 @@ class Groups:
     def served(self) -> list[Group]:
         """The groups this node serves now (what KEYS, SCAN, DBSIZE may list)."""
         return [g for g in self._groups if g.state.serving]
+
+    def served_slots(self) -> bytes | None:
+        """Which slots this node serves now, a byte per slot (1: served), when it serves some but not
+        all of several groups; None when every name is this node's (one group, or every group served)."""
+        if self._single is not None:
+            return None
+        table = bytearray(SLOTS)
+        for group in self._groups:
+            if group.serving:
+                r = group.slots
+                table[r.first : r.last + 1] = b"\x01" * (r.last - r.first + 1)
+        return None if all(table) else bytes(table)
+
+    @property
+    def listed(self) -> Sequence[Group]:
+        """The groups that reports name one by one (INFO's ``march_groups_led``, the ``march_group_*``
+        series): every group with several, none with one (the node's own figures are its group's)."""
+        return () if self._single is not None else self._groups
+
+    def placement(self, key: bytes) -> dict[str, int]:
+        """Where ``key`` lives, as SEQ.INFO reports it: its slot and group with several groups, nothing with one."""
+        if self._single is not None:
+            return {}
+        return {"slot": key_slot(key), "group": self.of_key(key).index}
+
+    def fast_path(self, hot: Mapping[bytes, FastCommand], slow: Slow | None) -> Mapping[bytes, FastCommand]:
+        """The server's fast-path table while this node serves: with one group the hot commands
+        themselves; with several each wrapped to check its key's group first (one CRC16) and hand a
+        request of a group not served here to the dispatcher (``slow``), and none without it."""
+        if self._single is not None:
+            return hot
+        return {name: _GroupedHot(entry, self, slow) for name, entry in hot.items()} if slow is not None else {}
+
+
+class _GroupedHot:
+    """A hot command with several groups: served at once only while its key's group serves here."""
+
+    __slots__ = ("arity", "consecutive", "handler")
+
+    def __init__(self, entry: FastCommand, groups: Groups, slow: Slow) -> None:
+        self.arity = entry.arity
+        run, many, of_key = entry.handler, entry.consecutive, groups.of_key
+
+        def handler(client: Any, args: list[bytes]) -> Any:
+            return run(client, args) if of_key(args[1]).state.serving else slow(client, args)
+
+        def consecutive(client: Any, args: list[bytes], count: int) -> range | None:
+            return many(client, args, count) if many is not None and of_key(args[1]).state.serving else None
+
+        self.handler: Callable[..., Any] = handler
+        self.consecutive: Callable[..., range | None] | None = consecutive if many is not None else None
+
+
+def in_slots(slots: bytes, name: bytes) -> bool:
+    """Whether ``name``'s slot is one of ``slots`` (``Groups.served_slots``)."""
+    return slots[key_slot(name)] == 1
 
 
 class ActiveView:
@@ -177,6 +287,7 @@ class Keyspaces:
         self.groups = groups
         self.generators = ActiveView(groups)
         self.config: Config = groups[0].keyspace.config
+        self._counting: tuple[bytes | None, asyncio.Task[int]] | None = None  # (slots, the count) while one runs
 
     def _of(self, key: bytes) -> Keyspace:
         return self.groups.of_key(key).keyspace
@@ -227,11 +338,32 @@ class Keyspaces:
     def scan(self, cursor: int, count: int) -> Any:
         return self._any().scan(cursor, count)
 
-    def known_count(self) -> int | None:
-        return self._any().known_count()
-
     def count(self) -> Any:
         return self._any().count()
+
+    def size(self) -> Awaitable[int]:
+        """DBSIZE: the names in this node's slots, asked of the store (each group's in-memory count
+        sees only its own creations): its count of every name when this node serves every group,
+        else the names of its slots counted a page at a time in slices (the store cannot count by
+        slot), at most ``max_wait`` (then TRYAGAIN; the count goes on, and a DBSIZE that comes
+        meanwhile waits for it instead of starting another)."""
+        return self._size(self.groups.served_slots())
+
+    async def _size(self, slots: bytes | None) -> int:
+        shared = self._counting
+        if shared is None or shared[0] != slots or shared[1].done():
+            store = self.groups[0].keyspace.store
+            if slots is None:
+                counting = store.count()
+            else:
+                counting = listing.count(store, Selection(partial(in_slots, slots), lambda n: SLOT_CHECK_COST))
+            task = asyncio.get_running_loop().create_task(counting)
+            task.add_done_callback(retrieved)
+            shared = self._counting = (slots, task)
+        try:
+            return await asyncio.wait_for(asyncio.shield(shared[1]), self.config.max_wait)
+        except TimeoutError:
+            raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
 
     @property
     def serving(self) -> bool:

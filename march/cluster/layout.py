@@ -123,6 +123,10 @@ class Layout:
     def describe(self) -> str:
         return f"{self.groups} group{'s' if self.groups > 1 else ''}"
 
+    def label(self, g: int) -> str:
+        """What logs call group ``g``: nothing with one group (its names carry no index, as its keys)."""
+        return "" if self.groups == 1 else f"group {g}"
+
 
 def _group_key(base: bytes, groups: int, g: int) -> bytes:
     if not 0 <= g < groups:

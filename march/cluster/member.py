@@ -155,9 +155,10 @@ class ClusterMember:
         self.control = control_etcd
         self.keys = keys
         wake = asyncio.Event()
-        spread = Spread(len(groups), self.leading) if len(groups) > 1 else None
+        # (one group is N = 1: its fair share is the group, and a node that leads none campaigns at once)
+        spread = Spread(len(groups), self.leading)
         self.groups = [
-            self._group(index, spec, len(groups), wake, spread, campaign_compares, store_timeout)
+            self._group(index, spec, wake, spread, campaign_compares, store_timeout)
             for index, spec in enumerate(groups)
         ]
         self.loop = ElectionLoop(
@@ -181,14 +182,13 @@ class ClusterMember:
         self,
         index: int,
         spec: GroupSpec,
-        count: int,
         wake: asyncio.Event,
-        spread: Spread | None,
+        spread: Spread,
         compares: Callable[[], list[Compare]],
         store_timeout: float,
     ) -> GroupMember:
         """Group ``index``'s election and FAILOVER, on the node's lease, directory and control loop."""
-        view = self.directory if count == 1 else GroupDirectory(self.directory, index)
+        view = GroupDirectory(self.directory, index)
         election = Election(
             self.control,
             self.keys,

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from march import errors
-from march.access import rules as auth
+from march.access.rules import CATEGORIES, DEFAULT, User, check_username
+from march.access.users import Users, parse_acl_file
 from march.commands.args import Args
 from march.commands.table import COMMANDS, Secrets, Subcommand, container, lookup
 from march.errors import CommandError
@@ -51,7 +52,7 @@ def _acl_setuser(client: Client, args: list[bytes]) -> Any:
 
 def _acl_deluser(client: Client, args: list[bytes]) -> Any:
     names = [_username(a) for a in Args(args, 2).rest()]
-    if auth.DEFAULT in names:
+    if DEFAULT in names:
         raise CommandError(errors.ACL_DELETE_DEFAULT)
     return client.app.node.shared_users.delete(names)
 
@@ -85,11 +86,11 @@ def _acl_whoami(client: Client, args: list[bytes]) -> Any:
 def _acl_cat(client: Client, args: list[bytes]) -> Any:
     cursor = Args(args, 2)
     if not cursor.more():
-        return [c.encode() for c in auth.CATEGORIES]
+        return [c.encode() for c in CATEGORIES]
     given = cursor.text()
     category = given.lower()
     cursor.finish(_acl_syntax(args).message)
-    if category not in auth.CATEGORIES:
+    if category not in CATEGORIES:
         raise CommandError(errors.ACL_UNKNOWN_CATEGORY.format(given))  # as given: Redis keeps its case
     out: list[bytes] = []
     for name, spec in COMMANDS.items():
@@ -120,7 +121,7 @@ def _acl_save(client: Client, args: list[bytes]) -> Any:
 
 
 def _username(raw: bytes) -> str:
-    return auth.check_username(raw.decode("utf-8", "surrogateescape"))
+    return check_username(raw.decode("utf-8", "surrogateescape"))
 
 
 async def _setuser(client: Client, name: str, rules: list[str]) -> str:
@@ -128,7 +129,7 @@ async def _setuser(client: Client, name: str, rules: list[str]) -> str:
     return "OK"
 
 
-async def _sliced(users: auth.Users, line: Callable[[auth.User], bytes]) -> list[bytes]:
+async def _sliced(users: Users, line: Callable[[User], bytes]) -> list[bytes]:
     """``line(user)`` for every user by name, ``LIST_SLICE`` users per loop step."""
     names = list(users.names())
     out: list[bytes] = []
@@ -190,7 +191,7 @@ async def _load_file(client: Client, path: Path) -> str:
     shared = client.app.node.shared_users
     try:
         text = await asyncio.to_thread(path.read_text)
-        parsed = auth.parse_acl_file(text)
+        parsed = parse_acl_file(text)
         described: dict[str, str] = {}
         names = list(parsed)
         for i in range(0, len(names), LIST_SLICE):  # checking 10,000 users takes a while: in slices

@@ -32,8 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from march import errors
 from march.commands.args import Args
-from march.commands.forward import readiness
-from march.commands.table import COMMANDS, CommandSpec, Secrets, Subcommand, command, container, lookup, lookup_full
+from march.commands.table import (
+    COMMANDS,
+    NO_REPLY,
+    CommandSpec,
+    Secrets,
+    Subcommand,
+    command,
+    container,
+    lookup,
+    lookup_full,
+)
 from march.config import Config, ConfigError, ConfigTypeError, find_option, parse_value, rewrite_file
 from march.errors import CommandError, StoreError
 from march.glob import compile_glob
@@ -406,15 +415,8 @@ def shutdown(client: Client, args: list[bytes]) -> Any:
             raise CommandError(errors.NO_SHUTDOWN)
     client.app.request_shutdown()
     client.close_after = True
-    return _NO_REPLY
+    return NO_REPLY  # the connection closes, as in Redis
 
-
-class _NoReply:
-    """SHUTDOWN sends no reply when it succeeds: the connection just closes, as in Redis."""
-
-
-_NO_REPLY = _NoReply()
-NO_REPLY = _NO_REPLY
 
 # Redis 7.0's sections in Redis' order and with its titles, then March's own. INFO and INFO default:
 # all but commandstats and latencystats (as in Redis); ``all`` and ``everything``: every one.
@@ -645,8 +647,8 @@ def _sequences(client: Client, count: int | None) -> dict[str, Any]:
 
 def _cluster(client: Client, count: int | None) -> dict[str, Any]:
     app = client.app
-    member, state = app.group.member, app.group.state
-    ready = readiness(app)  # (forwarding: ``commands.forward``; for a Redis-only health check)
+    member, state = app.groups.member, app.groups[0].state  # (the first group's state: dashboards keep working)
+    ready = app.readiness()  # (``march.cluster.readiness``; for a Redis-only health check)
     if member is None:
         return {"cluster_enabled": 0, "march_ready": int(ready is None)}
     return {
@@ -657,7 +659,7 @@ def _cluster(client: Client, count: int | None) -> dict[str, Any]:
         "march_node_id": member.me.id,
         "march_advertise": member.me.addr,
         "march_forward_address": member.me.forward_addr,  # what Sentinel replies name ("": no forward_port)
-        "march_role": member.node.loop.describe()[0],  # primary if it leads any group
+        "march_role": member.loop.describe()[0],  # primary if it leads any group
         "march_phase": state.phase.value,
         "etcd_prefix": app.config.etcd_prefix,
         "lease_ttl": member.ttl,
@@ -671,11 +673,12 @@ def _cluster(client: Client, count: int | None) -> dict[str, Any]:
 
 def _groups_led(app: App) -> dict[str, Any]:
     """Several leadership groups: how many, and which ones this node leads (INFO cluster)."""
-    if len(app.groups) == 1:
+    listed = app.groups.listed
+    if not listed:
         return {}
     return {
-        "march_groups": len(app.groups),
-        "march_groups_led": ",".join(str(g.index) for g in app.groups if g.state.leading),
+        "march_groups": len(listed),
+        "march_groups_led": ",".join(str(g.index) for g in listed if g.state.leading),
     }
 
 
@@ -745,7 +748,7 @@ def _replication(client: Client) -> dict[str, Any]:
     key it holds: its id and create revision), the same on every node that follows it, and new at
     each failover as Redis' replication id is; a single node's is its run id."""
     app = client.app
-    member = app.group.member
+    member = app.groups.member
     if member is None:
         return {"role": "master", "connected_slaves": 0, **_repl_tail(app.run_id, "no-failover")}
     primary, standbys = member.directory.members(client.tls)

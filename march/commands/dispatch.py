@@ -24,7 +24,7 @@ user with every command on every key skips the check (and keeps the server's fas
 the commands that name channels when it does not have them all (``User.checked``).
 
 Routing follows the serving state (``march.keyspace.serving``) of the request's group (``route``: its first
-key's slot's group; with one group, the group), declared per command at registration (``primary``:
+key's slot's group: ``Groups.route``), declared per command at registration (``primary``:
 the key commands and the keyspace-wide KEYS, SCAN, DBSIZE, SEQ.LIST). A node that does not serve
 the group answers them with ``MOVED`` to the group's primary (or ``CLUSTERDOWN``); while
 a promotion or a FAILOVER is in progress they wait for it to end (bounded by ``max_wait``) and
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from march import errors
 from march.commands.forward import forward, forwards, is_link_command, link_command
 from march.commands.permissions import refuse
-from march.commands.table import SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
+from march.commands.table import QUEUED, SPELLINGS, CommandSpec, check_container, lookup, redacted, waits
 from march.errors import CommandError, Rejected, StoreError, StoreFull, StoreRejected
 from march.generators.bound import NotServing
 
@@ -82,8 +82,8 @@ def call(client: Client, args: list[bytes]) -> Any:
         if denied is not None:
             sub = spec.subcommand(args)
             raise reject(client, spec, refuse(client, *denied, f"{spec.name}|{sub}" if sub else spec.name), args)
-    if spec.primary and spec.keys[1] != spec.keys[0] and len(client.app.groups) > 1:
-        try:  # several keys: all in one group, or CROSSSLOT (before any MOVED, as in Redis)
+    if spec.primary and spec.keys[1] != spec.keys[0]:
+        try:  # several keys: all in one group, or CROSSSLOT (before any MOVED, as in Redis; one group: none)
             client.app.groups.check_one(args[i] for i in spec.key_positions(len(args)))
         except CommandError as exc:
             raise reject(client, spec, exc, args) from None
@@ -112,9 +112,6 @@ def call(client: Client, args: list[bytes]) -> Any:
         client.multi_mem += sum(map(len, args))  # (CLIENT LIST multi-mem)
         return QUEUED  # no call until EXEC runs it (the connection counts it apart: ``timing``)
     return spec.handler(client, args)
-
-
-QUEUED = "QUEUED"  # a request MULTI queued: no call until EXEC runs it (the connection tells by identity)
 
 
 # What a RESP2 connection with subscriptions may run, as in Redis (its replies would be read as messages).
@@ -199,15 +196,11 @@ def reject(client: Client, spec: CommandSpec, error: CommandError, args: list[by
 
 
 def route(client: Client, spec: CommandSpec, args: list[bytes]) -> Group:
-    """The leadership group a ``primary`` command belongs to: its first key's (one group: the group).
-    A keyspace-wide command (no key) runs on a node serving any group (it sees that node's groups),
+    """The leadership group a ``primary`` command belongs to: its first key's (``Groups.route``). A
+    keyspace-wide command (no key) runs on a node serving any group (it sees that node's groups),
     waits while one is in transition, else is redirected as a key of slot 0 would be."""
-    groups = client.app.groups
-    if len(groups) == 1:
-        return client.app.group
-    if spec.keys[0]:
-        return groups.of_key(args[spec.keys[0]])
-    return next((g for g in groups if g.serving), None) or next((g for g in groups if g.in_transition), groups[0])
+    first = spec.keys[0]
+    return client.app.groups.route(args[first] if first else None)
 
 
 def moved(client: Client, spec: CommandSpec, args: list[bytes]) -> CommandError:

@@ -50,8 +50,7 @@ unknown user: a user that may run nothing), only key commands and MULTI/EXEC/DIS
 named ``march-link:<node>`` (CLIENT LIST, lib-name ``march-link``) and never forwards what it is
 sent: a request it cannot serve gets MOVED, which the entry node handles as above.
 
-``readiness`` says whether this node can serve a plain client every key now (``/ready`` on the
-metrics port, ``march_ready`` in INFO cluster).
+Whether this node can serve a plain client every key now is ``march.cluster.readiness``'s.
 
 What this module must never do: send a request twice, or run a request as anyone but its user.
 """
@@ -61,13 +60,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from march import errors
 from march import log as march_log
-from march.access.rules import User
-from march.client import LINK_NOBODY, LinkPeer
+from march.client import NOBODY, LinkPeer
 from march.cluster.links import (
     INITIATOR,
     LINK_COMMAND,
@@ -82,7 +81,8 @@ from march.cluster.links import (
     proof,
     proof_ok,
 )
-from march.commands.table import CommandSpec, lookup
+from march.cluster.readiness import FORWARD
+from march.commands.table import CommandSpec, Relayed, lookup
 from march.errors import CommandError
 from march.resp import Encoded
 
@@ -93,10 +93,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("march")
 
-FORWARD = "forward"  # the ``redirect`` setting that turns forwarding on
 LINK_USER = " march-link:"  # + the claimed node: what link proofs are throttled under (no ACL user's name has a space)
 LINK_LIB = "march-link"  # CLIENT LIST lib-name of a link on the receiving side
-NOBODY = User(LINK_NOBODY)  # whom a link runs requests as when they name no known user: may run nothing
 _NAME_SAFE = re.compile(r"[^A-Za-z0-9._:\-\[\]]")  # what of a node id may go into a client name
 _NODE_MAX = 256  # bytes of a claimed node id that count (throttle records, logs): ids are short
 
@@ -113,20 +111,13 @@ def deadline(app: App) -> float:
     return app.config.max_wait + app.config.store_timeout + 1.0
 
 
-def primary_peer(group: Group, tls: bool) -> Peer | None:
-    """Where a request of ``group`` is forwarded: the address its primary takes links at (``tls``:
-    TLS links) and its registered node id."""
-    node = group.primary_node()
-    return None if node is None else Peer(node.link(tls), node.id)
-
-
 def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | Coroutine[Any, Any, Encoded]:
     """Send ``args`` to its group's primary. With a link open, it is written now and a ``Relayed``
     comes back (the connection answers the requests after it meanwhile, and this one in its
     place); else a coroutine that opens a link first. Either may be awaited for the reply."""
     key = args[spec.keys[0]] if spec.keys[0] else b""
     group, links = client.app.groups.of_key(key), client.app.links
-    peer = primary_peer(group, links.tls is not None)
+    peer = group.link_peer(links.tls is not None)
     if peer is None:
         raise group.redirect(key, client.tls)  # CLUSTERDOWN or TRYAGAIN, as without forwarding
     kept = client.relay_link
@@ -138,32 +129,21 @@ def forward(client: Client, spec: CommandSpec, args: list[bytes]) -> Relayed | C
         return _relay(client, group, key, [args])
     client.relay_link = link  # its next requests go on the same link and lane, so they run in its order
     sent = links.write(link, client.id, client.user.name.encode(), [args])
-    return Relayed(client, group, peer, [args], sent)
+    return Relayed(partial(_reply, client, group, peer, [args], sent))
 
 
-class Relayed:
-    """A forwarded request written to its link; awaiting it gives the reply (or raises its error)."""
-
-    __slots__ = ("client", "group", "peer", "requests", "sent")
-
-    def __init__(self, client: Client, group: Group, peer: Peer, requests: list[list[bytes]], sent: Sent) -> None:
-        self.client, self.group, self.peer, self.requests, self.sent = client, group, peer, requests, sent
-
-    def __await__(self) -> Generator[Any, None, Encoded]:
-        return self.reply().__await__()
-
-    async def reply(self) -> Encoded:
-        client = self.client
-        try:
-            replies = await client.app.links.replies(self.sent, deadline(client.app))
-        except LinkLost as exc:
-            raise _lost(exc) from None
-        return await _settle(client, self.group, self.peer, self.requests, replies)
+async def _reply(client: Client, group: Group, peer: Peer, requests: list[list[bytes]], sent: Sent) -> Encoded:
+    """The reply of ``requests``, written to a link already (``sent``)."""
+    try:
+        replies = await client.app.links.replies(sent, deadline(client.app))
+    except LinkLost as exc:
+        raise _lost(exc) from None
+    return await _settle(client, group, peer, requests, replies)
 
 
 async def _relay(client: Client, group: Group, key: bytes, requests: list[list[bytes]]) -> Encoded:
     """``requests`` on one link to ``group``'s primary (opened if need be); the last reply."""
-    peer = primary_peer(group, client.app.links.tls is not None)
+    peer = group.link_peer(client.app.links.tls is not None)
     if peer is None:
         raise group.redirect(key, client.tls)
     return await _settle(client, group, peer, requests, await _send(client, peer, requests))
@@ -321,7 +301,7 @@ def _check(client: Client, peer: LinkPeer, nonce: bytes, fields: list[bytes]) ->
 
 def _registered_at(app: App, node: bytes, host: str) -> bool:
     """Whether ``node`` is a node registered in etcd at ``host`` (its address's or TLS address's host)."""
-    member = app.group.member
+    member = app.groups.member
     if member is None:
         return False
     found = member.directory.topology.nodes.get(node.decode("utf-8", "replace"))
@@ -355,30 +335,3 @@ def _host(client: Client) -> str:
 
 def is_link_command(name: bytes) -> bool:
     return name.lower() == LINK_COMMAND
-
-
-# --- readiness --------------------------------------------------------------------------------
-
-
-def readiness(app: App, warm: bool = True) -> str | None:
-    """None when this node can serve a plain client's key requests now: it serves every group, or it
-    forwards (``redirect forward``, or on its ``forward_port``) and every other group has a primary
-    it holds a link to; else why not. With ``warm`` (on the event loop only) asking opens the
-    missing links in the background (``Links.warm``), so a later ask may say ready."""
-    if app.shutdown_requested is not None and app.shutdown_requested.is_set():
-        return "shutting down"
-    if not app.users.loaded:
-        return "the users are not read yet"
-    for group in app.groups:
-        if group.serving:
-            continue
-        if app.config.redirect != FORWARD and not app.config.forward_port:
-            return f"group {group.index} is served by another node (redirect moved, no forward_port)"
-        peer = primary_peer(group, app.links.tls is not None)
-        if peer is None:
-            return f"group {group.index} has no primary"
-        if not app.links.reachable(peer):
-            if warm:
-                app.links.warm(peer)
-            return f"no link to group {group.index}'s primary {peer.addr} yet"
-    return None

@@ -23,12 +23,10 @@
 - ``DBSIZE`` answers from memory (``Keyspace.count``: counted once per term, kept up to date).
 - **Several leadership groups** (``march.cluster.layout``): as on a Redis Cluster node, ``KEYS``,
   ``SCAN``, ``SEQ.LIST`` and ``DBSIZE`` see only the names in the slots of the groups this node
-  serves when the request starts (``served_slots``: one CRC16 per name, in C, as one more check of
-  the listing's slices). With one group, or on a node serving every group, every name is listed.
-  With one group ``DBSIZE`` answers from memory, as before; with several it asks the store (each
-  group's in-memory count sees only its own creations): its count of every name when this node
-  serves every group, else the names of its slots counted a page at a time in slices (the store
-  cannot count by slot). The DBSIZEs that come while a count runs share it.
+  serves when the request starts (``Groups.served_slots``: one CRC16 per name, in C, as one more
+  check of the listing's slices). With one group, or on a node serving every group, every name is
+  listed. With one group ``DBSIZE`` answers from memory, as before; with several it asks the store
+  (``Keyspaces.size``: each group's in-memory count sees only its own creations).
 - **CROSSSLOT**: ``MGET`` and ``EXISTS`` whose keys belong to different groups get Redis'
   ``CROSSSLOT`` error (``Groups.check_one``, called by dispatch before routing, as Redis checks
   slots before MOVED). Keys of different slots of one group are served, as before groups existed:
@@ -44,22 +42,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from march import errors
-from march.cluster.groups import Groups
-from march.cluster.slots import SLOTS, key_slot
+from march.cluster.groups import SLOT_CHECK_COST, in_slots
 from march.commands.args import Args, parse_int
 from march.commands.permissions import may_create
 from march.commands.table import KEY, KEYS, Arg, command
 from march.errors import CommandError
 from march.glob import Glob, compile_glob, literal_prefix
-from march.keyspace import listing
-from march.keyspace.census import retrieved
 from march.keyspace.keyspace import PAGE, Selection, sift
 
 if TYPE_CHECKING:
@@ -71,9 +65,6 @@ _READ = ("@read", "@string", "@fast")
 # of the event loop; MGET of 5,000 unknown keys queued ~150 ms of them in front of every client.
 LOOKUP_CHUNK = 128
 _KEYSPACE = ("@keyspace", "@read")
-# Listing work units (~0.1 us, march.keyspace.listing) one name's slot check costs: about 1 us measured for
-# short names (the hash-tag search, CRC16 in C, the table lookup, the calls), almost flat in length.
-SLOT_CHECK_COST = 10
 # TYPE, TTL, PTTL: one key in, a constant-time answer out
 _key_query = partial(
     command,
@@ -276,11 +267,11 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
     checks: list[Callable[[bytes], bool]] = []
     globs: list[Glob] = []
     prefix = b""
-    slots = served_slots(client.app.groups)
+    slots = client.app.groups.served_slots()
     if slots is not None:
         if not any(slots):
             return None
-        checks.append(partial(_in_slots, slots))
+        checks.append(partial(in_slots, slots))
     if not user.all_keys:
         readable = [rule.pattern for rule in user.keys if rule.read]
         if not readable:
@@ -304,10 +295,6 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
     keep = checks[0] if len(checks) == 1 else partial(_every, checks)  # in order: the cheap ones first
     by_slot = 0 if slots is None else SLOT_CHECK_COST
     return _Plan(Selection(keep, lambda n: sum(g.cost(n) for g in globs) + 1 + by_slot), prefix)
-
-
-def _in_slots(slots: bytes, name: bytes) -> bool:
-    return slots[key_slot(name)] == 1
 
 
 def _every(checks: list[Callable[[bytes], bool]], name: bytes) -> bool:
@@ -393,57 +380,4 @@ async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> 
     complexity="O(1)",
 )
 def dbsize(client: Client, args: list[bytes]) -> Any:
-    groups = client.app.groups
-    if len(groups) > 1:
-        return _count_served(client, served_slots(groups))
-    known = client.app.keyspace.known_count()
-    return known if known is not None else client.app.keyspace.count()
-
-
-# --- several leadership groups -----------------------------------------------------------------------
-
-
-def served_slots(groups: Groups) -> bytes | None:
-    """Which slots this node serves now, a byte per slot (1: served), when it serves some but not all
-    of several groups; None when every name is this node's (one group, or every group served)."""
-    if len(groups) == 1:
-        return None
-    table = bytearray(SLOTS)
-    for group in groups:
-        if group.serving:
-            r = group.slots
-            table[r.first : r.last + 1] = b"\x01" * (r.last - r.first + 1)
-    return None if all(table) else bytes(table)
-
-
-@dataclass(frozen=True)
-class _SlotCount:
-    """A count of the names in a set of slots (None: all), shared by the DBSIZEs that come while it runs."""
-
-    slots: bytes | None
-    task: asyncio.Task[int]
-
-
-_counts: weakref.WeakKeyDictionary[Groups, _SlotCount] = weakref.WeakKeyDictionary()
-
-
-async def _count_served(client: Client, slots: bytes | None) -> int:
-    """DBSIZE with several groups: the names in this node's slots (``slots``; None: it serves every
-    group), counted by the store (all) or a page at a time in slices (``listing.count``), at most
-    ``max_wait`` (then TRYAGAIN; the count goes on, and a DBSIZE that comes meanwhile waits for it
-    instead of starting another). Not the groups' in-memory counts: each counts its own creations."""
-    groups = client.app.groups
-    shared = _counts.get(groups)
-    if shared is None or shared.slots != slots or shared.task.done():
-        store = client.app.store
-        if slots is None:
-            counting = store.count()
-        else:
-            counting = listing.count(store, Selection(partial(_in_slots, slots), lambda n: SLOT_CHECK_COST))
-        task = asyncio.get_running_loop().create_task(counting)
-        task.add_done_callback(retrieved)
-        shared = _counts[groups] = _SlotCount(slots, task)
-    try:
-        return await asyncio.wait_for(asyncio.shield(shared.task), client.app.config.max_wait)
-    except TimeoutError:
-        raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
+    return client.app.keyspace.size()

@@ -30,9 +30,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from march import errors
-from march.commands.admin import NO_REPLY
 from march.commands.args import Args
-from march.commands.table import Subcommand, command, container, lookup_full
+from march.commands.table import MONITOR_STARTED, NO_REPLY, Subcommand, command, container, lookup_full
 from march.resp import Verbatim
 from march.stats.diagnostics import COMMAND_WAIT, STORE_READ, STORE_WRITE
 
@@ -52,13 +51,6 @@ _ALL_NODES, _ALL_SUCCEEDED, _NONDET = (
     "nondeterministic_output",
 )
 _REPORT = (_NONDET, _ALL_NODES, "response_policy:special")
-
-
-class _MonitorStarted:
-    """MONITOR's result: the server replies +OK and sends this connection every later request."""
-
-
-MONITOR_STARTED = _MonitorStarted()
 
 
 def _syntax(args: list[bytes], name: str) -> str:

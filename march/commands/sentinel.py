@@ -66,7 +66,7 @@ class _View:
     def __init__(self, client: Client) -> None:
         app = client.app
         self.down_ms = str(app.config.lease_ttl * 1000).encode()
-        member = app.group.member
+        member = app.groups.member
         if member is None:  # a single node: it is the primary, alone
             port = app.tls_port if client.tls and app.tls_port else app.port
             self.me = NodeInfo(app.config.address(port), app.config.address(port))
@@ -230,7 +230,7 @@ container(
 )
 def role(client: Client, args: list[bytes]) -> Any:
     view = _View(client)
-    if view.primary is not None and view.primary.id == view.me.id and client.app.group.state.leading:
+    if view.primary is not None and view.primary.id == view.me.id and client.app.groups[0].state.leading:
         return [b"master", 0, [[n.host.encode(), _b(n.port), b"0"] for n in view.standbys]]
     if view.primary is None or view.primary.id == view.me.id:  # no primary, or this one still taking over
         return [b"slave", b"?", 0, b"connect", -1]

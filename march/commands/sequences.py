@@ -41,7 +41,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from march import errors
-from march.cluster.slots import key_slot
 from march.commands.args import Args, key_text, parse_int
 from march.commands.keys import list_names
 from march.commands.permissions import may_change_settings, may_create, may_raise_floor
@@ -317,11 +316,7 @@ def seq_info(client: Client, args: list[bytes]) -> Any:
 
 async def _info(client: Client, key: bytes) -> Any:
     fields = (await _existing(client, key)).info()
-    groups = client.app.groups
-    if len(groups) > 1:  # several leadership groups: which one serves this key (and its slot)
-        group = groups.of_key(key)
-        fields |= {"slot": key_slot(key), "group": group.index}
-    return _fields(fields)
+    return _fields(fields | client.app.groups.placement(key))  # (several groups: its slot and group)
 
 
 async def _existing(client: Client, key: bytes) -> Generator:

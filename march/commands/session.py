@@ -4,7 +4,7 @@ AUTH and HELLO ... AUTH check a user's password (``march.access.rules``): ``AUTH
 ``default`` user's (``requirepass``), ``AUTH user password`` any user's. A failure is WRONGPASS,
 counted in INFO (``acl_access_denied_auth``), recorded in ACL LOG (never the password) and
 logged (the first on a connection, then every hundredth). Failures are throttled per source
-address and per user across connections (``auth.AuthThrottle``): after three, attempts wait
+address and per user across connections (``march.access.throttle``): after three, attempts wait
 their turn (50 ms apart, doubling to 2 s), and one that would wait longer than a few seconds is
 refused unchecked, so reconnecting gains a guesser nothing. A wrong password the address tried
 for that user lately is no new guess: answered at once and not counted (redis-py 8 sends a
@@ -88,7 +88,7 @@ def echo(client: Client, args: list[bytes]) -> Any:
 
 
 def _authenticate(client: Client, name: bytes, password: bytes, via: str = "auth") -> Any:
-    """AUTH name password: "OK", WRONGPASS, or (throttled, see ``auth.AuthThrottle``) a coroutine
+    """AUTH name password: "OK", WRONGPASS, or (throttled, see ``march.access.throttle``) a coroutine
     that waits for this attempt's turn and then answers one of them. ``via``: the command (``auth``,
     ``hello``), as ACL LOG shows it."""
     app = client.app

@@ -1,10 +1,20 @@
-"""The command table: ``@command(...)`` fills it; the dispatcher, ``COMMAND`` and the README read it.
+"""The command table and the handler contract: ``@command(...)`` fills the table; the dispatcher,
+``COMMAND`` and the README read it.
 
-A handler is ``fn(client, args) -> value`` where ``args`` is the whole request (``args[0]`` is the
-command name as sent). It returns a value for ``resp.encode`` (int, bytes, str status, list, dict,
-None, ...) or, when it must wait, a coroutine or an ``asyncio.Future`` (``waits``: the dispatcher
-awaits it and keeps replies in order; a future costs no task, the connection only adds a callback),
-or raises ``CommandError``. A handler never touches the transport.
+**The handler contract.** A handler is ``fn(client, args) -> result`` where ``args`` is the whole
+request (``args[0]`` is the command name as sent). It raises ``CommandError``, or returns one of:
+
+- a value for ``resp.encode`` (int, bytes, str status, list, dict, None, ...);
+- when it must wait, a coroutine or an ``asyncio.Future`` (``waits``: the connection awaits it and
+  keeps replies in order; a future costs no task, the connection only adds a callback);
+- ``Relayed``: the request was written to another node (forwarding); its reply takes its place;
+- ``NO_REPLY``: no reply at all (SHUTDOWN: the connection closes; MONITOR on a monitor);
+- ``MONITOR_STARTED``: reply ``+OK`` and send this connection every later request (MONITOR);
+- ``QUEUED`` (from the dispatcher, never a handler): MULTI queued the request, no call until EXEC.
+
+The connection tells these apart by identity (``is``), on the path every request takes; they are
+defined here, with the table, so the transport knows the contract (``march.commands`` exports it)
+and never a command. A handler never touches the transport.
 
 ``arity`` follows Redis: N means exactly N arguments including the name, -N means at least N.
 ``keys`` is (first, last, step) as in ``COMMAND INFO``: cluster clients read key positions from it.
@@ -29,13 +39,13 @@ redacted: what is not known to be harmless is not shown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from march import errors
 from march.errors import CommandError
-from march.resp import SetReply
+from march.resp import Encoded, SetReply
 from march.stats.diagnostics import REDACTED, Redacted
 
 if TYPE_CHECKING:
@@ -222,6 +232,8 @@ SPELLINGS: dict[bytes, CommandSpec] = {}
 HOT: dict[bytes, Hot] = {}
 
 
+# Longer than 60 lines: its keywords are the registration's vocabulary, one per line and each
+# explained in the docstring; the body only builds the ``CommandSpec``.
 def command(
     name: str,
     arity: int,
@@ -361,9 +373,45 @@ def find_subcommand(spec: CommandSpec, args: list[bytes]) -> Subcommand:
     return sub
 
 
+# --- what a handler may return besides a value (see the module docstring) ---------------------------
+
+
 def waits(result: Any) -> bool:
     """A handler's result that is not a value yet: a coroutine or a future, to be awaited."""
     return asyncio.iscoroutine(result) or isinstance(result, asyncio.Future)
+
+
+class Relayed:
+    """A request already written to another node (``commands.forward``): the connection answers the
+    requests after it meanwhile and puts this one's reply in its place. Awaiting it gives the reply
+    as the other node encoded it, or raises its error."""
+
+    __slots__ = ("_reply",)
+
+    def __init__(self, reply: Callable[[], Coroutine[Any, Any, Encoded]]) -> None:
+        self._reply = reply
+
+    def __await__(self) -> Generator[Any, None, Encoded]:
+        return self._reply().__await__()
+
+
+class _NoReply:
+    """No reply at all: SHUTDOWN that succeeds (the connection just closes), MONITOR on a monitor."""
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+class _MonitorStarted:
+    """MONITOR's result: the connection replies +OK and is sent every later request."""
+
+    def __repr__(self) -> str:
+        return "MONITOR_STARTED"
+
+
+NO_REPLY = _NoReply()
+MONITOR_STARTED = _MonitorStarted()
+QUEUED = "QUEUED"  # a request MULTI queued (the dispatcher's result): +QUEUED, no call until EXEC runs it
 
 
 def lookup(name: bytes) -> CommandSpec | None:

@@ -41,7 +41,7 @@ from march import errors
 from march.cluster.directory import NodeInfo
 from march.cluster.failover import MAX_TIMEOUT_MS
 from march.cluster.groups import SlotRange
-from march.cluster.member import GroupMember, hand_over_plan
+from march.cluster.member import ClusterMember, GroupMember, hand_over_plan
 from march.cluster.slots import SLOTS, key_slot
 from march.commands.args import Args
 from march.commands.table import Subcommand, command, container
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 _DEFAULT_FAILOVER_TIMEOUT_MS = 5000
 
 
-def _member(client: Client) -> GroupMember:
-    member = client.app.group.member
+def _member(client: Client) -> ClusterMember:
+    member = client.app.groups.member
     if member is None:
         raise CommandError(errors.CLUSTER_DISABLED)
     return member
@@ -78,8 +78,7 @@ class _Shard:
 
 def _shards_of(client: Client) -> list[_Shard]:
     """Every group of this node, in slot order, from the directory's last read."""
-    member = _member(client)
-    directory = member.node.directory
+    directory = _member(client).directory
     out = []
     for group in client.app.groups:
         primary, replicas = directory.members(client.tls, group.index)
@@ -97,8 +96,8 @@ def _cluster_failover(client: Client, args: list[bytes]) -> Any:
     return _take_over(member, _DEFAULT_FAILOVER_TIMEOUT_MS / 1000)
 
 
-async def _take_over(member: GroupMember, timeout: float) -> Any:
-    await member.node.take_over(timeout)
+async def _take_over(member: ClusterMember, timeout: float) -> Any:
+    await member.take_over(timeout)
     return "OK"
 
 

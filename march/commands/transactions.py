@@ -25,11 +25,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from march import errors
-from march.commands.admin import NO_REPLY
 from march.commands.dispatch import as_error, call, monitored, show
-from march.commands.forward import Relayed, elsewhere, forwards, transaction
-from march.commands.ops import MONITOR_STARTED
-from march.commands.table import command, lookup, redacted, waits
+from march.commands.forward import elsewhere, forwards, transaction
+from march.commands.table import MONITOR_STARTED, NO_REPLY, Relayed, command, lookup, redacted, waits
 from march.errors import CommandError, Rejected
 from march.stats.counters import error_kind
 

@@ -51,7 +51,7 @@ def _held(args: list[bytes]) -> tuple[bytes, int, bytes, int]:
     key_access="W",
     primary=True,
     summary="WORKER.ACQUIRE namespace [TTL seconds]: hold the lowest free worker id (0..1023); "
-    "replies [id, token, ttl_seconds, floor_ms] (issue only times > floor_ms).",
+    "replies [id, token, ttl_seconds, upto_ms] (issue only times > upto_ms).",
     group="worker",
 )
 def worker_acquire(client: Client, args: list[bytes]) -> Any:
@@ -65,8 +65,8 @@ def worker_acquire(client: Client, args: list[bytes]) -> Any:
 
 
 async def _acquire(client: Client, namespace: bytes, ttl: int | None) -> list[Any]:
-    worker_id, token, granted, floor = await _workers(client, namespace).acquire(namespace, ttl)
-    return [worker_id, token, granted, floor]
+    worker_id, token, granted, upto = await _workers(client, namespace).acquire(namespace, ttl)
+    return [worker_id, token, granted, upto]
 
 
 @command(
@@ -94,7 +94,7 @@ def worker_renew(client: Client, args: list[bytes]) -> Any:
     keys=(1, 1, 1),
     key_access="W",
     primary=True,
-    summary="WORKER.RELEASE namespace id token [UPTO ms]: free the id at once, keeping UPTO as its floor.",
+    summary="WORKER.RELEASE namespace id token [UPTO ms]: free the id at once, its UPTO raised to UPTO.",
     group="worker",
 )
 def worker_release(client: Client, args: list[bytes]) -> Any:
@@ -113,7 +113,7 @@ async def _release(client: Client, namespace: bytes, worker_id: int, token: byte
     ("@read", "@worker", "@slow"),
     keys=(1, 1, 1),
     primary=True,
-    summary="WORKER.LIST namespace: the ids held (live or resting after expiry): [id, expires_ms, floor_ms, state].",
+    summary="WORKER.LIST namespace: the ids held (live or resting after expiry): [id, expires_ms, upto_ms, state].",
     group="worker",
 )
 def worker_list(client: Client, args: list[bytes]) -> Any:
@@ -122,4 +122,4 @@ def worker_list(client: Client, args: list[bytes]) -> Any:
 
 async def _list(client: Client, namespace: bytes) -> list[Any]:
     held = await _workers(client, namespace).list(namespace)
-    return [[h.record.id, h.expires_ms, h.record.floor_ms, h.standing.value] for h in held]
+    return [[h.record.id, h.expires_ms, h.record.upto_ms, h.standing.value] for h in held]

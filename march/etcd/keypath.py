@@ -19,7 +19,7 @@ Under the cluster's prefix (``etcd_prefix``, default ``/march``):
   JSON, see ``march.store.etcd_workers``). ``n`` is the namespace's length in bytes and ``id`` has four
   digits, so one namespace's records are exactly one prefix, whatever bytes its name holds
   (``a`` never reads the records of ``a/b``).
-- ``<prefix>/workers-retired``: the highest floor of every worker record deleted so far (20
+- ``<prefix>/workers-retired``: the highest UPTO of every worker record deleted so far (20
   zero-padded digits), raised in the transaction that deletes one (outside ``workers/``, so a
   listing of the namespaces never meets it).
 

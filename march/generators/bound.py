@@ -157,6 +157,15 @@ class _Io:
             self.waiting or self.changed or self.failure or self.rejected or self.write_failures or self.wait_timeouts
         )
 
+    def dequeue(self, count: int) -> None:
+        """The first ``count`` queued requests are answered (or gone); no timer once none is left."""
+        if count:
+            del self.queue[:count]
+            self.waiting -= count
+        if not self.queue and self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
 
 _NO_IO = _Io()  # what a generator without one reads (never written: ``_io_state`` makes its own)
 NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})  # the settings of every sequence that has none of its own
@@ -306,28 +315,44 @@ class DurableBound(GeneratorState):
     def _serve(self) -> None:
         """Answer the queued requests the range holds now (the subclass's; none queue by default)."""
 
-    async def _await_change(self, deadline: float) -> None:
-        """Wait until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
+    async def _await_change(self, deadline: float, need: int) -> None:
+        """Start a store write for ``need`` (the subclass's unit) unless one is in flight, then wait
+        until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
+        if self._write is None:
+            self._extend(need)
         io = self._io_state()
         if io.rejected is not None:
             raise CommandError(errors.STORE_REJECTED.format(io.rejected))
         remaining = deadline - self._ctx.clock()
         if remaining <= 0:
             io.wait_timeouts += 1
-            if isinstance(io.failure, StoreFull):
-                raise CommandError(errors.TRYAGAIN_STORE_FULL)
-            raise CommandError(errors.TRYAGAIN_STORE.format(self.key.decode("utf-8", "replace")))
+            raise self._timed_out(io)
+        await self._wait_changed(io, remaining)
+
+    async def _wait_changed(self, io: _Io, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for ``_notify`` (the ceiling may have moved, the term
+        changed), counted in ``io.waiting``: every wait of a generator is this one."""
         changed = io.changed
         if changed is None:
             changed = io.changed = asyncio.get_running_loop().create_future()
         io.waiting += 1
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(changed), remaining)
+                await asyncio.wait_for(asyncio.shield(changed), timeout)
         finally:
             io.waiting -= 1
-            if self._io is io and self._write is None and io.clean():
-                self._io = _NO_IO  # the last waiter of a write that landed: nothing left to keep
+            self._release(io)
+
+    def _release(self, io: _Io) -> None:
+        """Drop ``io`` once nothing in it matters (no write in flight, nobody waits, nothing counted)."""
+        if self._io is io and self._write is None and io.clean():
+            self._io = _NO_IO
+
+    def _timed_out(self, io: _Io) -> CommandError:
+        """TRYAGAIN for a request that waited past its deadline (naming a full store as the cause)."""
+        if isinstance(io.failure, StoreFull):
+            return CommandError(errors.TRYAGAIN_STORE_FULL)
+        return CommandError(errors.TRYAGAIN_STORE.format(self.key.decode("utf-8", "replace")))
 
     async def _persist(self, need: int) -> None:
         ctx = self._ctx
@@ -393,7 +418,7 @@ class DurableBound(GeneratorState):
 
     def _notify(self) -> None:
         """The ceiling may have moved (a write landed or failed, the term changed): the queue is
-        served at once, in order; the coroutines waiting (``_await_change``) look again."""
+        served at once, in order; the coroutines waiting (``_wait_changed``) look again."""
         io = self._io
         changed, io.changed = io.changed, None  # (``_NO_IO``'s stays None)
         if changed is not None and not changed.done():

@@ -43,8 +43,8 @@ from typing import Any
 
 from march import errors
 from march.config import MAX_ID
-from march.errors import CommandError, StoreFull
-from march.generators.bound import _NO_IO, BatchPolicy, Context, DurableBound, NotServing, Queued, _Io
+from march.errors import CommandError
+from march.generators.bound import BatchPolicy, Context, DurableBound, NotServing, Queued, _Io
 
 log = logging.getLogger(__name__)
 
@@ -170,20 +170,10 @@ class SequenceGenerator(DurableBound):
                         break
             io.wanted -= waiter.n
             i += 1
-        self._dequeue(io, i)
+        io.dequeue(i)
+        self._release(io)
         if queue and self._write is None:
             self._extend(0)
-
-    def _dequeue(self, io: _Io, count: int) -> None:
-        """The first ``count`` queued requests are answered (or gone)."""
-        if count:
-            del io.queue[:count]
-            io.waiting -= count
-        if not io.queue and io.timer is not None:
-            io.timer.cancel()
-            io.timer = None
-        if self._io is io and self._write is None and io.clean():
-            self._io = _NO_IO
 
     def _arm(self, io: _Io) -> None:
         """One timer for the queue: when its first request's deadline comes (deadlines follow
@@ -205,14 +195,10 @@ class SequenceGenerator(DurableBound):
                 waiter.answer.set_exception(self._timed_out(io))
             io.wanted -= waiter.n
             i += 1
-        self._dequeue(io, i)
+        io.dequeue(i)
+        self._release(io)
         if io.queue:
             self._arm(io)
-
-    def _timed_out(self, io: _Io) -> CommandError:
-        if isinstance(io.failure, StoreFull):
-            return CommandError(errors.TRYAGAIN_STORE_FULL)
-        return CommandError(errors.TRYAGAIN_STORE.format(self.key.decode("utf-8", "replace")))
 
     async def raise_floor(self, floor: int) -> None:
         """Make every later ID > ``floor``, durably, before returning (SET key N).
@@ -229,7 +215,7 @@ class SequenceGenerator(DurableBound):
             self._check_serving()
             if self._ceiling > floor or self._ceiling >= TOP:
                 break
-            await self._wait_for_ceiling(floor + 1, deadline)
+            await self._await_change(deadline, floor + 1 - self._next)
         if floor + 1 > self._next:
             self._base += floor + 1 - self._next
             self._next = floor + 1
@@ -252,12 +238,6 @@ class SequenceGenerator(DurableBound):
         self._low = policy.low if self._batch == policy.min_batch else max(1, int(self._batch * policy.watermark))
 
     # --- extension -----------------------------------------------------------------------------
-
-    async def _wait_for_ceiling(self, needed: int, deadline: float) -> None:
-        """Wait until the ceiling may have moved; raise TRYAGAIN once the deadline passes."""
-        if self._write is None:
-            self._extend(needed - self._next)
-        await self._await_change(deadline)
 
     def _next_target(self, need: int) -> int:
         wanted = self._io.wanted  # IDs the queued requests want: the range holds them all

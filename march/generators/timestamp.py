@@ -60,8 +60,6 @@ Both clocks are injected: ``clock`` (monotonic seconds, for waits and write late
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -279,24 +277,13 @@ class TimestampGenerator(DurableBound):
             if not waited:
                 waited = True
                 self.waits += 1
-            if self._write is None:
-                self._extend(end >> self._sb)
-            await self._await_change(deadline)
+            await self._await_change(deadline, end >> self._sb)
 
     async def _await_lead(self, excess: int, deadline: float) -> None:
         """Wait until real time has caught up by ``excess`` units (or anything changed); TRYAGAIN
         when that cannot happen before the deadline."""
         needed = self._cap.admit(excess, deadline, self._name)
-        io = self._io_state()
-        changed = io.changed
-        if changed is None:
-            changed = io.changed = asyncio.get_running_loop().create_future()
-        io.waiting += 1
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(changed), max(needed, 0.001))
-        finally:
-            io.waiting -= 1
+        await self._wait_changed(self._io_state(), max(needed, 0.001))
 
     async def raise_floor(self, floor: int) -> None:
         """Make every later ID > ``floor``, durably, before returning (SET key N, migration).
@@ -317,9 +304,7 @@ class TimestampGenerator(DurableBound):
             self._check_serving()
             if slot < self._limit:
                 break
-            if self._write is None:
-                self._extend(slot >> self._sb)
-            await self._await_change(deadline)
+            await self._await_change(deadline, slot >> self._sb)
         if slot - 1 > self._last:
             self._last = slot - 1
         self._cap.base = max(self._cap.base, slot >> self._sb)  # a floor in the future is not a lead to wait out

@@ -58,6 +58,20 @@ class Census:
         except TimeoutError:
             raise CommandError(errors.TRYAGAIN_STORE_DOWN) from None
 
+    def room_for_one(self, creating: int) -> bool:
+        """Whether this term knows its count and one more creation (besides ``creating`` under way)
+        stays below ``max_sequences``: then it needs no ``check_room`` first."""
+        count, limit = self.known(), self._config().max_sequences
+        return count is not None and not (limit and count + creating + 1 >= limit)
+
+    async def check_room(self, term: Term, creating: int) -> None:
+        """``max_sequences`` (``creating``: creations under way); and the term's count is known before
+        its first creation starts (``in_term``)."""
+        count = await self.in_term(term)
+        limit = self._config().max_sequences
+        if limit and count + creating >= limit:
+            raise CommandError(errors.MAX_SEQUENCES.format(limit))
+
     async def in_term(self, term: Term) -> int:
         """The count of ``term`` (read from the store once per term); NotServing if it ended."""
         counted = self._counted

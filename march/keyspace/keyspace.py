@@ -67,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from march import errors
@@ -300,11 +300,7 @@ class Keyspace(ActiveSequences):
         its existing names, the term's first creation: it counts the sequences first, and a term
         that only serves existing names never needs to)."""
         term = self._term()
-        count = self.census.known()  # None until the term's first creation has counted (``_check_room``)
-        limit = self.config.max_sequences
-        if count is None or (limit and count + len(self._creating) + 1 >= limit):
-            return None
-        if len(key) > self.config.max_key_len:
+        if not self.census.room_for_one(len(self._creating)) or len(key) > self.config.max_key_len:
             return None
         # Nothing awaits here: concurrent callers find the one call and share it.
         task = self._creating.get(key)
@@ -355,7 +351,7 @@ class Keyspace(ActiveSequences):
         existing = await self.activate(key) if read else self.generators.get(key)
         if existing is not None:
             return existing, False
-        await self._check_room(self._term())
+        await self.census.check_room(self._term(), len(self._creating))
         # From here to _start, nothing awaits: concurrent callers find the one creation and share it.
         pending = self._creating.get(key)
         if pending is not None:
@@ -395,13 +391,6 @@ class Keyspace(ActiveSequences):
             raise CommandError(errors.TRYAGAIN_STARTING)
         return self.generators.get(record.key) or self._add(loaded, term)
 
-    async def _check_room(self, term: Term) -> None:
-        """``max_sequences``; and the term's count is known before its first creation starts (``count``)."""
-        count = await self.census.in_term(term)
-        limit = self.config.max_sequences
-        if limit and count + len(self._creating) >= limit:
-            raise CommandError(errors.MAX_SEQUENCES.format(limit))
-
     def reconfigure(self, config: Config) -> None:
         """CONFIG SET: later lookups, creations and activations read ``config``; active generators
         take the new batch bounds, interval, watermark and waits from their next extension or wait.
@@ -436,7 +425,7 @@ class Keyspace(ActiveSequences):
                 raise CommandError(errors.NO_SUCH_KEY.format(key.decode("utf-8", "replace")))
             if layout is not None:  # a layout that reads never changes: IDs already handed out follow it
                 raise CommandError(errors.ALTER_LAYOUT.format(key.decode("utf-8", "replace")))
-            settings = self._altered(key, isinstance(gen, TimestampGenerator), dict(gen.settings), changes)
+            settings = _altered(self.policies, key, isinstance(gen, TimestampGenerator), dict(gen.settings), changes)
             term = self._term()
             if self.generators.get(key) is not gen:  # the term changed since it was read: run again
                 raise NotServing(term.ended or "the term changed")
@@ -445,31 +434,21 @@ class Keyspace(ActiveSequences):
                 await asyncio.wait({gen.write}, timeout=max(0.0, deadline - self.clock()))
                 if self.clock() >= deadline:
                     raise CommandError(errors.TRYAGAIN_STORE.format(key.decode("utf-8", "replace")))
-            try:
-                # Awaited directly, not as a task: the store takes note of the new settings before
-                # any ceiling write can start (on etcd those put the settings back as they know them).
-                async with asyncio.timeout(self.config.store_timeout):
-                    await self.store.save_settings(key, settings, term.guard)
-            except GuardFailed as exc:
-                term.lost(str(exc))
-                raise NotServing(str(exc)) from None
-            self._check(term)
+            await self._save_settings(key, settings, term)
             gen.settings = settings
             self.policies.apply(gen)
 
-    def _altered(
-        self, key: bytes, timestamped: bool, settings: dict[str, Any], changes: Mapping[str, int]
-    ) -> dict[str, Any]:
-        """``settings`` with ``changes`` applied, as SEQ.ALTER allows them for the key's kind."""
-        if "max_lead" in changes and not timestamped:
-            raise CommandError(errors.ALTER_MAXLEAD_PLAIN.format(key.decode("utf-8", "replace")))
-        if timestamped and ("min_batch" in changes or "max_batch" in changes):
-            raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
-        settings.update(changes)
-        policy = self.policies.policy_for(settings)
-        if policy.min_batch > policy.max_batch:  # (each within its bounds: checked by the command)
-            raise CommandError(errors.BATCH_RANGE.format(int(setting_bounds("max_batch").high)))
-        return settings
+    async def _save_settings(self, key: bytes, settings: dict[str, Any], term: Term) -> None:
+        """Store ``settings`` of ``key`` under ``term``'s guard (a refused guard ends the term).
+        Awaited directly, not as a task: the store takes note of the new settings before any ceiling
+        write can start (on etcd those put the settings back as they know them)."""
+        try:
+            async with asyncio.timeout(self.config.store_timeout):
+                await self.store.save_settings(key, settings, term.guard)
+        except GuardFailed as exc:
+            term.lost(str(exc))
+            raise NotServing(str(exc)) from None
+        self._check(term)
 
     async def _repair(self, unreadable: UnreadableSettings, changes: Mapping[str, int], layout: Layout | None) -> None:
         """SEQ.ALTER on a stored record whose settings cannot be read: keep the readable settings,
@@ -485,18 +464,11 @@ class Keyspace(ActiveSequences):
             if not unreadable.layout_lost:
                 raise CommandError(errors.ALTER_LAYOUT.format(record.key.decode("utf-8", "replace")))
             settings.update(layout.to_settings())
-        settings = self._altered(record.key, timestamped, settings, changes)
+        settings = _altered(self.policies, record.key, timestamped, settings, changes)
         why = settings_problem(record.kind, settings)
         if why is not None:  # (a timestamp sequence whose layout is lost, and no layout given)
             raise UnreadableSettings(SequenceRecord(record.key, record.kind, record.ceiling, settings), why)
-        term = self._term()
-        try:
-            async with asyncio.timeout(self.config.store_timeout):
-                await self.store.save_settings(record.key, settings, term.guard)
-        except GuardFailed as exc:
-            term.lost(str(exc))
-            raise NotServing(str(exc)) from None
-        self._check(term)
+        await self._save_settings(record.key, settings, self._term())
         log.warning("sequence %r: SEQ.ALTER repaired its stored settings (%s)", record.key[:64], unreadable.why)
 
     # --- listing and counting (``march.keyspace.listing``, ``march.keyspace.census``) ------------------------------
@@ -517,3 +489,23 @@ class Keyspace(ActiveSequences):
     async def count(self) -> int:
         """How many sequences exist (``march.keyspace.census``)."""
         return await self.census.count()
+
+    def size(self) -> int | Awaitable[int]:
+        """DBSIZE: from memory while this term knows the count (no waiting), else ``count``."""
+        known = self.census.known()
+        return known if known is not None else self.count()
+
+
+def _altered(
+    policies: Policies, key: bytes, timestamped: bool, settings: dict[str, Any], changes: Mapping[str, int]
+) -> dict[str, Any]:
+    """``settings`` with ``changes`` applied, as SEQ.ALTER allows them for the key's kind."""
+    if "max_lead" in changes and not timestamped:
+        raise CommandError(errors.ALTER_MAXLEAD_PLAIN.format(key.decode("utf-8", "replace")))
+    if timestamped and ("min_batch" in changes or "max_batch" in changes):
+        raise CommandError(errors.ALTER_BATCH_TIMESTAMP.format(key.decode("utf-8", "replace")))
+    settings.update(changes)
+    policy = policies.policy_for(settings)
+    if policy.min_batch > policy.max_batch:  # (each within its bounds: checked by the command)
+        raise CommandError(errors.BATCH_RANGE.format(int(setting_bounds("max_batch").high)))
+    return settings

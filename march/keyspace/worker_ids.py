@@ -4,17 +4,17 @@ An application that makes snowflake IDs itself needs a worker id (the 10-bit fie
 live process uses, and a time below which it must not issue (what earlier holders of that id
 may have used). The protocol (the client in ``clients/`` depends on it exactly):
 
-- ``WORKER.ACQUIRE ns [TTL s]`` -> ``[id, token, ttl_seconds, floor_ms]``: the lowest free id
+- ``WORKER.ACQUIRE ns [TTL s]`` -> ``[id, token, ttl_seconds, upto_ms]``: the lowest free id
   (never held, released, or expired for at least ``worker_margin`` seconds), a random token
-  naming this holding, the TTL granted (default ``worker_ttl``, 1..86400), and ``floor_ms``: the
+  naming this holding, the TTL granted (default ``worker_ttl``, 1..86400), and ``upto_ms``: the
   highest Unix ms any earlier holder declared (``UPTO``), 0 if none. The holder must only issue
-  IDs whose time is strictly greater than ``floor_ms``.
+  IDs whose time is strictly greater than ``upto_ms`` (the Python client keeps it as ``floor_ms``).
 - ``WORKER.RENEW ns id token [UPTO ms]`` -> ttl_seconds: the holding lasts another ttl from now;
   ``UPTO`` ("I will not issue times above this until my next renew") is stored as
-  ``floor = max(floor, UPTO)`` durably before the reply. An expired holding nobody re-acquired
+  ``upto_ms = max(upto_ms, UPTO)`` durably before the reply. An expired holding nobody re-acquired
   renews fine; a token that does not match (re-acquired, released, unknown) is an error, and the
   holder must stop issuing IDs at once.
-- ``WORKER.RELEASE ns id token [UPTO ms]`` -> OK: the floor as for RENEW, and the id is free at
+- ``WORKER.RELEASE ns id token [UPTO ms]`` -> OK: ``UPTO`` as for RENEW, and the id is free at
   once (the holder said it is done: no margin).
 - ``WORKER.LIST ns``: the ids with a holding (live, or expired and still resting), for operators,
   each with the wall-clock time (Unix ms) this primary expects it to expire.
@@ -43,20 +43,22 @@ clock set forwards or backwards changes nothing. The margin covers the rate diff
 the primary's and the holders' clocks and a holder's lateness. ``expires_ms`` in a stored record
 is wall-clock time for operators, never used to decide.
 
-**Floors** (``floor_ms``) are Unix ms by nature (they bound the time field of IDs the holders
-make) and only ever rise: ``max`` of every declared ``UPTO``. A new holding's floor is the max of
-its id's record floor and the store's *retired floor*, the highest floor of every record ever
-deleted (``Store.delete_worker`` raises it in the same atomic step), so deleting a record never
-loses a floor, whichever wall clock judged it old.
+**An id's UPTO** (``WorkerRecord.upto_ms``) is Unix ms by nature (it bounds the time field of IDs
+the holders make) and only ever rises: ``max`` of every declared ``UPTO``. A new holding starts
+above the max of its id's record's UPTO and the store's *retired UPTO*, the highest UPTO of every
+record ever deleted (``Store.delete_worker`` raises it in the same atomic step), so deleting a
+record never loses a declared time, whichever wall clock judged it old. (Stored, it keeps the
+name it always had: ``floor_ms`` in etcd's JSON, SQLite's columns and backup files, so existing
+data reads as before; "floor" in this code means a sequence's floor only.)
 
 **Deleting records.** Records would otherwise pile up forever (a client acquiring in new
 namespaces in a loop writes thousands per second). A sweeper, one task per term started by the
 term's first worker command, looks at each namespace when a record of it may have become
-deletable and deletes (a guarded compare-and-delete) each record that is free *and* whose floor is
+deletable and deletes (a guarded compare-and-delete) each record that is free *and* whose UPTO is
 at least ``RETIRE_AGE_MS`` in the past on this primary's wall clock. The second condition is not
-needed for safety (the retired floor is); it keeps a holder whose clock ran ahead in its own record
-instead of pushing every new holding's floor ahead. A wall clock set far forwards can only make
-the retired floor, hence new holders' first IDs, run ahead: never a repeat.
+needed for safety (the retired UPTO is); it keeps a holder whose clock ran ahead in its own record
+instead of pushing every new holding's start ahead. A wall clock set far forwards can only make
+the retired UPTO, hence new holders' first IDs, run ahead: never a repeat.
 
 **Limits.** ``worker_max_holders``: ids held or resting per namespace (the lowest free id is always
 below it, so a namespace never has more records). ``worker_max_namespaces``: namespaces with
@@ -74,7 +76,7 @@ here, so concurrent ACQUIREs do not keep losing to each other. Each operation wa
 learned of expires, and its base was taken before the write).
 
 This module never hands out a sequence ID, never reads a key of the keyspace, never decides
-expiry on a wall clock, and never deletes a record that is not free or without keeping its floor.
+expiry on a wall clock, and never deletes a record that is not free or without keeping its UPTO.
 """
 
 from __future__ import annotations
@@ -102,9 +104,9 @@ from march.store.contract import Store, WorkerRecord
 IDS = 1024  # the classic snowflake worker field: 10 bits
 MAX_TTL = 86_400
 _ATTEMPTS = 16  # compare-and-set rounds before giving up (each lost round means someone else wrote)
-# A free record goes only once its floor is this far in the past on the primary's wall clock: a holder
-# whose clock ran ahead keeps its own record instead of raising every new holding's floor (safety comes
-# from the retired floor, not from this).
+# A free record goes only once its UPTO is this far in the past on the primary's wall clock: a holder
+# whose clock ran ahead keeps its own record instead of raising every new holding's start (safety comes
+# from the retired UPTO, not from this).
 RETIRE_AGE_MS = 60_000
 SWEEP_PERIOD = 1.0  # seconds between the sweeper's rounds (and its pause after a failed store call)
 SWEEP_NAMESPACES = 16  # namespaces one round reads at most: one store read each
@@ -147,7 +149,7 @@ class _Known:
     seen: dict[tuple[bytes, int], float] = field(default_factory=dict)  # (ns, id) -> last write of a holding began
     due: dict[bytes, float] = field(default_factory=dict)  # namespace with records -> when the sweeper looks next
     counted: asyncio.Event = field(default_factory=asyncio.Event)  # ``due`` has every namespace of the store
-    retired: int | None = None  # the store's retired floor (None: not read yet in this term)
+    retired: int | None = None  # the store's retired UPTO (None: not read yet in this term)
 
     def base(self, record: WorkerRecord) -> float:
         return max(self.started, self.seen.get((record.namespace, record.id), self.started))
@@ -163,7 +165,7 @@ class _Known:
     def deletable_at(self, record: WorkerRecord, now: float, wall_ms: int, margin: float) -> float:
         """The monotonic time from which ``record`` may be deleted (at most ``now``: it may be now)."""
         free = now if not record.token else self.base(record) + record.ttl + margin
-        aged = now + max(0, record.floor_ms + RETIRE_AGE_MS - wall_ms) / 1000
+        aged = now + max(0, record.upto_ms + RETIRE_AGE_MS - wall_ms) / 1000
         return max(free, aged)
 
 
@@ -223,9 +225,9 @@ class _Records:
             raise NotServing(str(exc)) from None
 
     async def retired(self, known: _Known) -> int:
-        """The store's retired floor: read once per term, then raised here by this term's deletes."""
+        """The store's retired UPTO: read once per term, then raised here by this term's deletes."""
         if known.retired is None:
-            stored = await self.call(self.store.retired_worker_floor())
+            stored = await self.call(self.store.retired_worker_upto())
             known.retired = max(stored, known.retired or 0)
         return known.retired
 
@@ -292,7 +294,7 @@ class _Sweeper:
             now, wall_ms = self._mono(), self._wall_ms()
             at = known.deletable_at(record, now, wall_ms, self.config.worker_margin)
             if at <= now and gone < SWEEP_DELETES:
-                known.retired = max(known.retired or 0, record.floor_ms)  # first: a delete may land unconfirmed
+                known.retired = max(known.retired or 0, record.upto_ms)  # first: a delete may land unconfirmed
                 if await self.records.delete(record, known.term):
                     known.seen.pop((namespace, record.id), None)
                     gone += 1
@@ -391,7 +393,7 @@ class Workers:
     # --- the operations --------------------------------------------------------------------------
 
     async def acquire(self, namespace: bytes, ttl: int | None = None) -> tuple[int, bytes, int, int]:
-        """(id, token, ttl, floor_ms) of a new holding of the lowest free id."""
+        """(id, token, ttl, upto_ms) of a new holding of the lowest free id."""
         self.check_namespace(namespace)
         ttl = self.config.worker_ttl if ttl is None else ttl
         if not 1 <= ttl <= MAX_TTL:
@@ -414,33 +416,33 @@ class Workers:
             # busy < worker_max_holders <= IDS: one of the ids 0..busy is free
             free = next(i for i in range(IDS) if standing.get(i, Standing.FREE) is Standing.FREE)
             old = next((r for r in records if r.id == free), None)
-            floor = max(old.floor_ms if old is not None else 0, await self._records.retired(known))
+            upto = max(old.upto_ms if old is not None else 0, await self._records.retired(known))
             known.seen[(namespace, free)] = self._mono()  # before the write: after the holder sent its request
-            record = WorkerRecord(namespace, free, self._token(), self._wall_ms() + ttl * 1000, floor, ttl)
+            record = WorkerRecord(namespace, free, self._token(), self._wall_ms() + ttl * 1000, upto, ttl)
             if await self._records.swap(record, old, term):
                 self.busy[namespace] = busy + 1
                 self._sweeps.schedule(known, record)
-                return free, record.token, ttl, floor
+                return free, record.token, ttl, upto
         raise CommandError(errors.TRYAGAIN_WORKERS.format(_text(namespace)))
 
     async def renew(self, namespace: bytes, worker_id: int, token: bytes, upto: int = 0) -> int:
-        """Extend a holding by its ttl from now, its floor raised to ``upto``; the ttl granted."""
+        """Extend a holding by its ttl from now, its UPTO raised to ``upto``; the ttl granted."""
         self.check_namespace(namespace)
 
         def renewed(record: WorkerRecord, wall_ms: int) -> WorkerRecord:
             return dataclasses.replace(
-                record, expires_ms=wall_ms + record.ttl * 1000, floor_ms=max(record.floor_ms, upto)
+                record, expires_ms=wall_ms + record.ttl * 1000, upto_ms=max(record.upto_ms, upto)
             )
 
         work = self._change(namespace, worker_id, token, renewed, holding=True)
         return (await self._serial.run(namespace, work)).ttl
 
     async def release(self, namespace: bytes, worker_id: int, token: bytes, upto: int = 0) -> None:
-        """End a holding now (its id is free at once), its floor raised to ``upto``."""
+        """End a holding now (its id is free at once), its UPTO raised to ``upto``."""
         self.check_namespace(namespace)
 
         def released(record: WorkerRecord, wall_ms: int) -> WorkerRecord:
-            return dataclasses.replace(record, token=b"", expires_ms=wall_ms, floor_ms=max(record.floor_ms, upto))
+            return dataclasses.replace(record, token=b"", expires_ms=wall_ms, upto_ms=max(record.upto_ms, upto))
 
         await self._serial.run(namespace, self._change(namespace, worker_id, token, released, holding=False))
 

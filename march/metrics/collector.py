@@ -33,7 +33,6 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from march.app import App
-from march.commands.forward import readiness
 from march.config import MAX_ID
 from march.generators.sequence import SequenceGenerator
 from march.generators.timestamp import TimestampGenerator
@@ -130,8 +129,8 @@ class MarchCollector(Collector):
 
 
 def _node(app: App) -> Iterator[Metric]:
-    state = app.group.state
-    member = app.group.member
+    state = app.groups[0].state  # (the unlabelled series are the first group's: dashboards keep working)
+    member = app.groups.member
     info = GaugeMetricFamily(
         "march_node_info",
         "This node: its id, version, mode and store.",
@@ -172,8 +171,7 @@ def _node(app: App) -> Iterator[Metric]:
     )
     if member is not None:
         yield from _lease(member.lease.failures_total, member.lease.failures, state.remaining())
-    if len(app.groups) > 1:
-        yield from _groups(app)
+    yield from _groups(app)
     yield GaugeMetricFamily(
         "march_uptime_seconds", "Seconds since this node started.", value=time.monotonic() - app.started_mono
     )
@@ -181,13 +179,17 @@ def _node(app: App) -> Iterator[Metric]:
 
 def _groups(app: App) -> Iterator[Metric]:
     """Several leadership groups: each one's serving state, with a ``group`` label (the unlabelled
-    ``march_serving``, ``march_primary``, ``march_phase`` and ``march_term`` are the first group's)."""
+    ``march_serving``, ``march_primary``, ``march_phase`` and ``march_term`` are the first group's);
+    nothing with one group (``Groups.listed``)."""
+    listed = app.groups.listed
+    if not listed:
+        return
     serving = GaugeMetricFamily("march_group_serving", "1 while this node serves the group.", labels=["group"])
     primary = GaugeMetricFamily("march_group_primary", "1 while this node holds the group's term.", labels=["group"])
     term = GaugeMetricFamily(
         "march_group_term", "The group's leader key's create revision (0: no primary known).", labels=["group"]
     )
-    for group in app.groups:
+    for group in listed:
         label = [str(group.index)]
         serving.add_metric(label, int(group.state.serving))
         primary.add_metric(label, int(group.state.leading))
@@ -377,13 +379,13 @@ def _forwarding(app: App) -> Iterator[Metric]:
     proofs.add_metric(["incoming"], f.proofs_failed)
     proofs.add_metric(["outgoing"], f.unproven)
     yield proofs
-    ready = readiness(app, warm=False) is None
+    ready = app.readiness(warm=False) is None
     yield GaugeMetricFamily("march_ready", "1 if this node can serve every key now (GET /ready).", value=int(ready))
 
 
 def node_id(app: App) -> str:
     """This node's id: the cluster id, else ``node_id``, else its address."""
-    member = app.group.member
+    member = app.groups.member
     return member.me.id if member is not None else app.config.node_name(app.port)
 
 

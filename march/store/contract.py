@@ -40,9 +40,11 @@ no values read). Worker-id and user records are neither listed nor counted with 
   exactly ``expected`` (None: there is none), and says whether it wrote. Nothing else writes a
   worker record, so two concurrent ACQUIREs (or a new primary racing a deposed one) can never
   both take one id. ``delete_worker(record, guard)`` is a compare-and-delete, guarded the same
-  way, that in the same atomic step raises the *retired floor* to at least the record's
-  ``floor_ms``: ``retired_worker_floor()`` is the highest floor of every record ever deleted, so
-  deleting a record never loses a floor (the next holder of any id starts above it).
+  way, that in the same atomic step raises the *retired UPTO* to at least the record's
+  ``upto_ms``: ``retired_worker_upto()`` is the highest UPTO of every record ever deleted, so
+  deleting a record never loses a declared time (the next holder of any id starts above it).
+  Stored, ``upto_ms`` keeps its old name ``floor_ms`` (etcd's JSON, SQLite's columns): existing data
+  reads as before.
   ``worker_namespaces(after, limit)`` pages through the namespaces that have records (in an
   order of the backend's own; a page may be short, ``[]`` is the end): how a new primary counts
   them once per term.
@@ -58,6 +60,27 @@ no values read). Worker-id and user records are neither listed nor counted with 
   them. ``watch_users(after)`` yields the changes made after revision ``after``, in revision order
   (each a ``UserRecord``; ``rules`` None for a deletion), until it breaks (StoreError); a store
   that only one server uses has nothing to watch (None).
+
+Backup and restore (``march.backup``) go through the store, never around it:
+
+- ``export(limit)`` yields every record, a page at a time: the sequences in byte order
+  (``export_sequences(after, limit)``: the records of up to ``limit`` names after ``after``, the
+  backend's own page read), then the users, the worker records by namespace and the retired floor
+  (``RetiredUpto``). It writes nothing and takes no lock, so it runs while nodes serve (SQLite:
+  a store opened ``read_only``); it is not one snapshot, but every record in it is one the store
+  held while it ran, which is all a restore needs (ceilings and floors only grow).
+- The restore writes only ever raise, each record by its rule (one function each, below, the
+  same for every backend): ``raise_to(records)`` (sequences: ``raise_sequence``),
+  ``restore_users(users, readable)`` (``restore_user``), ``raise_workers(records)``
+  (``raise_worker``), ``raise_retired_upto(upto_ms)``. Each says per record what it did
+  (``Restored``); with ``dry_run`` what it would do, writing nothing. Records are taken in order, as
+  if one at a time (a name given twice meets the first). They write only where no primary serves:
+  a serving primary holds a range below its ceiling in memory and writes back the settings it
+  read, so a record raised under it would not reach it. SQLite: the data dir's lock, taken at
+  ``open``; etcd: every restore transaction compares that no leader key of any group exists and
+  that each record is still what was read (``PrimaryServing`` when a leader key exists, also in a
+  dry run); memory: its ``serving`` steering. ``serving_primary()`` names a primary that serves
+  now (None: none).
 
 Calls made in the same event-loop turn may be sent together (one etcd transaction, one SQLite
 transaction): many first requests after a failover cost a few store round trips, not one each.
@@ -77,8 +100,10 @@ write. A store must never be shared by two servers, and never block the event lo
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+import asyncio
+import enum
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from march.errors import StoreError, StoreFull
@@ -120,7 +145,7 @@ class WorkerRecord:
     ``token`` names the holding (b"": released, free at once); ``expires_ms`` is the wall-clock
     time (Unix ms) the primary that wrote it expected the holding to end: for operators only, never
     used to decide (expiry runs on the primary's monotonic clock, see ``march.keyspace.worker_ids``);
-    ``floor_ms`` the highest time any holder declared it might have used (never decreases); ``ttl``
+    ``upto_ms`` the highest time any holder declared it might have used (its ``UPTO``, never decreases); ``ttl``
     the seconds each renewal grants.
     """
 
@@ -128,7 +153,7 @@ class WorkerRecord:
     id: int
     token: bytes
     expires_ms: int
-    floor_ms: int
+    upto_ms: int
     ttl: int
 
 
@@ -149,6 +174,54 @@ class UserRecords:
 
     records: list[UserRecord]
     revision: int
+
+
+@dataclass(frozen=True)
+class RetiredUpto:
+    """The retired worker UPTO (``retired_worker_upto``) as an exported record."""
+
+    upto_ms: int
+
+
+Exported = SequenceRecord | UserRecord | WorkerRecord | RetiredUpto  # what ``export`` yields
+
+
+class Restored(enum.Enum):
+    """What a restore write did to one record (in a dry run: would do)."""
+
+    CREATED = "created"  # absent: stored as given
+    RAISED = "raised"  # present and below: raised (a ceiling, a floor), everything else kept as stored
+    UNCHANGED = "unchanged"  # present at or above, or a readable user: the store's copy is newer
+    REPLACED = "replaced"  # a user stored but unreadable (a node keeps it off): replaced
+    OTHER_KIND = "other kind"  # a sequence stored as the other kind: left alone
+
+
+def raise_sequence(wanted: SequenceRecord, stored: SequenceRecord | None) -> tuple[Restored, SequenceRecord | None]:
+    """``raise_to``'s rule for one sequence, and the record to write (None: nothing)."""
+    if stored is None:
+        return Restored.CREATED, wanted
+    if stored.kind != wanted.kind:
+        return Restored.OTHER_KIND, None
+    if stored.ceiling >= wanted.ceiling:
+        return Restored.UNCHANGED, None
+    return Restored.RAISED, replace(stored, ceiling=wanted.ceiling)
+
+
+def raise_worker(wanted: WorkerRecord, stored: WorkerRecord | None) -> tuple[Restored, WorkerRecord | None]:
+    """``raise_workers``' rule for one worker record (its holder kept), and the record to write."""
+    if stored is None:
+        return Restored.CREATED, wanted
+    if stored.upto_ms >= wanted.upto_ms:
+        return Restored.UNCHANGED, None
+    return Restored.RAISED, replace(stored, upto_ms=wanted.upto_ms)
+
+
+def restore_user(name: str, stored: str | None, readable: Callable[[str, str], bool]) -> Restored:
+    """``restore_users``' rule for one user whose stored rules are ``stored`` (None: absent); the
+    given rules are written unless it is UNCHANGED."""
+    if stored is None:
+        return Restored.CREATED
+    return Restored.UNCHANGED if readable(name, stored) else Restored.REPLACED
 
 
 class Store(abc.ABC):
@@ -232,12 +305,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
         """Delete ``record`` iff the guard holds and the stored record of its (namespace, id) equals it,
-        raising the retired floor to at least ``record.floor_ms`` in the same atomic step. False: the
+        raising the retired UPTO to at least ``record.upto_ms`` in the same atomic step. False: the
         stored record differs or is gone (nothing changed); GuardFailed: the guard failed."""
 
     @abc.abstractmethod
-    async def retired_worker_floor(self) -> int:
-        """The highest ``floor_ms`` of every worker record deleted so far, 0 if none (a linearizable read)."""
+    async def retired_worker_upto(self) -> int:
+        """The highest ``upto_ms`` of every worker record deleted so far, 0 if none (a linearizable read)."""
 
     @abc.abstractmethod
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
@@ -257,6 +330,54 @@ class Store(abc.ABC):
     async def save_user(self, name: str, rules: str | None, expected: int) -> int | None:
         """Store user ``name`` as ``rules`` (None: delete it) iff its stored revision is ``expected``
         (0: it does not exist); the new revision, or None if it changed (nothing written)."""
+
+    # --- backup and restore (see the module docstring) ---------------------------------------------
+
+    async def export(self, limit: int = 1000) -> AsyncIterator[list[Exported]]:
+        """Every record, a page of at most ``limit`` (one namespace's workers: up to 1024) at a time."""
+        after: bytes | None = None
+        while page := await self.export_sequences(after, limit):
+            yield list(page)
+            after = page[-1].key
+        users = sorted((await self.load_users()).records, key=lambda u: u.name)
+        for start in range(0, len(users), limit):
+            yield list(users[start : start + limit])
+        space: bytes | None = None
+        while spaces := await self.worker_namespaces(space, limit):
+            for space in spaces:
+                yield list(await self.load_workers(space))
+        yield [RetiredUpto(await self.retired_worker_upto())]
+
+    async def export_sequences(self, after: bytes | None, limit: int) -> list[SequenceRecord]:
+        """The records of up to ``limit`` sequences after ``after`` (None: from the first), in byte
+        order; [] at the end. This default lists the names, then loads them in one loop turn."""
+        names = await self.list_keys(after=after, limit=limit)
+        found = await asyncio.gather(*(self.load(name) for name in names))
+        return [record for record in found if record is not None]
+
+    async def serving_primary(self) -> str | None:
+        """The node id of a primary serving from this store now, or None (a single node's store: its
+        lock, held from ``open``, says no other server uses it)."""
+        return None
+
+    @abc.abstractmethod
+    async def raise_to(self, records: list[SequenceRecord], dry_run: bool = False) -> list[Restored]:
+        """Each sequence created, or its ceiling raised, by ``raise_sequence``; only while no primary serves."""
+
+    @abc.abstractmethod
+    async def restore_users(
+        self, users: Mapping[str, str], readable: Callable[[str, str], bool], dry_run: bool = False
+    ) -> list[Restored]:
+        """Each user (name -> rules) created or replaced by ``restore_user`` (``readable(name, rules)``:
+        whether a node can read a stored user), in order; a user written meanwhile is UNCHANGED."""
+
+    @abc.abstractmethod
+    async def raise_workers(self, records: list[WorkerRecord], dry_run: bool = False) -> list[Restored]:
+        """Each worker record created, or its floor raised, by ``raise_worker``; only while no primary serves."""
+
+    @abc.abstractmethod
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
+        """The retired worker UPTO raised to at least ``upto_ms`` (RAISED or UNCHANGED)."""
 
     def watch_users(self, after: int) -> AsyncIterator[list[UserRecord]] | None:
         """The changes to the users after revision ``after`` (what ``load_users`` named), in order

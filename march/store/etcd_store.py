@@ -1,25 +1,22 @@
 """The etcd store (cluster mode): one key per sequence under ``<prefix>/seq/<key>``, every write guarded.
 
-The value of ``<prefix>/seq/<key>`` is the ceiling as 20 zero-padded decimal digits, a space, then
-JSON ``{"kind": ..., "settings": {...}}``. Fixed-width digits make etcd's bytewise value comparison
-numeric, so "new ceiling > stored ceiling" is one compare in the same transaction as the
-leadership guard: ``value(seq) < digits(new)`` holds exactly when the stored ceiling is smaller
-(equal digits followed by the JSON compare greater).
+The value of ``<prefix>/seq/<key>`` is the ceiling's fixed-width digits, a space, then JSON kind and
+settings (``etcd_values``): "new ceiling > stored ceiling" is one bytewise compare.
 
-Every ceiling write is one transaction: ``value(leader) == guard.owner``, ``create_revision(leader)
-== guard.revision`` and ``value(seq) < digits(new)``. When it fails, the same transaction has read
-the leader key and the record back: a guard that no longer holds, or a record that is gone, is
-``GuardFailed``; a stored ceiling already at or above the new one (an earlier write of this same
-leadership that landed late) is returned as the ceiling now durable.
+Every ceiling write is one guarded transaction (``etcd_guard.GuardedTxn``): the leadership guard
+and ``value(seq) < digits(new)``. When it fails, the same transaction has read the leader key and
+the record back: a guard that no longer holds, or a record that is gone, is ``GuardFailed``; a
+stored ceiling already at or above the new one (an earlier write of this same leadership that
+landed late) is returned as the ceiling now durable.
 
 Calls made in the same loop turn share transactions (``Batcher``): up to ``MAX_OPS`` records and
 about ``MAX_BYTES`` per transaction, under etcd's defaults (128 operations, 1.5 MiB), so a new
 primary's first requests for thousands of sequences cost a few round trips, never one huge one.
-Listings are read in pages (``list_keys``), and counted without reading values.
+Listings are read in pages (``list_keys``, ``export_sequences``), and counted without reading values.
 
 SCAN cursors are offsets in byte order, resumed from remembered points (``cursors.ScanCursors``).
 The store's other records have modules of their own: ACL users (``etcd_users``) and worker ids
-(``etcd_workers``); the leadership guard every write carries is ``etcd_guard``.
+(``etcd_workers``); a restore's writes, made only while no primary serves, are ``etcd_restore``'s.
 """
 
 from __future__ import annotations
@@ -30,42 +27,28 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any
 
 from march.errors import GuardFailed, StoreError, StoreFull
-from march.etcd.api import Compare, Etcd, Get, Put, created_at, value_below, value_is
+from march.etcd.api import Etcd, Get, Put, created_at, value_below, value_is
 from march.etcd.keypath import KeyPaths, prefix_end
 from march.store.batch import Batcher
-from march.store.contract import Guard, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
+from march.store.contract import Guard, Restored, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
 from march.store.cursors import ScanCursors
-from march.store.etcd_guard import DIGITS, encode_ceiling, guard_compares, holds, leader_key
+from march.store.etcd_guard import GuardedTxn
+from march.store.etcd_restore import EtcdRestore
 from march.store.etcd_users import EtcdUsers
+from march.store.etcd_values import DIGITS, ceiling_of, decode_record, encode_ceiling, encode_record
 from march.store.etcd_workers import EtcdWorkers
 
 MAX_OPS = 100  # records per transaction: compares are 2 + n, under etcd's default --max-txn-ops 128
 MAX_BYTES = 512 << 10  # bytes per transaction (estimated), well under etcd's default 1.5 MiB request limit
 
 
-def encode_record(record: SequenceRecord) -> bytes:
-    meta = json.dumps({"kind": record.kind, "settings": dict(record.settings)}, sort_keys=True)
-    return encode_ceiling(record.ceiling) + b" " + meta.encode()
-
-
-def decode_record(key: bytes, value: bytes) -> SequenceRecord:
-    digits, _, meta = value.partition(b" ")
-    data = json.loads(meta) if meta else {}
-    return SequenceRecord(key, data.get("kind", "sequence"), int(digits), data.get("settings", {}))
-
-
-def _ceiling_of(value: bytes) -> int:
-    return int(value[:DIGITS])
-
-
 async def _per_guard(
     todo: Sequence[tuple[bytes, Guard] | None],
     results: list[Any],
     send: Callable[[list[int], Guard], Awaitable[None]],
-    note: Callable[[BaseException | None], None],
 ) -> None:
-    """``send(indices, guard)`` per guard, each key once per transaction; a failure goes to each of its
-    items. ``note`` is the store's: how each transaction went."""
+    """``send(indices, guard)`` per guard, each key once per transaction; a failure (GuardFailed
+    included) goes to each of its items still unanswered."""
     groups: dict[Guard, list[int]] = {}
     for i, entry in enumerate(todo):
         if entry is not None:
@@ -82,9 +65,7 @@ async def _per_guard(
             indices = later
             try:
                 await send(batch, guard)
-                note(None)
             except StoreError as exc:
-                note(exc)
                 for i in batch:
                     if results[i] is None:
                         results[i] = exc
@@ -105,8 +86,10 @@ class EtcdStore(Store):
         self.write_timeout = min(timeout, write_timeout)
         self._meta: dict[bytes, bytes] = {}  # key -> the JSON part of its value, written back unchanged
         self.cursors = ScanCursors(self)
+        self.guarded = GuardedTxn(etcd, keys, self.write_timeout, self.note)
         self.users = EtcdUsers(etcd, keys, timeout, self.write_timeout)
-        self.workers = EtcdWorkers(etcd, keys, timeout, self.write_timeout, self.note)
+        self.workers = EtcdWorkers(etcd, keys, timeout, self.guarded)
+        self.restore = EtcdRestore(etcd, keys, timeout)
         size = self._size
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(
             self._load_batch, MAX_OPS, MAX_BYTES, lambda k: size(k, b"")
@@ -157,6 +140,12 @@ class EtcdStore(Store):
         found = await self.etcd.range(Get(start, end, limit=limit, keys_only=True), self.timeout)
         return [self.keys.seq_name(kv.key) for kv in found.kvs]
 
+    async def export_sequences(self, after: bytes | None, limit: int) -> list[SequenceRecord]:
+        """One range read of names and values (a page of a backup: no batching, nothing remembered)."""
+        start = self.keys.seqs if after is None else self.keys.seq(after) + b"\0"
+        found = await self.etcd.range(Get(start, prefix_end(self.keys.seqs), limit=limit), self.timeout)
+        return [decode_record(self.keys.seq_name(kv.key), kv.value) for kv in found.kvs]
+
     async def load_users(self) -> UserRecords:
         return await self.users.load_users()
 
@@ -183,9 +172,6 @@ class EtcdStore(Store):
 
     # --- writes --------------------------------------------------------------------------------
 
-    def _guard(self, guard: Guard) -> list[Compare]:
-        return guard_compares(self.keys, guard)
-
     async def create(self, record: SequenceRecord, guard: Guard) -> bool:
         with self.cursors.creating():  # SCAN points counted before now may move
             return await self._creates((record, guard))
@@ -196,7 +182,7 @@ class EtcdStore(Store):
         def send(todo: list[int], guard: Guard) -> Awaitable[None]:
             return self._create_some([items[i][0] for i in todo], todo, guard, results)
 
-        await _per_guard([(r.key, g) for r, g in items], results, send, self.note)
+        await _per_guard([(r.key, g) for r, g in items], results, send)
         return [r if r is not None else StoreError("not sent") for r in results]
 
     async def _create_some(
@@ -204,23 +190,20 @@ class EtcdStore(Store):
     ) -> None:
         seqs = [self.keys.seq(record.key) for record in records]
         values = [encode_record(record) for record in records]
-        reply = await self.etcd.txn(
-            [*self._guard(guard), *(created_at(s, 0) for s in seqs)],
+        done = await self.guarded(
+            guard,
+            [created_at(s, 0) for s in seqs],
             [Put(s, v) for s, v in zip(seqs, values, strict=True)],
-            [Get(leader_key(self.keys, guard)), *(Get(s) for s in seqs)],
-            self.write_timeout,
+            [Get(s) for s in seqs],
+            "creating a sequence",
         )
-        if reply.succeeded:
+        if done.written:
             for i, record, value in zip(todo, records, values, strict=True):
                 self._meta[record.key] = value.partition(b" ")[2]
                 results[i] = True
             return
-        if not holds(reply.ranges[0], guard):
-            for i, record in zip(todo, records, strict=True):
-                results[i] = GuardFailed(f"creating {record.key!r}: this node no longer holds the leader key")
-            return
         retry: list[tuple[int, SequenceRecord]] = []
-        for i, record, found in zip(todo, records, reply.ranges[1:], strict=True):
+        for i, record, found in zip(todo, records, done.reads, strict=True):
             if found is not None and found.kvs:
                 results[i] = False  # it exists: nothing written
             else:
@@ -240,7 +223,7 @@ class EtcdStore(Store):
                 if key not in self._meta:
                     results[i] = GuardFailed(f"sequence {key!r} is not in the store")
         todo = [(key, guard) if results[i] is None else None for i, (key, _, guard) in enumerate(items)]
-        await _per_guard(todo, results, lambda idx, guard: self._save_some(items, idx, guard, results), self.note)
+        await _per_guard(todo, results, lambda idx, guard: self._save_some(items, idx, guard, results))
         return [r if r is not None else StoreError("not sent") for r in results]
 
     async def _save_some(
@@ -250,27 +233,24 @@ class EtcdStore(Store):
         ceilings = [items[i][1] for i in todo]
         seqs = [self.keys.seq(key) for key in keys]
         digits = [encode_ceiling(c) for c in ceilings]
-        reply = await self.etcd.txn(
-            [*self._guard(guard), *(value_below(s, d) for s, d in zip(seqs, digits, strict=True))],
+        done = await self.guarded(
+            guard,
+            [value_below(s, d) for s, d in zip(seqs, digits, strict=True)],
             [Put(s, d + b" " + self._meta[k]) for s, d, k in zip(seqs, digits, keys, strict=True)],
-            [Get(leader_key(self.keys, guard)), *(Get(s) for s in seqs)],
-            self.write_timeout,
+            [Get(s) for s in seqs],
+            "a ceiling write",
         )
-        if reply.succeeded:
+        if done.written:
             for i, ceiling in zip(todo, ceilings, strict=True):
                 results[i] = ceiling
             return
-        if not holds(reply.ranges[0], guard):
-            for i, key, ceiling in zip(todo, keys, ceilings, strict=True):
-                results[i] = GuardFailed(f"ceiling {ceiling} for {key!r}: this node no longer holds the leader key")
-            return
         retry = []
-        for i, key, ceiling, found in zip(todo, keys, ceilings, reply.ranges[1:], strict=True):
+        for i, key, ceiling, found in zip(todo, keys, ceilings, done.reads, strict=True):
             kvs = found.kvs if found is not None else []
             if not kvs:
                 results[i] = GuardFailed(f"sequence {key!r} is gone from the store")
-            elif _ceiling_of(kvs[0].value) >= ceiling:
-                results[i] = _ceiling_of(kvs[0].value)  # an earlier write of this leadership landed late
+            elif ceiling_of(kvs[0].value) >= ceiling:
+                results[i] = ceiling_of(kvs[0].value)  # an earlier write of this leadership landed late
             else:
                 retry.append(i)
         if retry:
@@ -292,17 +272,9 @@ class EtcdStore(Store):
             current = decode_record(key, found.value)
             meta = json.dumps({"kind": current.kind, "settings": dict(settings)}, sort_keys=True).encode()
             self._meta[key] = meta
-            reply = await self.etcd.txn(
-                [*self._guard(guard), value_is(seq, found.value)],
-                [Put(seq, encode_ceiling(current.ceiling) + b" " + meta)],
-                [Get(leader_key(self.keys, guard))],
-                self.write_timeout,
-            )
-            if reply.succeeded:
-                self.note(None)
+            put = Put(seq, encode_ceiling(current.ceiling) + b" " + meta)
+            if (await self.guarded(guard, [value_is(seq, found.value)], [put], [], f"settings of {key!r}")).written:
                 return
-            if not holds(reply.ranges[0], guard):
-                raise GuardFailed(f"settings of {key!r}: this node no longer holds the leader key")
         raise StoreError(f"settings of {key!r}: the record kept changing")
 
     async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
@@ -314,11 +286,29 @@ class EtcdStore(Store):
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
         return await self.workers.delete_worker(record, guard)
 
-    async def retired_worker_floor(self) -> int:
-        return await self.workers.retired_worker_floor()
+    async def retired_worker_upto(self) -> int:
+        return await self.workers.retired_worker_upto()
 
     async def worker_namespaces(self, after: bytes | None = None, limit: int = 100) -> list[bytes]:
         return await self.workers.worker_namespaces(after, limit)
+
+    async def serving_primary(self) -> str | None:
+        return await self.restore.serving_primary()
+
+    async def raise_to(self, records: list[SequenceRecord], dry_run: bool = False) -> list[Restored]:
+        with self.cursors.creating():  # SCAN points counted before now may move
+            return await self.restore.raise_to(records, dry_run)
+
+    async def restore_users(
+        self, users: Mapping[str, str], readable: Callable[[str, str], bool], dry_run: bool = False
+    ) -> list[Restored]:
+        return await self.restore.restore_users(users, readable, dry_run)
+
+    async def raise_workers(self, records: list[WorkerRecord], dry_run: bool = False) -> list[Restored]:
+        return await self.restore.raise_workers(records, dry_run)
+
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
+        return await self.restore.raise_retired_upto(upto_ms, dry_run)
 
     def facts(self) -> dict[str, Any]:
         return {"etcd_endpoint": self.etcd.endpoint, "etcd_prefix": self.keys.prefix.decode()}

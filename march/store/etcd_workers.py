@@ -1,60 +1,33 @@
 """Worker records on etcd (``march.keyspace.worker_ids``): one key per (namespace, id), and the retired floor.
 
-``<prefix>/workers/<n>:<namespace>/<id>`` holds one ``WorkerRecord`` as JSON with sorted keys, so
-that equal records are equal bytes and a write can compare the value it read (``encode_worker``);
-``<prefix>/workers-retired`` holds the highest floor of every deleted record, in the digits of
-``etcd_guard``. Every write is guarded by leadership like a ceiling write, and a delete raises the
+``<prefix>/workers/<n>:<namespace>/<id>`` holds one ``WorkerRecord`` (``etcd_values.encode_worker``:
+equal records are equal bytes, so a write can compare the value it read); ``<prefix>/workers-retired``
+holds the highest floor of every deleted record, in the digits of ``etcd_values``. Every write is
+one guarded transaction (``etcd_guard.GuardedTxn``), like a ceiling write, and a delete raises the
 retired floor in the same transaction, so no holder's time is forgotten when its record goes.
 ``EtcdStore`` hands its worker calls here. Nothing here may write without the guard.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-
-from march.errors import GuardFailed, StoreError
+from march.errors import StoreError
 from march.etcd.api import Delete, Etcd, Get, Put, Request, created_at, value_is
 from march.etcd.keypath import KeyPaths, prefix_end
 from march.store.contract import Guard, WorkerRecord
-from march.store.etcd_guard import encode_ceiling, guard_compares, holds, leader_key
+from march.store.etcd_guard import GuardedTxn
+from march.store.etcd_values import decode_worker, encode_ceiling, encode_worker
 
 _WORKER_ATTEMPTS = 32  # a delete reads the retired floor again each time another delete raised it meanwhile
 
 
-def encode_worker(record: WorkerRecord) -> bytes:
-    """A worker record's value: JSON with sorted keys, so equal records are equal bytes (the CAS compares values)."""
-    data = {
-        "token": record.token.decode("latin-1"),
-        "expires_ms": record.expires_ms,
-        "floor_ms": record.floor_ms,
-        "ttl": record.ttl,
-    }
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-
-
-def decode_worker(namespace: bytes, worker_id: int, value: bytes) -> WorkerRecord:
-    data = json.loads(value)
-    token = str(data["token"]).encode("latin-1")
-    return WorkerRecord(namespace, worker_id, token, int(data["expires_ms"]), int(data["floor_ms"]), int(data["ttl"]))
-
-
 class EtcdWorkers:
-    """The worker records of one etcd store; ``note`` is the store's (how the last write went)."""
+    """The worker records of one etcd store; ``guarded`` is the store's guarded transaction."""
 
-    def __init__(
-        self,
-        etcd: Etcd,
-        keys: KeyPaths,
-        timeout: float,
-        write_timeout: float,
-        note: Callable[[BaseException | None], None],
-    ) -> None:
+    def __init__(self, etcd: Etcd, keys: KeyPaths, timeout: float, guarded: GuardedTxn) -> None:
         self.etcd = etcd
         self.keys = keys
         self.timeout = timeout
-        self.write_timeout = write_timeout
-        self.note = note
+        self.guarded = guarded
 
     async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
         start = self.keys.worker_namespace(namespace)
@@ -72,22 +45,8 @@ class EtcdWorkers:
     async def save_worker(self, record: WorkerRecord, expected: WorkerRecord | None, guard: Guard) -> bool:
         key = self.keys.worker(record.namespace, record.id)
         same = created_at(key, 0) if expected is None else value_is(key, encode_worker(expected))
-        try:
-            reply = await self.etcd.txn(
-                [*guard_compares(self.keys, guard), same],
-                [Put(key, encode_worker(record))],
-                [Get(leader_key(self.keys, guard))],
-                self.write_timeout,
-            )
-        except StoreError as exc:
-            self.note(exc)
-            raise
-        self.note(None)
-        if reply.succeeded:
-            return True
-        if not holds(reply.ranges[0], guard):
-            raise GuardFailed(f"worker {record.id} of {record.namespace!r}: this node no longer holds the leader key")
-        return False
+        what = f"worker {record.id} of {record.namespace!r}"
+        return (await self.guarded(guard, [same], [Put(key, encode_worker(record))], [], what)).written
 
     async def delete_worker(self, record: WorkerRecord, guard: Guard) -> bool:
         """One transaction: the guard, the record exactly as given, and (when the record's floor is above
@@ -97,29 +56,20 @@ class EtcdWorkers:
         value = encode_worker(record)
         for _ in range(_WORKER_ATTEMPTS):
             current = await self.etcd.get(retired, self.timeout)
-            compare = [*guard_compares(self.keys, guard), value_is(key, value)]
+            compare = [value_is(key, value)]
             ops: list[Request] = [Delete(key)]
-            if record.floor_ms > (int(current.value) if current is not None else 0):
+            if record.upto_ms > (int(current.value) if current is not None else 0):
                 compare.append(value_is(retired, current.value) if current is not None else created_at(retired, 0))
-                ops.append(Put(retired, encode_ceiling(record.floor_ms)))
-            try:
-                reply = await self.etcd.txn(
-                    compare, ops, [Get(leader_key(self.keys, guard)), Get(key)], self.write_timeout
-                )
-            except StoreError as exc:
-                self.note(exc)
-                raise
-            self.note(None)
-            if reply.succeeded:
+                ops.append(Put(retired, encode_ceiling(record.upto_ms)))
+            done = await self.guarded(guard, compare, ops, [Get(key)], f"worker {record.id} of {record.namespace!r}")
+            if done.written:
                 return True
-            if not holds(reply.ranges[0], guard):
-                raise GuardFailed(f"worker {record.id} of {record.namespace!r}: this node no longer leads")
-            found = reply.ranges[1]
+            found = done.reads[0]
             if found is None or not found.kvs or found.kvs[0].value != value:
                 return False
         raise StoreError(f"worker {record.id} of {record.namespace!r}: the retired floor kept changing")
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         found = await self.etcd.get(self.keys.workers_retired, self.timeout)
         return 0 if found is None else int(found.value)
 

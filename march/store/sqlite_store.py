@@ -24,6 +24,11 @@
   made inside the write transaction.
 - A data dir that cannot be created, locked or written (read-only, not a directory) is a
   ``StoreError`` that says so: the server prints one line and exits.
+- ``read_only``: a backup's view of a node's file while the node runs: no lock, no schema, both
+  connections ``mode=ro`` (WAL: they never wait for the node's writer, nor it for them; each page
+  of ``export`` is its own short read). Every write is a ``StoreError``.
+- The restore writes (``raise_to``, ``raise_workers``, ``raise_retired_upto``) read and write in
+  one transaction per batch, under the data dir's lock: no node serves from the file meanwhile.
 - A data dir that a cluster node used (it holds ``cluster.json``, ``march.store.membership``) is
   refused (``IdentityConflict``): without ``--etcd`` the node would hand out IDs from its own store,
   below what its cluster handed out. With ``join_other`` the record is removed and the data dir is
@@ -43,13 +48,25 @@ import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from march.errors import GuardFailed, IdentityConflict, StoreError, StoreFull, StoreLocked
 from march.etcd.keypath import prefix_end
 from march.store.batch import Batcher
-from march.store.contract import Guard, SequenceRecord, Store, UserRecord, UserRecords, WorkerRecord
+from march.store.contract import (
+    Guard,
+    Restored,
+    SequenceRecord,
+    Store,
+    UserRecord,
+    UserRecords,
+    WorkerRecord,
+    raise_sequence,
+    raise_worker,
+    restore_user,
+)
 from march.store.membership import JOIN_FLAG, SQLITE_FILE, forget_mark, read_mark
 
 T = TypeVar("T")
@@ -90,6 +107,11 @@ _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's 
 # (the index's inner pages) fit; the rest is read from the OS's page cache. Measured with
 # harness/march_harness/bench/memory.py: the default adds ~20 bytes per sequence at 100,000.
 _CACHE_KIB = 512
+_RAISE_RETIRED = (
+    "INSERT INTO workers_retired (one, floor_ms) VALUES (1, ?)"
+    " ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)"
+)
+_BUSY_MS = 5000  # a read-only connection waits this long on a lock (a WAL reader seldom meets one: recovery)
 _MAX_ROWID = 1 << 63  # SQLite's rowids are signed 64-bit: a SCAN cursor at or past this is past the end
 
 
@@ -97,10 +119,11 @@ class SqliteFile(Store):
     """The data dir, its lock, and the two connections with their threads (writer, listings):
     how calls reach the file. ``SqliteStore`` is what is kept in it."""
 
-    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False, read_only: bool = False) -> None:
         self.dir = Path(data_dir)
         self.path = self.dir / SQLITE_FILE
         self.join_other = join_other  # a data dir a cluster node used may become a single node's
+        self.read_only = read_only  # a reader beside a running node: no lock, nothing written
         self._lock_fd: int | None = None
         self._db: sqlite3.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -109,6 +132,11 @@ class SqliteFile(Store):
         self._count = 0  # sequences in the file: counted at open, then this store's creations added
 
     async def open(self) -> None:
+        if self.read_only:
+            if not self.path.exists():
+                raise StoreError(f"no March store in {self.dir} ({self.path} does not exist)")
+            await self._open_connections()
+            return
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.dir / "march.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -135,6 +163,9 @@ class SqliteFile(Store):
         except BaseException:
             await self.close()
             raise
+        await self._open_connections()
+
+    async def _open_connections(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite")
         self._read_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite-read")
         try:
@@ -159,8 +190,19 @@ class SqliteFile(Store):
         forget_mark(self.dir)
         log.warning("data dir %s: no longer part of %s (join_other_cluster)", self.dir, mark.where())
 
+    def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+            db.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+            return db
+        return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+
     def _open_db(self) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = self._connect()
+        if self.read_only:
+            self._count = int(db.execute("SELECT COUNT(*) FROM sequences").fetchone()[0])
+            self._db = db
+            return
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
@@ -179,7 +221,7 @@ class SqliteFile(Store):
         self._db = db
 
     def _open_reader(self) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = self._connect()
         try:
             db.execute("PRAGMA query_only=ON")
             db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
@@ -292,8 +334,8 @@ class SqliteStore(SqliteFile):
 
     name = "sqlite"
 
-    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False) -> None:
-        super().__init__(data_dir, join_other)
+    def __init__(self, data_dir: str | os.PathLike[str], join_other: bool = False, read_only: bool = False) -> None:
+        super().__init__(data_dir, join_other, read_only)
         # serial: one transaction in flight each, the calls made meanwhile share the next (group commit)
         self._loads: Batcher[bytes, SequenceRecord | None] = Batcher(self._load_batch, _BATCH, serial=True)
         self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH, serial=True)
@@ -335,6 +377,15 @@ class SqliteStore(SqliteFile):
             args.append(end)
         rows = self._reading().execute(sql + " ORDER BY key LIMIT ?", (*args, limit)).fetchall()
         return [bytes(row[0]) for row in rows]
+
+    async def export_sequences(self, after: bytes | None, limit: int) -> list[SequenceRecord]:
+        return await self._read(self._export, after, limit)
+
+    def _export(self, after: bytes | None, limit: int) -> list[SequenceRecord]:
+        sql = "SELECT key, kind, ceiling, settings FROM sequences WHERE key > ? ORDER BY key LIMIT ?"
+        if after is None:
+            sql = sql.replace("key > ?", "key >= ?")
+        return [_record(row) for row in self._reading().execute(sql, (after or b"", limit))]
 
     async def scan(self, cursor: int, limit: int, guard: Guard) -> tuple[int, list[bytes]]:
         if cursor >= _MAX_ROWID:  # past every rowid SQLite gives
@@ -426,6 +477,40 @@ class SqliteStore(SqliteFile):
         if isinstance(result, BaseException):
             raise result
 
+    # --- restore (under the data dir's lock: no node serves meanwhile) ---------------------------
+
+    async def raise_to(self, records: list[SequenceRecord], dry_run: bool = False) -> list[Restored]:
+        out: list[Restored] = []
+        for start in range(0, len(records), _BATCH):
+            page = records[start : start + _BATCH]
+            outcomes = await self._write_all(partial(_raise_sequences, dry_run=dry_run), page)
+            self._count += 0 if dry_run else outcomes.count(Restored.CREATED)
+            out += outcomes
+        return out
+
+    async def restore_users(
+        self, users: Mapping[str, str], readable: Callable[[str, str], bool], dry_run: bool = False
+    ) -> list[Restored]:
+        out = []
+        for name, rules in users.items():
+            stored = await self.load_user(name)
+            outcome = restore_user(name, stored.rules if stored is not None else None, readable)
+            write = outcome is not Restored.UNCHANGED and not dry_run
+            if write and await self.save_user(name, rules, stored.revision if stored else 0) is None:
+                outcome = Restored.UNCHANGED  # written meanwhile (under the lock: by nobody)
+            out.append(outcome)
+        return out
+
+    async def raise_workers(self, records: list[WorkerRecord], dry_run: bool = False) -> list[Restored]:
+        out: list[Restored] = []
+        for start in range(0, len(records), _BATCH):
+            out += await self._write(partial(_raise_worker, dry_run=dry_run), records[start : start + _BATCH])
+        return out
+
+    async def raise_retired_upto(self, upto_ms: int, dry_run: bool = False) -> Restored:
+        (outcome,) = await self._write(partial(_raise_retired, dry_run=dry_run), [upto_ms])
+        return outcome  # type: ignore[no-any-return]
+
     # --- worker ids (rare: one transaction each, not batched) -----------------------------------
 
     async def load_workers(self, namespace: bytes, worker_id: int | None = None) -> list[WorkerRecord]:
@@ -447,7 +532,7 @@ class SqliteStore(SqliteFile):
         (result,) = await self._write(_delete_worker, [record])
         return bool(result)
 
-    async def retired_worker_floor(self) -> int:
+    async def retired_worker_upto(self) -> int:
         row = await self._run(lambda: self._conn().execute("SELECT floor_ms FROM workers_retired").fetchone())
         return 0 if row is None else int(row[0])
 
@@ -514,43 +599,74 @@ def _replace_settings(db: sqlite3.Connection, item: tuple[bytes, str]) -> None:
         raise GuardFailed(f"sequence {key!r} is not in the store")
 
 
+def _stored_worker(db: sqlite3.Connection, namespace: bytes, worker_id: int) -> WorkerRecord | None:
+    row = db.execute(
+        "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?", (namespace, worker_id)
+    ).fetchone()
+    if row is None:
+        return None
+    return WorkerRecord(namespace, worker_id, bytes(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+
+def _put_worker(db: sqlite3.Connection, record: WorkerRecord) -> None:
+    db.execute(
+        "INSERT OR REPLACE INTO workers (namespace, id, token, expires_ms, floor_ms, ttl) VALUES (?, ?, ?, ?, ?, ?)",
+        (record.namespace, record.id, record.token, record.expires_ms, record.upto_ms, record.ttl),
+    )
+
+
 def _swap_worker(db: sqlite3.Connection, item: tuple[WorkerRecord, WorkerRecord | None]) -> bool:
     """Compare-and-set one worker record inside the write transaction."""
     record, expected = item
-    row = db.execute(
-        "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?",
-        (record.namespace, record.id),
-    ).fetchone()
-    stored = None
-    if row is not None:
-        stored = WorkerRecord(record.namespace, record.id, bytes(row[0]), int(row[1]), int(row[2]), int(row[3]))
-    if stored != expected:
+    if _stored_worker(db, record.namespace, record.id) != expected:
         return False
-    db.execute(
-        "INSERT OR REPLACE INTO workers (namespace, id, token, expires_ms, floor_ms, ttl) VALUES (?, ?, ?, ?, ?, ?)",
-        (record.namespace, record.id, record.token, record.expires_ms, record.floor_ms, record.ttl),
-    )
+    _put_worker(db, record)
     return True
 
 
 def _delete_worker(db: sqlite3.Connection, record: WorkerRecord) -> bool:
     """Compare-and-delete one worker record, its floor kept as the retired floor, inside the write transaction."""
-    row = db.execute(
-        "SELECT token, expires_ms, floor_ms, ttl FROM workers WHERE namespace = ? AND id = ?",
-        (record.namespace, record.id),
-    ).fetchone()
-    if row is None:
-        return False
-    stored = WorkerRecord(record.namespace, record.id, bytes(row[0]), int(row[1]), int(row[2]), int(row[3]))
-    if stored != record:
+    if _stored_worker(db, record.namespace, record.id) != record:
         return False
     db.execute("DELETE FROM workers WHERE namespace = ? AND id = ?", (record.namespace, record.id))
-    db.execute(
-        "INSERT INTO workers_retired (one, floor_ms) VALUES (1, ?) "
-        "ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)",
-        (record.floor_ms,),
-    )
+    db.execute(_RAISE_RETIRED, (record.upto_ms,))
     return True
+
+
+def _raise_sequences(db: sqlite3.Connection, records: list[SequenceRecord], dry_run: bool) -> list[Restored]:
+    """``raise_sequence`` for each record, inside one write transaction (a name twice meets the first)."""
+    marks = ",".join("?" * len(records))
+    rows = db.execute(
+        f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", [r.key for r in records]
+    )
+    found: dict[bytes, SequenceRecord] = {bytes(row[0]): _record(row) for row in rows}
+    out = []
+    for record in records:
+        outcome, new = raise_sequence(record, found.get(record.key))
+        if new is not None and not dry_run:
+            if outcome is Restored.CREATED:
+                _insert(db, new)
+            else:
+                db.execute("UPDATE sequences SET ceiling = ? WHERE key = ?", (str(new.ceiling), new.key))
+            found[new.key] = new
+        out.append(outcome)
+    return out
+
+
+def _raise_worker(db: sqlite3.Connection, record: WorkerRecord, dry_run: bool) -> Restored:
+    outcome, new = raise_worker(record, _stored_worker(db, record.namespace, record.id))
+    if new is not None and not dry_run:
+        _put_worker(db, new)
+    return outcome
+
+
+def _raise_retired(db: sqlite3.Connection, floor_ms: int, dry_run: bool) -> Restored:
+    row = db.execute("SELECT floor_ms FROM workers_retired").fetchone()
+    if row is not None and int(row[0]) >= floor_ms:
+        return Restored.UNCHANGED
+    if not dry_run:
+        db.execute(_RAISE_RETIRED, (floor_ms,))
+    return Restored.RAISED
 
 
 def _record(row: tuple[bytes, str, str, str]) -> SequenceRecord:

@@ -14,7 +14,7 @@ protected mode (with no password, only loopback clients are served), the parser'
 protocol error closes that connection only, after answering what came before it). Client limits
 hit are logged, rate-limited.
 
-A request forwarded to another node (``commands.forward.Relayed``) is written to its link at once
+A request forwarded to another node (``commands.Relayed``) is written to its link at once
 and the read goes on; its reply takes its place in the read's replies, written once it is in
 (``waiting.Relays``). On the other side, once a connection has proven to be another node's
 forwarding link, its requests go to its lanes (``waiting.Lanes``: each of the entry node's clients
@@ -25,7 +25,10 @@ answered from as few calls as the generator allows (one while its durable range 
 and found once however often it waits: a pipeline costs time linear in its length.
 
 This module never knows what a command does: it calls ``commands.call`` (or a registered hot
-handler directly) and encodes what comes back. It imports nothing from the node's assembly.
+handler directly) and encodes what comes back, telling apart what a handler may return by the
+handler contract (``march.commands`` exports it: ``waits``, ``Relayed``, ``NO_REPLY``,
+``MONITOR_STARTED``, ``QUEUED``); it imports nothing else of the commands, and nothing from the
+node's assembly.
 """
 
 from __future__ import annotations
@@ -40,21 +43,17 @@ from typing import Any, cast
 
 from march import errors
 from march import log as march_log
-from march.app import App, FastCommand
+from march.app import App
 from march.client import Client
-from march.commands import call
-from march.commands.admin import NO_REPLY
-from march.commands.dispatch import QUEUED, as_error
-from march.commands.forward import Relayed
-from march.commands.ops import MONITOR_STARTED
-from march.commands.table import waits
+from march.cluster.groups import FastCommand
+from march.commands import MONITOR_STARTED, NO_REPLY, QUEUED, Relayed, as_error, call, waits
 from march.errors import Rejected
 from march.resp import RequestParser, encode, encode_error
 from march.stats.counters import error_kind
 from march.transport.feed import MonitorFeed
 from march.transport.flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
 from march.transport.timing import RequestTimer
-from march.transport.waiting import Lanes, Relays, Waiting
+from march.transport.waiting import Lanes, Relays, Waiting, repeats
 
 log = logging.getLogger("march")
 
@@ -79,8 +78,10 @@ class Connections(InputBudget):
         self.parser = parser
 
 
-# Longer than 250 lines: one client's transport whole (reading, running in order, writing, closing);
-# forwarding's relayed replies added their places to the request loop (``run``).
+# Longer than 250 lines on purpose: one client's transport whole (accepting, reading, running in order,
+# writing, closing), each step a few lines over the same state (its transport, client, flow, backlog);
+# what could stand apart already does (flow control, timing, MONITOR, waiting requests, lanes), and the
+# rest split in two would hand that state back and forth on the path every request takes.
 class Connection(asyncio.Protocol):
     """One client's connection (see the module docstring)."""
 
@@ -246,7 +247,7 @@ class Connection(asyncio.Protocol):
             try:
                 if entry is not None and len(args) == entry.arity:
                     if entry.consecutive is not None and i < n and (i < same_until or requests[i] == args):
-                        same_until = same_until if i < same_until else _repeats(requests, args, i)
+                        same_until = same_until if i < same_until else repeats(requests, args, i)
                         ids = entry.consecutive(client, args, same_until - i + 1)
                         if ids is not None:
                             self.answered(args, ids, out)
@@ -374,14 +375,6 @@ class Connection(asyncio.Protocol):
         self.closing = self.deaf = True
         self.flow.stalled = None
         self.transport.close()
-
-
-def _repeats(requests: list[list[bytes]], args: list[bytes], i: int) -> int:
-    """The end of the run of requests equal to ``args`` that ``requests[i]`` (known equal) continues."""
-    j, n = i + 1, len(requests)
-    while j < n and requests[j] == args:
-        j += 1
-    return j
 
 
 def _refuse(app: App, transport: asyncio.Transport, why: str) -> None:

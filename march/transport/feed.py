@@ -1,7 +1,7 @@
 """One connection's part in MONITOR (and in pub/sub's pushes, which travel the same way).
 
 - ``show``: a request about to run goes to the MONITOR connections, as Redis shows it
-  (``commands.dispatch.monitored``: not admin commands, not refused or queued requests;
+  (``commands.monitored``: not admin commands, not refused or queued requests;
   passwords redacted). While nobody monitors, the connection skips this with one truth test of
   ``monitors`` per request.
 - ``watched``: this connection monitors or is subscribed: its requests all go through
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from march.client import Client
-from march.commands.dispatch import monitored, show
+from march.commands import monitored, show
 from march.transport.flow import Backpressure
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from march.commands.table import lookup, redacted
+from march.commands import lookup, redacted
 from march.stats.counters import CommandStats, CommandTable
 from march.stats.diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
 from march.transport.flow import Configured

@@ -8,7 +8,7 @@ not one for the waited reply and one for the rest). A coroutine runs in a task (
 future costs no task: ``answered`` is its done-callback, so the requests a store write answers
 are answered in one pass of the loop, in the order the generator answered them. A request that
 got ``NotServing`` while it waited (this node stopped serving; it got no ID) runs again once the
-change is over (``commands.dispatch.rerun``: here if this node serves by then, else a MOVED
+change is over (``commands.rerun``: here if this node serves by then, else a MOVED
 reply). The request is timed alone (``RequestTimer.waited``). A connection that goes away cancels
 its own request only (its task, or its future: the generator's queue skips it), never the store
 write or the others waiting for it.
@@ -43,13 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from march import errors
-from march.app import FastCommand
-from march.client import Client
+from march.client import NOBODY, Client
+from march.cluster.groups import FastCommand
 from march.cluster.links import CONTROL
-from march.commands.admin import NO_REPLY
-from march.commands.dispatch import call, monitored, rerun, show
-from march.commands.forward import NOBODY, Relayed
-from march.commands.table import lookup, waits
+from march.commands import NO_REPLY, Relayed, call, lookup, monitored, rerun, show, waits
 from march.errors import Rejected
 from march.generators.bound import NotServing
 from march.resp import encode
@@ -84,7 +81,7 @@ class Resumable(Protocol):
 
 @dataclass(slots=True, eq=False)
 class Relays:
-    """The replies of a read that ran requests forwarded to another node (``commands.forward.Relayed``):
+    """The replies of a read that ran requests forwarded to another node (``commands.Relayed``):
     ``out`` holds the read's replies in order, with a place kept for each relayed one."""
 
     out: list[bytes]
@@ -183,7 +180,7 @@ class Waiting:
     ) -> bytes:
         """The encoded reply ("" for none), once the handler is done; timed. An AUTH or HELLO (the
         commands that may run before authentication) that waited was held back on purpose (AUTH
-        is throttled after failures, per address and user, ``auth.AuthThrottle``, so even the right
+        is throttled after failures, per address and user, ``march.access.throttle``, so even the right
         password may wait its turn): it counts as a call that took no time."""
         args, coro = self.args, self.coro
         assert coro is not None
@@ -276,7 +273,7 @@ class Lanes:
                 reply: bytes | None = None
                 if i < n and requests[i] == args and _runs(hot, args):  # pipelined INCRs: answered together
                     if i >= same_until:
-                        same_until = _repeats(requests, args, i)
+                        same_until = repeats(requests, args, i)
                     run = self.take_run(args, same_until - i + 1, answered)
                     if run:
                         i += len(run) - 1
@@ -458,7 +455,7 @@ def _lane_of(args: list[bytes]) -> int:
         return CONTROL
 
 
-def _repeats(requests: list[list[bytes]], args: list[bytes], i: int) -> int:
+def repeats(requests: list[list[bytes]], args: list[bytes], i: int) -> int:
     """The end of the run of requests equal to ``args`` that ``requests[i]`` (known equal) continues."""
     j, n = i + 1, len(requests)
     while j < n and requests[j] == args:

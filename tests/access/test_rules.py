@@ -1,4 +1,4 @@
-"""Unit tests of users and permissions (``march.access.rules``): the rules as Redis reads them, what a user
+"""Unit tests of users and permissions (``march.access``): the rules as Redis reads them, what a user
 may run and touch, the rules that rebuild a user (what the store keeps), the ACL file and log.
 
 The command table is March's real registry. Comparisons with a real redis-server are in
@@ -13,17 +13,10 @@ from hypothesis import strategies as st
 
 import march.commands  # noqa: F401  (registers every command)
 from march import errors
-from march.access.rules import (
-    DEFAULT,
-    LOG_SIZE,
-    AclLog,
-    AuthThrottle,
-    User,
-    Users,
-    format_acl_file,
-    hash_password,
-    parse_acl_file,
-)
+from march.access.acl_log import LOG_SIZE, AclLog
+from march.access.rules import DEFAULT, User, hash_password
+from march.access.throttle import AuthThrottle
+from march.access.users import Users, format_acl_file, parse_acl_file
 from march.commands.table import COMMANDS
 from march.errors import CommandError
 

@@ -22,8 +22,9 @@ from march_harness.fake_etcd import FakeEtcd
 from march_harness.manual_clock import ManualClock
 
 import march.commands  # noqa: F401  (registers every command)
-from march.access.rules import User, Users, hash_password
+from march.access.rules import User, hash_password
 from march.access.stored import SLICE
+from march.access.users import Users
 from march.commands.acl import LIST_SLICE, _sliced
 from march.commands.table import COMMANDS
 from march.config import Config

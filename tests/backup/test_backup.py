@@ -1,4 +1,4 @@
-"""``march backup``, ``march restore`` and ``march import-floors`` (``march.backup.archive``), run as the
+"""``march backup``, ``march restore`` and ``march import-floors`` (``march.backup``), run as the
 command an operator types, against real stores: a real march node on SQLite, a real etcd with
 real march cluster nodes, a real PostgreSQL, a real redis-server.
 
@@ -27,13 +27,14 @@ from march_harness.invoke import march, ok, refused
 from march_harness.postgres import postgres  # noqa: F401 - a throwaway PostgreSQL (import-floors --dsn)
 from march_harness.servers import REPO_ROOT, RedisServer
 
-from march.backup.archive import BackupError, Summary, _EtcdWriter
-from march.config import MAX_ID
+from march.backup.checks import BackupError
+from march.backup.format import Backup
+from march.backup.operations import restore, writing
+from march.config import MAX_ID, load
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
-from march.store.contract import SequenceRecord
-from march.store.etcd_guard import encode_ceiling
-from march.store.etcd_store import encode_record
+from march.store.contract import SequenceRecord, WorkerRecord
+from march.store.etcd_values import encode_ceiling, encode_record
 
 pytestmark = pytest.mark.e2e
 
@@ -486,24 +487,31 @@ def test_names_that_are_not_utf8_round_trip(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("leader", ["/leader", "/leader/2-of-4"], ids=["one-group", "group-2-of-4"])
 async def test_a_primary_elected_during_a_restore_stops_it_unwritten(etcd: EtcdCluster, leader: str) -> None:
-    """The open-time check is not what protects: each transaction compares the leader keys
-    themselves, every group's (one range compare). A leader key appearing between the check and the
-    write fails the write, nothing lowered or raised under the new primary."""
-    keys = KeyPaths.of("/march-race" + leader.replace("/", "-"))
+    """The check when the store is opened is not what protects: each write compares the leader keys
+    themselves, every group's (one range compare). A leader key appearing after that check fails
+    the write, nothing raised or created under the new primary, and restore says why."""
+    prefix = "/march-race" + leader.replace("/", "-")
+    keys = KeyPaths.of(prefix)
+    config = load(None, {}, {"etcd": etcd.endpoints, "etcd_prefix": prefix})
     client = GrpcEtcd(etcd.endpoints.split(","), timeout=5.0)
+    wanted = Backup(
+        sequences=[SequenceRecord(b"orders", "sequence", 5000, {}), SequenceRecord(b"new", "sequence", 5000, {})],
+        users={"app": "on ~* +@all"},
+        workers=[WorkerRecord(b"ns", 0, b"", 0, 10**13, 30)],
+        workers_retired=10**13,
+    )
     try:
-        writer = _EtcdWriter(client, keys, 5.0)
-        await writer.open()  # no primary yet
-        await client.put(keys.seq(b"orders"), encode_record(SequenceRecord(b"orders", "sequence", 100, {})))
-        await client.put(keys.prefix + leader.encode(), b"n1")  # a primary is elected meanwhile
-        summary = Summary()
         with pytest.raises(BackupError, match="a primary serves this cluster \\(n1\\)"):
-            await writer.sequences([SequenceRecord(b"orders", "sequence", 5000, {})], summary, True)
-        with pytest.raises(BackupError, match="a primary serves"):
-            await writer.sequences([SequenceRecord(b"new", "sequence", 5000, {})], summary, True)
+            async with writing(config) as store:  # no primary yet
+                await client.put(keys.seq(b"orders"), encode_record(SequenceRecord(b"orders", "sequence", 100, {})))
+                await client.put(keys.prefix + leader.encode(), b"n1")  # a primary is elected meanwhile
+                await restore(store, wanted)
         stored = await client.get(keys.seq(b"orders"))
         assert stored is not None and stored.value.startswith(encode_ceiling(100))
         assert await client.get(keys.seq(b"new")) is None
+        assert await client.get(keys.user("app")) is None
+        assert await client.get(keys.workers_retired) is None
+        assert await client.get(keys.worker(b"ns", 0)) is None
     finally:
         await client.close()
 

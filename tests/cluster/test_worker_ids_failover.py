@@ -69,7 +69,7 @@ async def test_a_new_primary_keeps_every_live_holding_and_its_floor(make_sim: Si
     fresh = await workers.acquire(b"app")
     assert fresh[0] == 3  # 0 and 1 are still live: never handed out twice
     assert await workers.renew(b"app", held[1][0], held[1][1], upto=4343) == 600  # the holder carries on
-    listed = {h.record.id: (h.record.floor_ms, h.standing) for h in await workers.list(b"app")}
+    listed = {h.record.id: (h.record.upto_ms, h.standing) for h in await workers.list(b"app")}
     assert listed[0] == (0, Standing.LIVE) and listed[1] == (4343, Standing.LIVE)
     p.heal()
     with pytest.raises(GuardFailed):  # a late write of the old term is refused by etcd, whoever sends it
@@ -169,7 +169,7 @@ async def test_the_sweeper_deletes_free_records_and_keeps_their_floors(make_sim:
     assert await store.load_workers(b"gone2") == []  # expired, never declared a floor
     assert [r.id for r in await store.load_workers(b"gone1")] == [0]  # free, but its floor is in the future
     assert [r.id for r in await store.load_workers(b"kept")] == [live[0]]  # live: never deleted
-    assert await store.retired_worker_floor() == wall_ms - 120_000
+    assert await store.retired_worker_upto() == wall_ms - 120_000
     assert (await workers.acquire(b"gone0"))[3] == wall_ms - 120_000  # the deleted record's floor, kept
     assert (await workers.acquire(b"gone1"))[3] == wall_ms + 3_600_000
 

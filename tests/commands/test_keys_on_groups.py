@@ -45,12 +45,12 @@ async def app(tmp_path: Path) -> AsyncIterator[App]:
     await node.open()
     groups = []
     for g in range(4):
-        state = node.group.state if g == 0 else ServingState(node.clock)
+        state = node.groups[0].state if g == 0 else ServingState(node.clock)
         if g in SERVED and g:
             state.serve_forever(SINGLE_NODE)
-        keyspace = node.group.keyspace if g == 0 else Keyspace(config, node.store, state, node.clock.now)
+        keyspace = node.groups[0].keyspace if g == 0 else Keyspace(config, node.store, state, node.clock.now)
         groups.append(Group(state, keyspace, g, LAYOUT.slots(g)))
-    node.groups = Groups(groups)  # (node.group is the first of them)
+    node.groups = Groups(groups)
     try:
         yield App(config, node, HOT)
     finally:

@@ -135,7 +135,7 @@ def test_acl_log_entries_are_capped_and_still_parse() -> None:
     so clients still split it on spaces and '=' (redis-py's parse_client_info)."""
     from redis._parsers.helpers import parse_client_info
 
-    from march.access.rules import LOG_SIZE, AclLog
+    from march.access.acl_log import LOG_SIZE, AclLog
 
     log = AclLog()
     info = f"id=7 addr=127.0.0.1:5 name={'n' * 5000} user=u lib-name={'l' * 300} lib-ver=1 resp=2"

@@ -121,16 +121,16 @@ def test_median_is_taken_figure_by_figure_and_ratios_divide_medians() -> None:
     assert m.median("sqlite") == run(100, p99=45)
     assert m.ratio("sqlite") == 0.5
     assert m.ratio("redis") == 1.0
-    assert m.ratio("sqlite", "floor") is None  # not measured: no ratio, never a made-up one
+    assert m.ratio("sqlite", "baseline") is None  # not measured: no ratio, never a made-up one
     assert m.latency_ratio("sqlite", "redis", "p99") == 2.25
-    assert m.latency_ratio("sqlite", "floor") is None
+    assert m.latency_ratio("sqlite", "baseline") is None
     assert m.setting.label == "INCR -c 50 -P 16"
 
 
 def test_readme_figures_picks_each_key_from_its_setting() -> None:
     results = [
         measured("INCR", 50, 1, {"redis": [run(100)], "sqlite": [run(95)]}),
-        measured("INCR", 50, 16, {"redis": [run(1000)], "sqlite": [run(600)], "floor": [run(800)]}),
+        measured("INCR", 50, 16, {"redis": [run(1000)], "sqlite": [run(600)], "baseline": [run(800)]}),
         measured("INCR", 1000, 1, {"redis": [run(10, p99=12.0)], "sqlite": [run(9, p99=30.0)]}),
         measured("INCRBY ts 1000", 50, 1, {"redis": [run(100)], "sqlite": [run(6000)]}),
         measured("INCRBY ts 1000", 50, 16, {"redis": [run(100)], "sqlite": [run(7000)]}),
@@ -147,7 +147,7 @@ def test_readme_figures_picks_each_key_from_its_setting() -> None:
         "memory.touched": 805.0,
         "incr.c50.p1.ratio": 0.95,
         "incr.c50.p16.ratio": 0.6,
-        "incr.c50.p16.floor_ratio": 0.75,
+        "incr.c50.p16.baseline_ratio": 0.75,
         "tail.c1000.p99.ratio": 2.5,
         "tail.c1000.p99.ms": 30.0,
         "incrby.ts.c50.p1.ids": 6_000_000,

@@ -2,7 +2,7 @@
 and listing many sequences reads them a page at a time. In process (``march_harness.sim``).
 
 20,000 sequences are written straight into the fake etcd in the store's own record format
-(``march.store.etcd_store.encode_record``; checked against a sequence created the ordinary way), which
+(``march.store.etcd_values.encode_record``; checked against a sequence created the ordinary way), which
 is what creating them one by one would leave behind, in a fraction of the time.
 """
 
@@ -18,7 +18,8 @@ from march.etcd.api import Put
 from march.keyspace.keyspace import PAGE, Selection
 from march.keyspace.serving import Phase
 from march.store.contract import SequenceRecord
-from march.store.etcd_store import MAX_OPS, decode_record, encode_record
+from march.store.etcd_store import MAX_OPS
+from march.store.etcd_values import decode_record, encode_record
 
 SEQUENCES = 20_000
 HOT = 2_000  # keys with a first request right after the takeover

@@ -270,7 +270,7 @@ def test_no_id_ever_has_two_live_holders(steps: list[Step]) -> None:
     ids = [(h.namespace, h.id) for h in world.holders]
     event(f"holdings: {min(len(ids), 5)}{'+' if len(ids) >= 5 else ''}")
     event(f"an id held again: {len(set(ids)) < len(ids)}")
-    event(f"a record deleted: {world.store.retired_floor > 0}")
+    event(f"a record deleted: {world.store.retired_upto > 0}")
 
 
 def test_a_history_with_every_step_hands_ids_out_again() -> None:

@@ -3,13 +3,15 @@
 ``test_worker_ids_model.py`` checks the whole against a model; here the two small jobs it hands on are
 checked directly: ``_Serial`` (one namespace's operations one at a time, each within ``max_wait``)
 and ``_Records`` (every store call bounded; a guard refused for leadership ends the term; the
-retired floor read once per term). The sweeper runs through ``Workers.sweep`` in the model test.
+retired UPTO read once per term). The sweeper runs through ``Workers.sweep`` in the model test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import sqlite3
+from pathlib import Path
 
 import pytest
 from march_harness.manual_clock import ManualClock
@@ -21,7 +23,10 @@ from march.errors import CommandError
 from march.generators.bound import NotServing
 from march.keyspace.serving import ServingState, Term
 from march.keyspace.worker_ids import _Known, _Records, _Serial
-from march.store.contract import Guard, WorkerRecord
+from march.store.contract import SINGLE_NODE, Guard, WorkerRecord
+from march.store.etcd_workers import decode_worker, encode_worker
+from march.store.membership import SQLITE_FILE
+from march.store.sqlite_store import SqliteStore
 
 LEADER = Guard(b"n1", 1)
 
@@ -96,7 +101,7 @@ async def test_a_write_under_a_guard_that_holds_lands() -> None:
     assert not await records.swap(RECORD, None, term)  # the compare: it is no longer absent
     assert await records.delete(RECORD, term)
     assert state.serving
-    assert await store.retired_worker_floor() == RECORD.floor_ms
+    assert await store.retired_worker_upto() == RECORD.upto_ms
 
 
 async def test_a_store_call_is_bounded_by_store_timeout() -> None:
@@ -104,17 +109,35 @@ async def test_a_store_call_is_bounded_by_store_timeout() -> None:
     store.hold()  # a frozen disk
     records = _Records(Config(store_timeout=0.05), store)
     with pytest.raises(TimeoutError):
-        await records.call(store.retired_worker_floor())
+        await records.call(store.retired_worker_upto())
     store.release()
 
 
 async def test_the_retired_floor_is_read_once_per_term() -> None:
     store = MemoryStore()
-    store.retired_floor = 5
+    store.retired_upto = 5
     _, term = leading()
     records = _Records(Config(), store)
     known = _Known(term, started=0.0)
     assert await records.retired(known) == 5
-    store.retired_floor = 9  # written by nobody else while this term leads: it is not read again
+    store.retired_upto = 9  # written by nobody else while this term leads: it is not read again
     assert await records.retired(known) == 5
     assert await records.retired(_Known(term, started=0.0)) == 9  # a new term reads it again
+
+
+async def test_a_workers_upto_keeps_its_stored_name(tmp_path: Path) -> None:
+    """``WorkerRecord.upto_ms`` is stored under the name it always had, ``floor_ms`` (etcd's JSON,
+    SQLite's columns): a record an earlier version wrote reads the same and is written back alike."""
+    old = b'{"expires_ms":7,"floor_ms":5,"token":"t","ttl":30}'
+    record = decode_worker(b"app", 3, old)
+    assert record.upto_ms == 5 and encode_worker(record) == old
+    store = SqliteStore(tmp_path)
+    await store.open()
+    try:
+        assert await store.save_worker(record, None, SINGLE_NODE)
+        assert await store.delete_worker(record, SINGLE_NODE)
+    finally:
+        await store.close()
+    with sqlite3.connect(tmp_path / SQLITE_FILE) as db:
+        assert db.execute("SELECT floor_ms FROM workers_retired").fetchone() == (5,)
+        assert "floor_ms" in [row[1] for row in db.execute("PRAGMA table_info(workers)")]

@@ -36,7 +36,7 @@ def test_bench_quick_prints_the_table_and_draws_the_png(tmp_path: Path, redis_bi
         "timestamp INCR -c 50 -P 16",
         "march/redis throughput ratio:",
         "march etcd/redis throughput ratio:",
-        "march/python floor throughput ratio:",
+        "march/python baseline throughput ratio:",
         "march snowflake IDs/s through INCRBY:",
         "== tail latency, -c 1000 -P 1",
         "march/redis latency ratio at -c 1000: p50",
@@ -53,7 +53,7 @@ def test_bench_quick_prints_the_table_and_draws_the_png(tmp_path: Path, redis_bi
     ):
         assert expected in out, f"{expected!r} missing from:\n{out}"
     summary = out.split("== summary", 1)[1]
-    for server in ("redis-server", "march sqlite", "march etcd", "python floor"):
+    for server in ("redis-server", "march sqlite", "march etcd", "python baseline"):
         assert server in summary, summary
     assert_png(png)
     assert_png(png.with_name("bench-memory.png"))

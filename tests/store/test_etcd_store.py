@@ -40,8 +40,8 @@ from march.etcd.api import Delete, Etcd, Get, Put, created_at
 from march.etcd.grpc_etcd import TLS, GrpcEtcd
 from march.etcd.keypath import KeyPaths, prefix_end
 from march.store.contract import Guard, SequenceRecord
-from march.store.etcd_guard import encode_ceiling
-from march.store.etcd_store import EtcdStore, decode_record, encode_record
+from march.store.etcd_store import EtcdStore
+from march.store.etcd_values import decode_record, encode_ceiling, encode_record
 
 pytestmark = pytest.mark.e2e
 

@@ -3,7 +3,8 @@
 The store contract (round trips, ceilings only up, listing, batching) is in ``test_store_contract.py``,
 which runs against this store too. Here: data survives close and reopen (the largest ceilings
 too, stored as text yet compared as numbers); two servers can never share a data dir (the flock,
-released on close); the file is in WAL mode with ``synchronous=FULL``; no call blocks the event
+released on close), while a ``read_only`` store (a backup's) reads beside the owner and writes
+nothing; the file is in WAL mode with ``synchronous=FULL``; no call blocks the event
 loop; a data dir that cannot be created or written is a ``StoreError`` with a one-line message
 and leaves nothing half-open; a full database is ``StoreFull`` and shows in ``describe()``; calls
 in one loop turn share one transaction.
@@ -79,6 +80,31 @@ async def test_a_second_store_on_the_same_data_dir_is_refused(store: SqliteStore
         await other.load(b"k")
     await store.create(rec(b"k", 1), SINGLE_NODE)  # the owner is unaffected
     assert await store.load(b"k") == rec(b"k", 1)
+
+
+async def test_a_read_only_store_reads_beside_the_owner_and_writes_nothing(store: SqliteStore, tmp_path: Path) -> None:
+    records = [rec(b"a", 5, min_batch=3), rec(b"b", 2**63)]
+    for r in records:
+        await store.create(r, SINGLE_NODE)
+    await store.save_user("u", "on", 0)
+    reader = SqliteStore(tmp_path / "data", read_only=True)
+    await reader.open()  # no lock: the owner holds it
+    try:
+        assert await reader.export_sequences(None, 10) == records
+        assert await reader.export_sequences(b"a", 10) == records[1:]
+        assert [u.name for u in (await reader.load_users()).records] == ["u"]
+        await store.create(rec(b"c", 1), SINGLE_NODE)  # the owner writes on meanwhile: the reader sees it
+        assert [r.key for r in await reader.export_sequences(None, 10)] == [b"a", b"b", b"c"]
+        for write in (reader.create(rec(b"x", 1), SINGLE_NODE), reader.raise_to([rec(b"a", 99)])):
+            with pytest.raises(StoreError, match="readonly"):
+                await write
+        assert await store.load(b"a") == records[0]
+    finally:
+        await reader.close()
+    missing = SqliteStore(tmp_path / "nothing", read_only=True)
+    with pytest.raises(StoreError, match="no March store in"):
+        await missing.open()
+    assert not (tmp_path / "nothing").exists()  # a reader creates nothing
 
 
 async def test_close_releases_the_lock(tmp_path: Path) -> None:

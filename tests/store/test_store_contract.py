@@ -38,7 +38,7 @@ What it pins down, identically on every backend:
   whose name extends it, with ``/`` or NUL), they survive a new store object, are never listed or
   counted as sequences, and a guard that does not hold is ``GuardFailed``. ``delete_worker`` is a
   compare-and-delete (only the exact stored record; of concurrent deletes one wins) that keeps the
-  highest floor ever deleted as ``retired_worker_floor`` (never lowered, durable, also when many
+  highest floor ever deleted as ``retired_worker_upto`` (never lowered, durable, also when many
   deletes race), refused to a guard that does not hold; ``worker_namespaces`` pages through every
   namespace with records exactly once, whatever the page size, and nothing else.
 - Users: ``save_user`` is a compare-and-set on the record's revision (0: absent), for writes and
@@ -48,6 +48,15 @@ What it pins down, identically on every backend:
   below which every change is in what it read; on etcd ``watch_users`` then yields each later
   change (a deletion as ``rules`` None) with its revision, in order; users survive a new store
   object and are never listed or counted as sequences.
+- Backup and restore: ``export`` yields every record (sequences in byte order, users, worker
+  records, the retired floor) in pages of at most the limit, the same from a new store object, and
+  reads while a primary serves; ``raise_to`` creates what is absent, raises a lower ceiling keeping
+  the stored kind and settings, never lowers, leaves the other kind alone, takes a name twice in
+  order, and crosses every backend's batch size; ``restore_users`` creates, keeps a readable user
+  and replaces only an unreadable one; ``raise_workers`` and ``raise_retired_upto`` only raise
+  (the holder kept); a dry run says the same and writes nothing; every restore write, dry runs
+  too, is ``PrimaryServing`` while a primary serves, and on etcd also when one is elected between
+  the restore's read and its write (any group's leader key), nothing written.
 - Calls made together are batched yet each gets its own answer: 1,000 concurrent creates and
   saves all land (on etcd in a few transactions, not one each), two saves of one key in one loop
   turn both get a correct answer, and one failing item does not fail its neighbours.
@@ -70,11 +79,22 @@ from march_harness.fake_etcd import FakeEtcd, FakeEtcdClient
 from march_harness.manual_clock import ManualClock
 from march_harness.memory_store import MemoryStore
 
-from march.errors import GuardFailed
+from march.errors import GuardFailed, PrimaryServing
 from march.etcd.api import Put, created_at
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
-from march.store.contract import NO_GUARD, SINGLE_NODE, Guard, SequenceRecord, Store, UserRecord, WorkerRecord
+from march.store.contract import (
+    NO_GUARD,
+    SINGLE_NODE,
+    Exported,
+    Guard,
+    Restored,
+    RetiredUpto,
+    SequenceRecord,
+    Store,
+    UserRecord,
+    WorkerRecord,
+)
 from march.store.etcd_store import EtcdStore
 from march.store.etcd_users import USERS_PAGE
 from march.store.sqlite_store import SqliteStore
@@ -118,6 +138,14 @@ class Subject:
         """A new store object on the same data (nothing cached), which becomes ``self.store``."""
         raise NotImplementedError
 
+    async def primary_serves(self) -> None:
+        """A primary named ``n1`` serves from this store (restore writes must refuse)."""
+        raise NotImplementedError
+
+    async def no_primary(self) -> None:
+        """Nobody serves from this store (a restore may write)."""
+        raise NotImplementedError
+
     def transactions(self) -> int | None:
         """Round trips (etcd transactions) made so far, or None where there is nothing to count."""
         return None
@@ -159,6 +187,12 @@ class MemorySubject(Subject):
     async def reopen(self) -> Store:
         return self.store  # its data lives in the object: there is nothing else to open
 
+    async def primary_serves(self) -> None:
+        self.store.serving = "n1"
+
+    async def no_primary(self) -> None:
+        self.store.serving = None
+
 
 class SqliteSubject(Subject):
     name = "sqlite"
@@ -173,6 +207,12 @@ class SqliteSubject(Subject):
         self.store = SqliteStore(self.dir)
         await self.store.open()
         return self.store
+
+    async def primary_serves(self) -> None:
+        pytest.skip("sqlite: a serving node holds the data dir's lock, so no restore opens it (test_sqlite.py)")
+
+    async def no_primary(self) -> None:
+        pass  # this store object holds the lock
 
 
 class CountingEtcd:
@@ -226,6 +266,13 @@ class EtcdSubject(Subject):
     async def reopen(self) -> Store:
         self.store = EtcdStore(self.etcd, self.keys)  # type: ignore[arg-type]  # a new primary: nothing cached
         return self.store
+
+    async def primary_serves(self) -> None:
+        if await self.etcd.get(self.keys.leader) is None:
+            await self.lead()
+
+    async def no_primary(self) -> None:
+        await self.end_term()
 
     def transactions(self) -> int:
         if isinstance(self.etcd, FakeEtcdClient):
@@ -840,27 +887,27 @@ async def test_save_worker_needs_the_guard(subject: Subject) -> None:
 
 async def test_delete_worker_is_a_compare_and_delete_that_keeps_the_floor(subject: Subject) -> None:
     store, guard = subject.store, subject.guard
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     held = worker(b"ns", 0, b"a" * 32, 5_000, 500, 30)
     assert await store.save_worker(held, None, guard)
     for other in (worker(b"ns", 0, b"a" * 32, 4_000, 500, 30), worker(b"ns", 0, b"b", 5_000, 500, 30)):
         assert await store.delete_worker(other, guard) is False  # not what is stored: nothing changes
     assert await store.delete_worker(worker(b"ns", 1), guard) is False  # no such record
     assert await store.load_workers(b"ns") == [held]
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     assert await store.delete_worker(held, guard) is True
     assert await store.load_workers(b"ns") == []
-    assert await store.retired_worker_floor() == 500  # the floor outlives its record
+    assert await store.retired_worker_upto() == 500  # the floor outlives its record
     assert await store.delete_worker(held, guard) is False  # gone already
     lower = worker(b"other", 7, b"", 1, 300)
     assert await store.save_worker(lower, None, guard)
     assert await store.delete_worker(lower, guard)
-    assert await store.retired_worker_floor() == 500  # never lowered
+    assert await store.retired_worker_upto() == 500  # never lowered
     higher = worker(b"ns", 0, b"c", 1, 10**13)
     assert await store.save_worker(higher, None, guard)
     assert await store.delete_worker(higher, guard)
     fresh = await subject.reopen()
-    assert await fresh.retired_worker_floor() == 10**13
+    assert await fresh.retired_worker_upto() == 10**13
     assert await fresh.load_workers(b"ns") == []
     assert await fresh.count() == 0
 
@@ -876,7 +923,7 @@ async def test_concurrent_deletes_one_wins_and_the_highest_floor_is_kept(subject
         assert await store.save_worker(record, None, guard)
     random.Random(7).shuffle(many)  # each raises the retired floor the others compare: they read it again
     assert await asyncio.gather(*(store.delete_worker(r, guard) for r in many)) == [True] * 20
-    assert await store.retired_worker_floor() == 1_019
+    assert await store.retired_worker_upto() == 1_019
     assert await store.load_workers(b"ns") == []
 
 
@@ -893,9 +940,9 @@ async def test_delete_worker_needs_the_guard(subject: Subject) -> None:
     with pytest.raises(GuardFailed):  # a deposed primary can never delete a record
         await store.delete_worker(held, guard)
     assert await store.load_workers(b"ns") == [held]
-    assert await store.retired_worker_floor() == 0
+    assert await store.retired_worker_upto() == 0
     assert await store.delete_worker(held, new)
-    assert await store.retired_worker_floor() == 77
+    assert await store.retired_worker_upto() == 77
 
 
 async def test_worker_namespaces_page_through_each_namespace_once(subject: Subject) -> None:
@@ -1005,3 +1052,205 @@ async def test_watch_users_yields_each_later_change_with_its_revision(subject: S
         UserRecord("a", None, deleted or 0),
     ]
     assert read.revision < (changed or 0)
+
+
+# --- backup and restore ---------------------------------------------------------------------------
+
+
+async def exported(store: Store, limit: int) -> list[list[Exported]]:
+    return [page async for page in store.export(limit)]
+
+
+async def test_export_yields_every_record_a_page_at_a_time(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    assert await exported(store, 10) == [[RetiredUpto(0)]]
+    names = [*ODD_NAMES, *(b"s%03d" % i for i in range(25))]
+    records = [rec(name, 10 + i, min_batch=i + 1) for i, name in enumerate(names)]
+    records.append(rec(b"stamp", 1_700_000_000_000, "timestamp", epoch_ms=1288834974657))
+    for record in records:
+        assert await store.create(record, guard)
+    users = {name: await store.save_user(name, f"on ~{name}", 0) for name in ("b", "a", "c")}
+    workers = [worker(b"ns", 0, floor=5), worker(b"ns", 7, b"", 0, 9), worker(b"ns\x00", 1), worker(b"\xff", 1023)]
+    for w in [*workers, worker(b"gone", 3, floor=99)]:
+        assert await store.save_worker(w, None, guard)
+    assert await store.delete_worker(worker(b"gone", 3, floor=99), guard)
+
+    pages = await exported(store, 10)  # (a primary serves on etcd: export only reads)
+    assert all(0 < len(page) <= 10 for page in pages)
+    flat = [r for page in pages for r in page]
+    families = [type(r).__name__ for r in flat]
+    assert families == sorted(families, key=["SequenceRecord", "UserRecord", "WorkerRecord", "RetiredUpto"].index)
+    assert [r for r in flat if isinstance(r, SequenceRecord)] == sorted(records, key=lambda r: r.key)
+    assert [r for r in flat if isinstance(r, UserRecord)] == [UserRecord(n, f"on ~{n}", users[n]) for n in "abc"]
+    key = lambda w: (w.namespace, w.id)  # noqa: E731 - namespaces come in the backend's own order
+    assert sorted((r for r in flat if isinstance(r, WorkerRecord)), key=key) == sorted(workers, key=key)
+    assert pages[-1] == [RetiredUpto(99)]
+    assert [r for page in await exported(await subject.reopen(), 1000) for r in page] == flat
+
+
+async def test_raise_to_creates_raises_and_never_lowers_or_touches_settings(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    stored = [rec(b"low", 10, min_batch=7), rec(b"high", 5000), rec(b"stamp", 100, "timestamp", epoch_ms=1)]
+    for record in stored:
+        assert await store.create(record, guard)
+    await subject.no_primary()
+    wanted = [rec(b"new", 42, max_batch=9), rec(b"low", 300), rec(b"high", 20), rec(b"stamp", 900)]
+    wanted.append(rec(b"\xff\x00", TOP))
+    expected = [Restored.CREATED, Restored.RAISED, Restored.UNCHANGED, Restored.OTHER_KIND, Restored.CREATED]
+    assert await store.raise_to(wanted, dry_run=True) == expected
+    assert [await store.load(r.key) for r in wanted] == [None, *stored[:2], stored[2], None]  # nothing written
+    assert await store.count() == 3
+    assert await store.raise_to(wanted) == expected
+    assert [await store.load(r.key) for r in wanted] == [
+        rec(b"new", 42, max_batch=9),
+        rec(b"low", 300, min_batch=7),  # raised; its kind and settings as stored
+        rec(b"high", 5000),  # never lowered
+        stored[2],  # the other kind: left alone
+        rec(b"\xff\x00", TOP),
+    ]
+    assert await store.count() == 5 and await store.list_keys() == [b"high", b"low", b"new", b"stamp", b"\xff\x00"]
+    again = [Restored.UNCHANGED, Restored.UNCHANGED, Restored.UNCHANGED, Restored.OTHER_KIND, Restored.UNCHANGED]
+    assert await store.raise_to(wanted) == again
+    twice = [rec(b"twice", 5), rec(b"twice", 9), rec(b"twice", 7)]  # in order: each meets the one before
+    assert await store.raise_to(twice) == [Restored.CREATED, Restored.RAISED, Restored.UNCHANGED]
+    fresh = await subject.reopen()
+    assert await fresh.load(b"twice") == rec(b"twice", 9)
+    assert await fresh.load(b"low") == rec(b"low", 300, min_batch=7)
+
+
+async def test_raise_to_of_many_records_crosses_every_batch(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    names = [b"m%04d" % i for i in range(1200)]  # past SQLite's 500 and etcd's 90 per transaction
+    assert all(await asyncio.gather(*(store.create(rec(n, 10), guard) for n in names[::2])))
+    await subject.no_primary()
+    outcomes = await store.raise_to([rec(n, 20) for n in names])
+    assert outcomes == [Restored.RAISED, Restored.CREATED] * 600
+    assert await store.count() == 1200
+    assert [r.ceiling for r in await asyncio.gather(*(store.load(n) for n in names))] == [20] * 1200  # type: ignore[union-attr]
+
+
+def readable(name: str, rules: str) -> bool:
+    """What the tests call a user a node can read."""
+    return "unreadable" not in rules
+
+
+async def test_restore_users_creates_and_replaces_only_an_unreadable_user(subject: Subject) -> None:
+    store = subject.store
+    kept = await store.save_user("kept", "on ~kept", 0)
+    broken = await store.save_user("broken", "on unreadable", 0)
+    assert kept is not None and broken is not None
+    await subject.no_primary()
+    users = {"kept": "off", "broken": "on ~fixed", "new": "on ~new"}
+    expected = [Restored.UNCHANGED, Restored.REPLACED, Restored.CREATED]
+    assert await store.restore_users(users, readable, dry_run=True) == expected
+    assert await store.load_user("broken") == UserRecord("broken", "on unreadable", broken)
+    assert await store.load_user("new") is None
+    assert await store.restore_users(users, readable) == expected
+    assert await store.load_user("kept") == UserRecord("kept", "on ~kept", kept)  # the store's copy is newer
+    fixed, new = await store.load_user("broken"), await store.load_user("new")
+    assert fixed is not None and fixed.rules == "on ~fixed" and fixed.revision > broken
+    assert new is not None and new.rules == "on ~new"
+    assert await store.restore_users(users, readable) == [Restored.UNCHANGED] * 3  # readable now: kept
+    assert sorted(u.name for u in (await store.load_users()).records) == ["broken", "kept", "new"]
+    assert await store.count() == 0
+
+
+async def test_raise_workers_and_the_retired_floor_only_rise(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    held = worker(b"ns", 1, b"holder", 5_000, 100)
+    assert await store.save_worker(held, None, guard)
+    assert await store.save_worker(worker(b"ns", 9, floor=50), None, guard)
+    assert await store.delete_worker(worker(b"ns", 9, floor=50), guard)
+    await subject.no_primary()
+    records = [worker(b"ns", 1, b"", 0, 60), worker(b"ns", 3, b"", 0, 10), worker(b"ns\x00", 1, b"", 0, 3)]
+    expected = [Restored.UNCHANGED, Restored.CREATED, Restored.CREATED]
+    assert await store.raise_workers(records, dry_run=True) == expected
+    assert await store.load_workers(b"ns") == [held] and await store.load_workers(b"ns\x00") == []
+    assert await store.raise_workers(records) == expected
+    assert await store.load_workers(b"ns") == [held, records[1]]
+    assert await store.load_workers(b"ns\x00") == [records[2]]
+    assert await store.raise_workers([worker(b"ns", 1, b"", 0, 700)]) == [Restored.RAISED]
+    assert await store.load_workers(b"ns", 1) == [worker(b"ns", 1, b"holder", 5_000, 700)]  # the holder kept
+    twice = [worker(b"d", 0, b"", 0, 5), worker(b"d", 0, b"", 0, 9)]
+    assert await store.raise_workers(twice) == [Restored.CREATED, Restored.RAISED]
+    assert await store.load_workers(b"d") == [twice[1]]
+
+    assert await store.raise_retired_upto(30) == Restored.UNCHANGED
+    assert await store.raise_retired_upto(80, dry_run=True) == Restored.RAISED
+    assert await store.retired_worker_upto() == 50
+    assert await store.raise_retired_upto(80) == Restored.RAISED
+    assert await store.raise_retired_upto(80) == Restored.UNCHANGED
+    fresh = await subject.reopen()
+    assert await fresh.retired_worker_upto() == 80 and await fresh.count() == 0
+
+
+def restore_calls(store: Store, dry_run: bool) -> list[Callable[[], Awaitable[object]]]:
+    """One call of each restore write, with a record that would change the store (``nothing_restored``)."""
+    return [
+        lambda: store.raise_to([rec(b"k", 99), rec(b"new", 5)], dry_run),
+        lambda: store.restore_users({"u": "on"}, readable, dry_run),
+        lambda: store.raise_workers([worker(b"ns", 0)], dry_run),
+        lambda: store.raise_retired_upto(9, dry_run),
+    ]
+
+
+async def nothing_restored(store: Store) -> None:
+    """None of ``restore_calls`` wrote: ``k`` still at 10."""
+    assert await store.load(b"k") == rec(b"k", 10) and await store.load(b"new") is None
+    assert await store.load_user("u") is None
+    assert await store.load_workers(b"ns") == [] and await store.retired_worker_upto() == 0
+
+
+async def test_restore_writes_are_refused_while_a_primary_serves(subject: Subject) -> None:
+    store, guard = subject.store, subject.guard
+    assert await store.create(rec(b"k", 10), guard)
+    await subject.primary_serves()
+    assert await store.serving_primary() == "n1"
+    for dry in (True, False):
+        for call in restore_calls(store, dry):
+            with pytest.raises(PrimaryServing) as refused:
+                await call()
+            assert refused.value.primary == "n1"
+    await nothing_restored(store)
+    await subject.no_primary()
+    assert await store.serving_primary() is None
+    assert await store.raise_to([rec(b"k", 99)]) == [Restored.RAISED]
+
+
+class ElectedMeanwhile:
+    """An etcd client on which a primary is elected (``leader`` written) just before each transaction
+    that writes: between a restore's read and its write."""
+
+    def __init__(self, inner: Any, leader: bytes) -> None:
+        self.inner = inner
+        self.leader = leader
+        self.elected = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def txn(self, compare: Any, success: Any, failure: Any = (), timeout: float | None = None) -> Any:
+        if any(isinstance(op, Put) for op in success):
+            await self.inner.put(self.leader, b"n1")
+            self.elected += 1
+        return await self.inner.txn(compare, success, failure, timeout)
+
+
+@pytest.mark.parametrize("leader", ["", "/2-of-4"], ids=["one-group", "group-2-of-4"])
+async def test_a_primary_elected_between_a_restores_read_and_its_write_stops_it_unwritten(
+    subject: Subject, leader: str
+) -> None:
+    """The compare in the write itself protects, not a check before it: every group's leader key."""
+    if not isinstance(subject, EtcdSubject):
+        pytest.skip(f"{subject.name}: no primary can be elected while the restore holds the store")
+    assert await subject.store.create(rec(b"k", 10), subject.guard)
+    await subject.no_primary()
+    electing = ElectedMeanwhile(subject.etcd, subject.keys.leader + leader.encode())
+    store = EtcdStore(electing, subject.keys)  # type: ignore[arg-type]
+    calls = restore_calls(store, False)
+    for call in calls:
+        with pytest.raises(PrimaryServing):
+            await call()
+        await subject.etcd.delete(electing.leader)
+    assert electing.elected == len(calls)
+    await nothing_restored(store)

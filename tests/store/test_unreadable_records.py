@@ -35,7 +35,7 @@ from march import errors
 from march.etcd.grpc_etcd import GrpcEtcd
 from march.etcd.keypath import KeyPaths
 from march.store.contract import SequenceRecord
-from march.store.etcd_store import encode_record
+from march.store.etcd_values import encode_record
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,7 @@ COLOURS = {
     "march sqlite": "#1f77b4",
     "march etcd": "#2ca02c",
     "march sqlite, metrics off": "#9467bd",
-    "python floor": "#ff7f0e",
+    "python baseline": "#ff7f0e",
 }
 FALLBACK = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
 

@@ -114,7 +114,7 @@ def readme_figures(
         if s.title == "INCR" and s.clients == 50 and s.pipeline in (1, 16):
             _put(out, f"incr.c50.p{s.pipeline}.ratio", m.ratio("sqlite"))
             if s.pipeline == 16:
-                _put(out, "incr.c50.p16.floor_ratio", m.ratio("sqlite", "floor"))
+                _put(out, "incr.c50.p16.baseline_ratio", m.ratio("sqlite", "baseline"))
         elif at == ("INCR", 1000, 1):
             _put(out, "tail.c1000.p99.ratio", m.latency_ratio("sqlite", "redis", "p99"))
             if "sqlite" in m.runs:

@@ -1,13 +1,13 @@
 """The servers a benchmark compares, each on free loopback ports with throwaway data under one
 temporary directory: redis-server, March on SQLite, March on etcd (a one-member etcd of its own +
-one `march serve --etcd` node), and the Python floor (`march_harness.bench.floor_server`: a bare uvloop +
+one `march serve --etcd` node), and the Python baseline (`march_harness.bench.baseline_server`: a bare uvloop +
 hiredis INCR server, no ACL, no persistence: what any Python server on this stack costs at least).
 
 March runs as users run it (issue 18: measure the configuration users run): ACL on, the load
 authenticated as a non-default user (`USER`, from an aclfile; the default user has a password),
 a TLS listener on (certificates made here with `openssl`), the metrics endpoint on and the default
 limits. redis-server gets the same user, so that one `redis-benchmark` command line (with
-`--user`/`-a`) drives every target; the floor answers AUTH with OK. `sqlite-nometrics` is March on
+`--user`/`-a`) drives every target; the baseline answers AUTH with OK. `sqlite-nometrics` is March on
 SQLite without the metrics endpoint (the metrics on vs off comparison).
 
 The cluster target (`start_clusters`): local March clusters of `nodes` nodes each (default 3), one
@@ -42,7 +42,7 @@ from march_harness.tls import Certs, make_certs
 LEASE_TTL = 3  # march's default lease TTL
 SERVE_TIMEOUT = 30.0  # a cold etcd + march on a loaded 2-core machine: until the node is primary
 LAYOUT_TIMEOUT = 60.0  # two clusters' nodes starting at once on 2 cores: until every node has the full map
-FLOOR_MODULE = "march_harness.bench.floor_server"  # run with python -m
+BASELINE_MODULE = "march_harness.bench.baseline_server"  # run with python -m
 BALANCE_TIMEOUT = 30.0  # several groups: until the primaries are spread (planned hand-overs take seconds)
 
 USER = "bench"  # the application user every load runs as
@@ -57,28 +57,28 @@ LABELS = {
     "redis": "redis-server",
     "sqlite": "march sqlite",
     "etcd": "march etcd",
-    "floor": "python floor",
+    "baseline": "python baseline",
     "sqlite-nometrics": "march sqlite, metrics off",
 }
 
 
-class FloorServer(_Process):
-    """`python -m march_harness.bench.floor_server --port N` (it answers PING, so the usual readiness check works)."""
+class BaselineServer(_Process):
+    """`python -m march_harness.bench.baseline_server --port N` (it answers PING, so the usual readiness check works)."""
 
-    name = "floor"
+    name = "baseline"
 
     def __init__(self, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        super().__init__(workdir / "floor.log", None)
+        super().__init__(workdir / "baseline.log", None)
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", FLOOR_MODULE, "--bind", "127.0.0.1", "--port", str(self.port)]
+        return [sys.executable, "-m", BASELINE_MODULE, "--bind", "127.0.0.1", "--port", str(self.port)]
 
 
 @dataclass
 class Target:
     name: str  # a key of LABELS
-    server: MarchServer | RedisServer | FloorServer
+    server: MarchServer | RedisServer | BaselineServer
     metrics_port: int = 0
     tls_port: int = 0
 
@@ -200,8 +200,8 @@ class Targets:
         if name == "redis":
             t = Target(name, RedisServer(self.base / "redis", extra_args=["--user", *ACL_LINES[1].split()[1:]]))
             t.server.start()
-        elif name == "floor":
-            t = Target(name, FloorServer(self.base / "floor"))
+        elif name == "baseline":
+            t = Target(name, BaselineServer(self.base / "baseline"))
             t.server.start()
         elif name in ("sqlite", "sqlite-nometrics"):
             args, tls, metrics = march_args(self.base / name, self.certs, metrics=name == "sqlite")

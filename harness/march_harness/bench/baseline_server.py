@@ -1,9 +1,9 @@
-"""The Python floor for the benchmarks: a bare uvloop + hiredis server that answers INCR and
+"""The Python baseline for the benchmarks: a bare uvloop + hiredis server that answers INCR and
 nothing else worth the name. No ACL, no persistence, no limits, no metrics, no timing: what a
 Python server on this stack costs per request at the least, so that March's throughput can be
-given as a ratio to it (issue 18: March ÷ floor at ``-c 50 -P 16``).
+given as a ratio to it (issue 18: March ÷ baseline at ``-c 50 -P 16``).
 
-Usage: ``python -m march_harness.bench.floor_server [--bind 127.0.0.1] [--port 7390]``; it prints
+Usage: ``python -m march_harness.bench.baseline_server [--bind 127.0.0.1] [--port 7390]``; it prints
 ``ready <port>`` once it listens (``--port 0``: a free one) and runs until SIGINT/SIGTERM.
 
 It answers INCR/INCRBY with a counter per key (kept in memory only), AUTH/PING/SELECT/CLIENT/CONFIG
