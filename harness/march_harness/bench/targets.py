@@ -63,7 +63,7 @@ LABELS = {
 
 
 class BaselineServer(_Process):
-    """`python -m march_harness.bench.baseline_server --port N` (it answers PING, so the usual readiness check works)."""
+    """`python -m march_harness.bench.baseline_server --port N` (it answers PING: the usual readiness check)."""
 
     name = "baseline"
 
