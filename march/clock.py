@@ -1,5 +1,5 @@
 """Time, injected: monotonic seconds, sleeping and timers, real (``SystemClock``) or driven by a
-test (``tests/support/manual_clock.py``: ``ManualClock``, never imported here).
+test (``harness/march_harness/manual_clock.py``: ``ManualClock``, never imported here).
 
 Everything in March that waits on time for a reason of its own (the lease's keep-alives and its
 deadline, the election's pauses and back-offs, a FAILOVER's timeout, the fake etcd's lease TTLs)

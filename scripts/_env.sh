@@ -1,5 +1,6 @@
 # Shared setup, sourced by scripts/*: cd to the repo root, make .venv and install the package
-# (march_venv, with the Python client in clients/python), and install redis-server/redis-cli/redis-benchmark
+# (march_venv, with the Python client in clients/python and the harness in harness/: what the tests and
+# the scripts share, imported as march_harness), and install redis-server/redis-cli/redis-benchmark
 # (march_redis_tools), PostgreSQL (march_postgres, for the client's ORM tests), Node.js with npm
 # (march_node, for the Node client examples), the Go, Ruby, PHP and C Redis clients (march_clients, for
 # the docs/clients programs), Prometheus with promtool (march_prometheus, for tests/monitoring) if missing,
@@ -27,14 +28,16 @@ march_venv() {
         echo "scripts: creating $VENV" >&2
         "${PYTHON:-python3}" -m venv "$VENV"
     fi
-    # Reinstall only when a pyproject.toml changed (new dependency, new entry point) or march or the
-    # Python client (clients/python, editable) is not importable.
+    # Reinstall only when a pyproject.toml changed (new dependency, new entry point) or march, the
+    # Python client (clients/python) or the harness (harness/), all editable, is not importable.
     local stamp="$VENV/.march-installed" want
-    want="$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)"
-    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! (cd / && "$PY" -c 'import march, march_client') 2>/dev/null; then
-        echo "scripts: installing march, its test/dev dependencies and clients/python into .venv" >&2
+    want="$(cat pyproject.toml clients/python/pyproject.toml harness/pyproject.toml | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] ||
+        ! (cd / && "$PY" -c 'import march, march_client, march_harness') 2>/dev/null; then
+        echo "scripts: installing march, its test/dev dependencies, clients/python and harness/ into .venv" >&2
         "$PY" -m pip install -q -e '.[test,dev]'
         "$PY" -m pip install -q -e 'clients/python[test]'
+        "$PY" -m pip install -q -e harness
         echo "$want" >"$stamp"
     fi
 }
@@ -58,7 +61,7 @@ march_node() {
 }
 
 march_clients() {
-    # Debian's Redis clients that tests/cluster/test_clients.py runs the docs/clients programs with:
+    # Debian's Redis clients that tests/clients/test_docs_clients.py runs the docs/clients programs with:
     # Go (redigo, redisc, FZambia/sentinel: sources under /usr/share/gocode, built in GOPATH mode, as no
     # module proxy is reachable), Ruby (redis-rb 4.8), PHP (phpredis) and C (hiredis). Only what is missing.
     local want=(golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev

@@ -23,13 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from support.cluster import ClusterNode, MarchCluster  # noqa: E402
-from support.etcd import EtcdCluster, etcd_binary  # noqa: E402
-from support.resp import RespConn, encode, wait_until  # noqa: E402
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.etcd import EtcdCluster, etcd_binary
+from march_harness.resp import RespConn, encode, wait_until
 
 
 def cpu_seconds(pid: int) -> float:

@@ -1,44 +1,44 @@
-"""Benchmark report: redis-server, March on SQLite, March on etcd and the Python floor side by
+"""Benchmark report: redis-server, March on SQLite, March on etcd and the Python baseline side by
 side, same machine, same run, printed as tables and drawn as a PNG. Run it through scripts/bench.
 
 Every server runs on free loopback ports with throwaway data (March on etcd: a one-member etcd
-started here plus one `march serve --etcd` node, used once it is primary; the floor:
-`scripts/floor_server.py`, a bare uvloop + hiredis INCR server). March runs as users run it: ACL
+started here plus one `march serve --etcd` node, used once it is primary; the baseline:
+`march_harness.bench.baseline_server`, a bare uvloop + hiredis INCR server). March runs as users run it: ACL
 on (the load authenticates as a non-default user), a TLS listener, the metrics endpoint, the
-default limits (`benchlib/targets.py`); every load authenticates as that user on every server.
+default limits (`march_harness.bench.targets`); every load authenticates as that user on every server.
 redis-benchmark drives each setting: a command, `-c` clients, `-P` pipeline depth. Rounds
 alternate between the servers (reversing the order every other round) so that drift on the
 machine hits all alike; each run is calibrated to about `--seconds`. Per setting: median
 throughput, the ratio to redis-server, and p50/p99/p99.9 latency (p99.9 from redis-benchmark's
-latency-by-percentile output, see benchlib/redisbench.py). The machine's cores and load average
+latency-by-percentile output, see march_harness.bench.redisbench). The machine's cores and load average
 are printed at the start and with the summary.
 
 Sections (each can be skipped):
 - `INCR` on one hot key (redis-benchmark's `-t incr`), with the issue's bars for March on SQLite
-  at `-c 50` (ratio to Redis >= 0.8 at -P 1, >= 0.5 at -P 16) and March / the floor at -P 16;
+  at `-c 50` (ratio to Redis >= 0.8 at -P 1, >= 0.5 at -P 16) and March / the baseline at -P 16;
 - timestamp `INCR` on a snowflake sequence (on redis-server a plain `INCR ts`), then
   `INCRBY ts 1000` at one client count, also as snowflake IDs per second (the issue's bar: more
   than 4,096,000, the most a snowflake library makes on one node);
-- tail latency: INCR at `-c 1000 -P 1` (redis, March on SQLite, the floor): p50/p99/p99.9 and
+- tail latency: INCR at `-c 1000 -P 1` (redis, March on SQLite, the baseline): p50/p99/p99.9 and
   March's / redis-server's (the soft open-file limit is raised for it if it is too low);
 - sequence creation: INCR on a fresh random name from 32 connections (`-r`), new sequences/s;
-  `benchlib/creation.py`'s own figure too when that script is there;
+  `march_harness.bench.creation`'s own figure too (its own server);
 - metrics on vs off: March on SQLite without and with `--metrics-port`, INCR at -P 1 and -P 16,
   alternated with redis-server, `/metrics` scraped once during the run (bar: on within 5% of off);
 - the Python client's prefetching IDs/s, `seq.next(key)`, `next(it)` on `seq.ids(key)` and a
   bare function doing the same look-up (the baseline), each in a subprocess of its own, rounds
   alternating; skipped if march_client is not installed;
-- memory per sequence, created and touched after a restart (`benchlib/memory.py`, which prints
+- memory per sequence, created and touched after a restart (`march_harness.bench.memory`, which prints
   one JSON line);
-- the cluster target (`benchlib/clusterbench.py`): two local 3-node clusters on one etcd, groups = 1
+- the cluster target (`march_harness.bench.clusterbench`): two local 3-node clusters on one etcd, groups = 1
   and groups = N (`--cluster-groups`, default 3), loaded by a cluster-aware generator
-  (`benchlib/clusterload.py`: redis-benchmark 7.0's `--cluster` refuses a cluster with one master);
+  (`march_harness.bench.clusterload`: redis-benchmark 7.0's `--cluster` refuses a cluster with one master);
   aggregate INCR/s of each, their ratio, the machine's cores and load. `--only cluster` runs it
   alone; its report has a README block of its own and a chart beside the main one
   (`<stem>-cluster.png`), and its last JSON line (`{"cluster": ...}`) is the report as data.
 
 `--check-readme`: the figures the READMEs quote carry a marker `<!-- bench: key value -->`
-(`benchlib/readme.py`); this mode measures them all in one run and prints each one's value today
+(`march_harness.bench.readme`); this mode measures them all in one run and prints each one's value today
 and its ratio to the quote.
 
 Never asserts anything about speed: it measures and reports. Every process it starts is stopped
@@ -62,12 +62,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import NoReturn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from benchlib import clusterbench, readme, redisbench  # noqa: E402
-from benchlib.measured import (  # noqa: E402
+from march_harness import REPO_ROOT as ROOT
+from march_harness.bench import clusterbench, readme, redisbench
+from march_harness.bench.measured import (
     NOT_JUDGED,
     ClusterReport,
     Measured,
@@ -78,8 +75,8 @@ from benchlib.measured import (  # noqa: E402
     readme_figures,
     verdict,
 )
-from benchlib.redisbench import INCR, Auth  # noqa: E402
-from benchlib.targets import PASSWORD, USER, Target, Targets, scrape  # noqa: E402
+from march_harness.bench.redisbench import INCR, Auth
+from march_harness.bench.targets import PASSWORD, USER, Target, Targets, scrape
 
 BARS = {1: 0.8, 16: 0.5}  # the issue's acceptance bar for the march/redis throughput ratio (INCR, -c 50)
 BAR_CLIENTS = 50  # the client count the bars were set at
@@ -88,17 +85,17 @@ INCRBY_BATCH = 1000
 METRICS_BAR = 0.05  # metrics on may cost at most 5% of the throughput with metrics off
 METRICS_ROUNDS = 7  # at least: single rounds vary by about ±5% here, as much as the bar
 TS_KEY = "ts"
-LABEL = {"redis": "redis", "floor": "python floor"}  # the reference in a ratio's name
-SERVERS = ("redis", "sqlite", "etcd", "floor")
+LABEL = {"redis": "redis", "baseline": "python baseline"}  # the reference in a ratio's name
+SERVERS = ("redis", "sqlite", "etcd", "baseline")
 CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
-AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the floor answers AUTH with OK)
+AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the baseline answers AUTH with OK)
 MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
 SUMMARY_WIDTH = 36  # characters per server column of the summary table
 TAIL_CLIENTS = 1000  # the issue's tail-latency setting: -c 1000 -P 1
-FLOOR_SETTING = (50, 16)  # the issue's floor ratio: march / python floor at -c 50 -P 16
+BASELINE_SETTING = (50, 16)  # the issue's baseline ratio: march / python baseline at -c 50 -P 16
 CREATE_CLIENTS = 32  # the issue's creation rate: 32 connections, each INCR on a fresh name
 CREATE = ("INCR", "seq:__rand_int__")  # with -r: a random name, a new sequence
-CREATE_REQUESTS, CREATE_QUICK_REQUESTS = 100_000, 10_000  # for benchlib/creation.py when it is there
+CREATE_REQUESTS, CREATE_QUICK_REQUESTS = 100_000, 10_000  # for march_harness.bench.creation
 CREATE_KEYSPACE = 10**9  # -r is read as a 32-bit int: 10**12 wraps (one key); 1e9: ~0.05% repeats per 500 K
 CLIENT_SCRIPT = """
 import sys
@@ -194,9 +191,9 @@ class Bench:
             judged = "" if bar is None or t.name != "sqlite" else f" (bar >= {bar}: {verdict(ratio >= bar, not quick)})"
             name = "march" if t.name == "sqlite" else t.label  # "march/redis": the line the README quotes
             print(f"  {name}/redis throughput ratio: {ratio:.3f}{judged}", flush=True)
-            floor = m.ratio(t.name, "floor")
-            if floor is not None and (s.clients, s.pipeline) == FLOOR_SETTING and s.title == "INCR":
-                print(f"  {name}/python floor throughput ratio: {floor:.3f} (goal >= 0.95)", flush=True)
+            baseline = m.ratio(t.name, "baseline")
+            if baseline is not None and (s.clients, s.pipeline) == BASELINE_SETTING and s.title == "INCR":
+                print(f"  {name}/python baseline throughput ratio: {baseline:.3f} (goal >= 0.95)", flush=True)
 
     # -- sections ------------------------------------------------------------------------------
     def main_sections(self, group: list[Target]) -> None:
@@ -276,7 +273,7 @@ class Bench:
         setting = Setting("INCR", TAIL_CLIENTS, 1, {t.name: INCR for t in group})
         m = self.measure(setting, group, seconds=a.tail_seconds)
         for t in group:
-            for ref in ("redis", "floor"):
+            for ref in ("redis", "baseline"):
                 if t.name == ref or not t.is_march:
                     continue
                 ratios = [m.latency_ratio(t.name, ref, f) for f in ("p50", "p99", "p999")]
@@ -291,29 +288,28 @@ class Bench:
 
     def create_section(self, group: list[Target]) -> None:
         """New sequences per second: INCR on a fresh random name from 32 connections (on redis-server
-        and the floor a new key). Then the fuller measuring script's own figure, if it is there."""
+        and the baseline a new key). Then the fuller measuring script's own figure, if it is there."""
         a = self.args
         print(f"\n== sequence creation, -c {CREATE_CLIENTS} -P 1: INCR on a random name (-r {CREATE_KEYSPACE:,})")
-        before = {t.name: t.call("DBSIZE") for t in group if t.name != "floor"}
+        before = {t.name: t.call("DBSIZE") for t in group if t.name != "baseline"}
         setting = Setting("new sequences", CREATE_CLIENTS, 1, {t.name: CREATE for t in group}, CREATE_KEYSPACE)
         m = self.measure(setting, group, seconds=a.create_seconds)
         for t in group:  # the check that each INCR made a new name (-r wraps silently when too large)
             if t.name in before and isinstance(n := t.call("DBSIZE"), int) and isinstance(n0 := before[t.name], int):
                 sent = sum(m.requests[t.name] for _ in m.runs[t.name])
                 print(f"  {t.label}: {n - n0:,} new keys from {sent:,} INCRs on random names (calibration not counted)")
-        script = ROOT / "scripts/benchlib/creation.py"
-        if script.exists():
-            requests = CREATE_QUICK_REQUESTS if a.quick else CREATE_REQUESTS
-            result = self.json_script(script, ["--requests", str(requests), "--clients", str(CREATE_CLIENTS)])
-            self.extra.append(f"creation, {script.relative_to(ROOT)} (its own server, defaults): {result}")
-            print(self.extra[-1], flush=True)
+        script = "march_harness.bench.creation"
+        requests = CREATE_QUICK_REQUESTS if a.quick else CREATE_REQUESTS
+        result = self.json_script(script, ["--requests", str(requests), "--clients", str(CREATE_CLIENTS)])
+        self.extra.append(f"creation, {script} (its own server, defaults): {result}")
+        print(self.extra[-1], flush=True)
 
     def memory_section(self) -> None:
-        """RSS per sequence created, and touched after a restart (benchlib/memory.py); the figures
+        """RSS per sequence created, and touched after a restart (march_harness.bench.memory); the figures
         are kept in ``self.memory``."""
-        script = ROOT / "scripts/benchlib/memory.py"
+        script = "march_harness.bench.memory"
         n = self.args.memory_sequences
-        print(f"\n== memory per sequence, {n:,} sequences ({script.relative_to(ROOT)})", flush=True)
+        print(f"\n== memory per sequence, {n:,} sequences ({script})", flush=True)
         result = self.json_script(script, ["--sequences", str(n)])
         if isinstance(result, dict):
             self.memory = {k: float(v) for k, v in result.items() if isinstance(v, int | float)}
@@ -323,11 +319,11 @@ class Bench:
             self.extra.append(f"memory per sequence: {result}")
         print(self.extra[-1], flush=True)
 
-    def json_script(self, script: Path, args: list[str]) -> dict[str, object] | str:
-        """Run a measuring script (this Python) and return the JSON object it printed, or why not."""
+    def json_script(self, module: str, args: list[str]) -> dict[str, object] | str:
+        """Run a measuring module (``python -m``, this Python) and return the JSON object it printed, or why not."""
         try:
             out = subprocess.run(
-                [sys.executable, str(script), *args],
+                [sys.executable, "-m", module, *args],
                 capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900, cwd=ROOT,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -383,7 +379,7 @@ class Bench:
             return f"FAILED (exit {out.returncode}): {' | '.join(tail)}"
 
     def readme_figures(self) -> dict[str, float]:
-        """Today's value of every ``benchlib.readme.KEYS`` (and ``CLUSTER_KEYS``) figure this run measured."""
+        """Today's value of every ``readme.KEYS`` (and ``CLUSTER_KEYS``) figure this run measured."""
         figures = readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
         return figures | (self.cluster.figures() if self.cluster is not None else {})
 
@@ -440,7 +436,7 @@ class Bench:
         return [*out, ""]
 
     def png(self, path: Path, results: list[Measured] | None = None, what: str = "redis-benchmark") -> Path:
-        from benchlib.charts import BenchRow, bench_png
+        from march_harness.bench.charts import BenchRow, bench_png
 
         results = self.results if results is None else results
         rows = [
@@ -455,7 +451,7 @@ class Bench:
 
     def memory_png(self, path: Path) -> Path | None:
         """The memory figures as bars, next to the main chart (``<stem>-memory.png``); None if none."""
-        from benchlib.charts import memory_png
+        from march_harness.bench.charts import memory_png
 
         if not self.memory:
             return None
@@ -479,7 +475,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--only",
         default=",".join([*SERVERS, CLUSTER]),
-        help="servers to compare, and 'cluster' for the cluster target (default redis,sqlite,etcd,floor,cluster)",
+        help="servers to compare, and 'cluster' for the cluster target (default redis,sqlite,etcd,baseline,cluster)",
     )
     clusterbench.add_options(ap)
     ap.add_argument("--no-etcd", action="store_true", help="leave March on etcd out (the etcd and cluster targets)")
@@ -499,7 +495,7 @@ def parse_args() -> argparse.Namespace:
         "--check-readme",
         action="store_true",
         help="re-measure every figure the READMEs quote (their <!-- bench: key value --> markers) in one run "
-        "and print today's value and its ratio to the quote: redis, sqlite and the floor, -c 50, -P 1,16, "
+        "and print today's value and its ratio to the quote: redis, sqlite and the baseline, -c 50, -P 1,16, "
         "the tail, creation, memory and client sections, no metrics",
     )
     ap.add_argument(
@@ -511,7 +507,7 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     if args.check_readme:
         # The settings the quoted figures were measured at (2 s rounds: INCRBY's IDs/s depend on the length).
-        args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,floor", "50", "1,16", True
+        args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,baseline", "50", "1,16", True
         args.no_cluster = True
         args.seconds = 2.0
         args.no_tail = args.no_create = args.no_memory = args.no_client = False
@@ -526,7 +522,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def cluster_section(bench: Bench) -> None:
-    """The cluster target (benchlib/clusterbench.py); its report also printed as one JSON line."""
+    """The cluster target (march_harness.bench.clusterbench); its report also printed as one JSON line."""
     try:
         bench.cluster_results, bench.cluster = clusterbench.run(bench.args, bench.targets)
     except (AssertionError, OSError) as e:  # say why, not a traceback (the logs are kept)
@@ -593,7 +589,7 @@ def main() -> None:
             if group:
                 bench.main_sections(group)
             if not args.no_tail:
-                bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, floor
+                bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, baseline
             if not args.no_metrics and "sqlite" in args.servers:
                 bench.metrics_section()
             extra = [] if args.no_client else bench.client_section()
@@ -640,7 +636,7 @@ def draw_charts(bench: Bench) -> list[str]:
     memory = bench.memory_png(png)
     charts += [] if memory is None else [f"memory: {memory}"]
     if bench.cluster_results:
-        what = "cluster INCR (scripts/benchlib/clusterload.py)"
+        what = "cluster INCR (march_harness.bench.clusterload)"
         charts.append(f"cluster: {bench.png(clusterbench.png_path(png), bench.cluster_results, what)}")
     return charts
 

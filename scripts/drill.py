@@ -6,10 +6,10 @@ duplicates, order violations) next to the issue's bars, and a PNG of the run (`-
 The chart is drawn afterwards from the histories the load records anyway, so it costs the load
 nothing. Run it through scripts/drill.
 
-The drills are the ones tests/fault/test_cluster_drills.py runs (tests/support/drills.py), and the
+The drills are the ones tests/cluster/test_cluster_drills.py runs (harness/march_harness/drills.py), and the
 race drills (``race-node-id``, ``race-failover``: ``--rounds`` rounds each, 100 by default) whose
 short versions tests/cluster/test_races.py runs, and ``race-acl`` (two nodes changing one user at once:
-a revoked password or a deleted user must never come back; tests/cluster/test_acl_race.py, run here
+a revoked password or a deleted user must never come back; tests/access/test_acl_race.py, run here
 with ``--rounds`` rounds through pytest); here the timing bars are checked strictly: the
 exit status is 0 only if every repetition had no violation and met every bar (`--bars-advisory`:
 no violation is enough; the suite runs the report so, since it never judges speed).
@@ -20,7 +20,7 @@ after it; every fourth round on a node SIGSTOPped across the change), under load
 its node with the orderly stop and exit status 0 (tests/cluster/test_groups_change.py runs six).
 
 The partition drills (issue 25) cut nodes off with real network rules: etcd and every node run
-in a network namespace of their own, joined by veth pairs to a bridge (``support.netns``; root and
+in a network namespace of their own, joined by veth pairs to a bridge (``march_harness.netns``; root and
 ``ip netns`` needed, else they are reported as not run). ``partition-primary``: the primary cut
 from etcd; ``partition-standby``: a standby cut from etcd; ``partition-all``: the primary cut from
 everything (etcd, the other nodes, the clients); ``partition-flap``: the primary cut from etcd for
@@ -49,12 +49,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # march from this tree (the race drills run its parts in-process), as the nodes do
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from support.drills import (  # noqa: E402
+from march_harness import REPO_ROOT as ROOT
+from march_harness.drills import (
     DRILLS,
     GROUP_DRILLS,
     LAYOUTS,
@@ -64,9 +60,9 @@ from support.drills import (  # noqa: E402
     DrillEnv,
     DrillResult,
 )
-from support.netns import sweep, unavailable  # noqa: E402
-from support.races import RACE_ROUNDS  # noqa: E402
-from support.stops import SIGTERM_ROUNDS  # noqa: E402
+from march_harness.netns import sweep, unavailable
+from march_harness.races import RACE_ROUNDS
+from march_harness.stops import SIGTERM_ROUNDS
 
 
 def say(line: str) -> None:
@@ -86,7 +82,7 @@ def brief(e: BaseException, lines: int = 40) -> str:
 def chart(result: DrillResult, name: str, out_dir: Path, ttl: int) -> str:
     """Draw one repetition's PNG; a drawing problem is reported, never fails the drill."""
     try:
-        from benchlib.charts import drill_png
+        from march_harness.bench.charts import drill_png
 
         verdict = "FAILED" if result.violations else "OK"
         title = f"{result.drill} #{result.rep} ({verdict}, lease TTL {ttl}s): {result.figures.line()}"
@@ -107,7 +103,7 @@ def _wrap(title: str, width: int = 110) -> str:
 
 # Races whose rounds live in a test module (they need that module's fixtures): run here with
 # ``--rounds`` rounds each through pytest, which prints what a failed round saw.
-SUITE_RACES = {"race-acl": "tests/cluster/test_acl_race.py"}
+SUITE_RACES = {"race-acl": "tests/access/test_acl_race.py"}
 
 
 def run_suite_race(name: str, rounds: int) -> bool:

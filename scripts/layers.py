@@ -2,8 +2,9 @@
 
     .venv/bin/python scripts/layers.py [--out docs/img/layers.png]
 
-The floors and the import graph are the ones ``tests/test_layers.py`` checks (read with ``ast``:
-top-level, ``TYPE_CHECKING`` and function-level imports alike). One row per floor, top to bottom,
+The floors are docs/architecture.md's table (which ``tests/test_layers.py`` holds equal to the
+code's) and the import graph is ``march_harness.import_graph``'s (read with ``ast``: top-level,
+``TYPE_CHECKING`` and function-level imports alike), the one the test checks. One row per floor, top to bottom,
 one box per room (a folder of march/, or a module loose at its top); grey arrows point down
 or along a floor, red ones run up (there should be none: the test fails on them). Prints what it
 drew: floors, modules, arrows and arrows that run up.
@@ -12,8 +13,6 @@ drew: floors, modules, arrows and arrows that run up.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -21,43 +20,33 @@ import matplotlib
 matplotlib.use("Agg")  # before pyplot: files only, never a window
 
 import matplotlib.pyplot as plt
+from march_harness import REPO_ROOT as ROOT
+from march_harness.import_graph import ARCHITECTURE, PACKAGE, arrows, documented_floors, floor_of, modules, room_of
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def _graph_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("test_layers", ROOT / "tests" / "test_layers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["test_layers"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _box(module: str, floors: list[tuple[str, tuple[str, ...]]]) -> str:
+def _box(module: str) -> str:
     """The box a module is drawn in: its room (a folder, drawn ``name/``, or a loose module)."""
-    g = sys.modules["test_layers"]
-    room = g.room_of(module)
+    room = room_of(module)
     name = room.removeprefix("march.") or "march"
-    return name + "/" if (ROOT / "march" / name).is_dir() and room != "march" else name
+    return name + "/" if (PACKAGE / name).is_dir() and room != "march" else name
 
 
 def draw(out: Path) -> str:
-    g = _graph_module()
-    floors = g.FLOORS
+    floors = documented_floors(ARCHITECTURE.read_text())
     rows: list[list[str]] = [[] for _ in floors]
     where: dict[str, tuple[int, int]] = {}
-    for name in sorted(g.modules()):
-        box = _box(name, floors)
-        floor = g.floor_of(name)
+    for name in sorted(modules()):
+        box = _box(name)
+        floor = floor_of(name, floors)
+        assert floor is not None, f"{name} is on no floor of {ARCHITECTURE.name}'s table"
         if box not in rows[floor]:
             rows[floor].append(box)
     width = max(len(r) for r in rows)
     for i, row in enumerate(rows):
         for j, box in enumerate(row):
             where[box] = (i, j)
-    edges = {(_box(a.source, floors), _box(a.target, floors)) for a in g.arrows()}
+    edges = {(_box(a.source), _box(a.target)) for a in arrows()}
     edges = {(s, t) for s, t in edges if s != t}
     up = sorted((s, t) for s, t in edges if where[t][0] < where[s][0])
 
@@ -103,7 +92,7 @@ def draw(out: Path) -> str:
             )
             ax.text(x, y, box, ha="center", va="center", fontsize=7, zorder=3)
     summary = f"{len(floors)} floors, {len(where)} boxes, {len(edges)} arrows, {len(up)} running up"
-    ax.set_title(f"march: the floors of the house ({summary}; from tests/test_layers.py)", fontsize=11)
+    ax.set_title(f"march: the floors of the house ({summary}; from march_harness.import_graph)", fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -1,4 +1,4 @@
-"""The abuse soak (tests/support/soak.py) as a script: a fresh etcd and three march nodes on free
+"""The abuse soak (harness/march_harness/soak.py) as a script: a fresh etcd and three march nodes on free
 loopback ports, throwaway data; prints the report (well-behaved clients' latency outside the
 failover window, RSS per node, what each abuser did, the history checker's verdict) and draws
 ``soak.png`` in ``--out-dir``. Exit status 0 only when the checker found nothing and no grant
@@ -18,12 +18,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from support.etcd import EtcdCluster  # noqa: E402
-from support.soak import SoakConfig, run_soak  # noqa: E402
+from march_harness.etcd import EtcdCluster
+from march_harness.soak import SoakConfig, run_soak
 
 
 def main() -> int:
@@ -53,7 +49,7 @@ def main() -> int:
             print(line)
         ok = not (report.duplicates or report.order_violations or report.breaches or report.ops == 0)
         try:
-            from benchlib.charts import soak_png
+            from march_harness.bench.charts import soak_png
 
             path = soak_png(
                 report.series, report.rss_series, report.started_mono, args.out_dir / "soak.png",

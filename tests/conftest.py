@@ -1,8 +1,13 @@
-"""Shared fixtures for process-level tests (tests/e2e, tests/cluster, tests/fault).
+"""The fixtures every folder of tests/ may use: real processes, started and stopped for a test (the
+machinery is march_harness's; a folder's own fixtures live in its conftest.py, e.g. tests/clients).
 
 - `march_server`: a started march process on a free loopback port with a fresh data dir.
 - `march_factory`: start more march processes (e.g. a second one on the same data dir).
-- `server_pair`: one march and one redis-server shared by a test module (comparison tests).
+- `server_pair`: one march and one redis-server shared by a test module (comparison tests), and
+  its views: `march_proc` / `redis_proc` (each process), `mc` / `rc` (a redis-py client on one
+  connection to each, closed after the test), `server` (the test runs against both, with the same
+  expected bytes); `locked_pair` / `locked` the same with ``requirepass`` (``raw.PASSWORD``);
+  `key`: a key name no other test of the module uses.
 - `redis_server`: a started real redis-server (no persistence) for tests that take their
   expected value from Redis. Skipped only if the binary is missing on a developer machine;
   under CI (CI=true) a missing binary is a failure, since scripts/test installs it.
@@ -24,24 +29,15 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import pytest
-from support import MarchServer, RedisServer, serving
-from support.cluster import MarchCluster
-from support.drills import DrillEnv
-from support.etcd import EtcdCluster, etcd_binary
+import redis
+from march_harness import MarchServer, Pair, RedisServer, paired
+from march_harness.cluster import MarchCluster
+from march_harness.compare import client
+from march_harness.drills import DrillEnv
+from march_harness.etcd import EtcdCluster, etcd_binary
+from march_harness.raw import PASSWORD
 
 S = TypeVar("S", MarchServer, RedisServer)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by directory so `-m "not fault"` and `-m e2e` work without decorating each test."""
-    root = Path(__file__).parent
-    for item in items:
-        try:
-            first = Path(item.path).relative_to(root).parts[0]
-        except ValueError:
-            continue
-        if first in ("e2e", "fault"):
-            item.add_marker(getattr(pytest.mark, first))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -188,17 +184,60 @@ def redis_server(redis_factory: Callable[..., RedisServer]) -> RedisServer:
 
 
 @pytest.fixture(scope="module")
-def server_pair(
-    tmp_path_factory: pytest.TempPathFactory, redis_binary: str
-) -> Iterator[tuple[MarchServer, RedisServer]]:
+def server_pair(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[Pair]:
     """One march and one redis-server shared by a module of comparison tests (use unique keys).
 
     March must still be alive at the end and exit 0 on SIGTERM: no test in the module may
     have crashed it.
     """
-    base = tmp_path_factory.mktemp("pair")
-    with (
-        serving(RedisServer(base / "redis", binary=redis_binary)) as redis,
-        serving(MarchServer.in_dir(base), during="the module", clean_exit=True) as march,
-    ):
-        yield march, redis
+    with paired(tmp_path_factory.mktemp("pair"), redis_binary, during="the module") as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def locked_pair(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[Pair]:
+    """`server_pair`, both started with ``requirepass`` ``raw.PASSWORD``."""
+    with paired(tmp_path_factory.mktemp("locked"), redis_binary, during="the module", requirepass=PASSWORD) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def march_proc(server_pair: Pair) -> MarchServer:
+    return server_pair.march
+
+
+@pytest.fixture(scope="module")
+def redis_proc(server_pair: Pair) -> RedisServer:
+    return server_pair.redis
+
+
+@pytest.fixture
+def mc(march_proc: MarchServer) -> Iterator[redis.Redis]:
+    with client(march_proc.port) as c:  # closed at the end of the block
+        yield c
+
+
+@pytest.fixture
+def rc(redis_proc: RedisServer) -> Iterator[redis.Redis]:
+    with client(redis_proc.port) as c:
+        yield c
+
+
+@pytest.fixture(params=["march", "redis"])
+def server(request: pytest.FixtureRequest, server_pair: Pair) -> MarchServer | RedisServer:
+    """The test runs against march and against a real redis-server, with the same expected bytes."""
+    s: MarchServer | RedisServer = getattr(server_pair, request.param)
+    return s
+
+
+@pytest.fixture(params=["march", "redis"], ids=["march_locked", "redis_locked"])
+def locked(request: pytest.FixtureRequest, locked_pair: Pair) -> MarchServer | RedisServer:
+    """The test runs against march and redis-server, both with ``requirepass`` ``raw.PASSWORD``."""
+    s: MarchServer | RedisServer = getattr(locked_pair, request.param)
+    return s
+
+
+@pytest.fixture
+def key(request: pytest.FixtureRequest) -> str:
+    """A key no other test of the module uses (the module's servers live for all its tests)."""
+    return "key:" + request.node.name

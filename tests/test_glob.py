@@ -19,9 +19,11 @@ from typing import Any, SupportsIndex
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import MarchServer, RedisServer, RespConn, RespError
+from march_harness import MarchServer, RedisServer, RespConn, RespError
 
 from march.glob import compile_glob, literal_prefix, matches
+
+pytestmark = pytest.mark.e2e
 
 # Names every table pattern is tried on: each byte class the parser treats specially, signed-char
 # neighbours (0x7f/0x80, 0x00/0xff) for ranges, letters in both cases, and the empty name.

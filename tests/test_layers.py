@@ -1,4 +1,5 @@
-"""The house has one direction: March's import graph, read from the source with ``ast``.
+"""The house has one direction: March's import graph, read from the source with ``ast``
+(``march_harness.import_graph``, which scripts/layers.py draws).
 
 The folders of ``march/`` are its floors: a room is a folder (``march.commands``, every module in
 it) or a module loose at the top of the package (``march.config``). Checks, over every import of a
@@ -20,20 +21,29 @@ Nothing is imported or run: a module that does not import cleanly still gets che
 
 from __future__ import annotations
 
-import ast
-import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "march"
-ARCHITECTURE = ROOT / "docs" / "architecture.md"
+from march_harness.import_graph import (
+    ARCHITECTURE,
+    PACKAGE,
+    Arrow,
+    Floors,
+    arrows,
+    circles,
+    documented_floors,
+    floor_of,
+    modules,
+    room_arrows,
+    room_of,
+    side_doors,
+)
+
 MAX_LOOSE = 15  # modules loose at the top of march/ (__init__ and __main__ not counted): the rest live in folders
 
 # The floors, top to bottom, as docs/architecture.md's table lists them: (name, rooms). A room is a
 # folder of march/ (every module in it) or a module loose at the top.
-FLOORS: list[tuple[str, tuple[str, ...]]] = [
+FLOORS: Floors = [
     ("entry", ("march.__main__", "march.cli")),
     ("backup", ("march.backup",)),
     ("assembly", ("march.server",)),
@@ -80,172 +90,6 @@ ENTRY_POINTS_ONLY: dict[tuple[str, str], str] = {
 }
 
 
-@dataclass(frozen=True)
-class Arrow:
-    source: str
-    target: str
-    kind: str  # "top", "type-checking" or "function"
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.source} -> {self.target} ({self.kind}, line {self.line})"
-
-
-def modules(package: Path = PACKAGE) -> dict[str, Path]:
-    found = {}
-    for path in sorted(package.rglob("*.py")):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        found[".".join(parts)] = path
-    return found
-
-
-def _resolved(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    base = module.split(".")
-    if not is_package:
-        base = base[:-1]
-    base = base[: len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
-def _known(name: str, known: dict[str, Path]) -> str | None:
-    while name and name not in known:
-        name = name.rpartition(".")[0]
-    return name or None
-
-
-def _kind(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
-    kind = "top"
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            return "function"
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            kind = "type-checking"
-    return kind
-
-
-def arrows(package: Path = PACKAGE) -> list[Arrow]:
-    """Every import of one ``march`` module by another, with its kind and line."""
-    known = modules(package)
-    out: list[Arrow] = []
-    for name, path in known.items():
-        tree = ast.parse(path.read_text(), str(path))
-        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            targets: list[str] = []
-            if isinstance(node, ast.ImportFrom):
-                base = _resolved(name, path.name == "__init__.py", node)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            for target in targets:
-                found = _known(target, known)
-                arrow = Arrow(name, found or "", _kind(node, parents), node.lineno)
-                if found is not None and found != name and found.split(".")[0] == package.name and arrow not in out:
-                    out.append(arrow)
-    return out
-
-
-def room_of(module: str, package: Path = PACKAGE) -> str:
-    """The room of a module: its folder under the package, or itself if it is loose at the top."""
-    parts = module.split(".")
-    if len(parts) >= 2 and (package / parts[1]).is_dir():
-        return ".".join(parts[:2])
-    return module
-
-
-def floor_of(module: str, floors: list[tuple[str, tuple[str, ...]]] = FLOORS) -> int | None:
-    room = room_of(module)
-    for i, (_, members) in enumerate(floors):
-        if room in members:
-            return i
-    return None
-
-
-def room_arrows(edges: list[Arrow]) -> list[Arrow]:
-    """The arrows between rooms (one per pair, the first import that draws it)."""
-    seen: dict[tuple[str, str], Arrow] = {}
-    for a in edges:
-        pair = (room_of(a.source), room_of(a.target))
-        if pair[0] != pair[1] and pair not in seen:
-            seen[pair] = Arrow(pair[0], pair[1], a.kind, a.line)
-    return list(seen.values())
-
-
-def side_doors(
-    edges: list[Arrow], package: Path = PACKAGE, rules: dict[tuple[str, str], str] = ENTRY_POINTS_ONLY
-) -> list[Arrow]:
-    """The imports of a module of a room that ``rules`` limits to another room's entry points, of a
-    module inside that room (not the room's package itself)."""
-    out = []
-    for a in edges:
-        target = room_of(a.target, package)
-        if (room_of(a.source, package), target) in rules and a.target != target:
-            out.append(a)
-    return out
-
-
-def circles(edges: list[Arrow]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iterative)."""
-    graph: dict[str, set[str]] = {}
-    for a in edges:
-        graph.setdefault(a.source, set()).add(a.target)
-        graph.setdefault(a.target, set())
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found: list[list[str]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, children = work[-1]
-            w = next(children, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                component = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    component.append(w)
-                    if w == v:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
-
-
-def documented_floors(text: str) -> list[tuple[str, tuple[str, ...]]]:
-    """The layer table of docs/architecture.md: rows ``| n | name | `module`, `module` | ... |``."""
-    section = text.split("<!-- layers -->", 2)[1]
-    rows = []
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[0].isdigit():
-            rows.append((cells[1], tuple(re.findall(r"`([^`]+)`", cells[2]))))
-    return rows
-
-
 # --- the checks -----------------------------------------------------------------------------------
 
 
@@ -278,7 +122,7 @@ def test_no_circle_between_rooms() -> None:
 def test_arrows_point_down() -> None:
     up = []
     for a in arrows():
-        source, target = floor_of(a.source), floor_of(a.target)
+        source, target = floor_of(a.source, FLOORS), floor_of(a.target, FLOORS)
         assert source is not None and target is not None, a
         if target < source and (a.source, a.target) not in UPWARD_ALLOWED:
             up.append(f"{a}: floor '{FLOORS[source][0]}' imports floor '{FLOORS[target][0]}' above it")
@@ -293,7 +137,7 @@ def test_few_modules_loose_and_no_file_name_twice() -> None:
 
 
 def test_the_transport_knows_only_the_commands_entry_points() -> None:
-    found = side_doors(arrows())
+    found = side_doors(arrows(), ENTRY_POINTS_ONLY)
     assert found == [], "imports of a room's modules where only its package's exports may be used:\n" + "\n".join(
         f"{a} ({ENTRY_POINTS_ONLY[room_of(a.source), room_of(a.target)]})" for a in found
     )
@@ -367,13 +211,13 @@ def test_a_side_door_into_the_commands_is_found(tmp_path: Path) -> None:
             ),
         },
     )
-    found = side_doors(arrows(root), root)
+    found = side_doors(arrows(root), ENTRY_POINTS_ONLY, root)
     assert [(a.source, a.target, a.line) for a in found] == [
         ("march.transport.conn", "march.commands.table", 2),
         ("march.transport.conn", "march.commands.table", 3),
         ("march.transport.conn", "march.commands.table", 4),
     ]
-    assert side_doors(arrows(root), root, rules={}) == []
+    assert side_doors(arrows(root), {}, root) == []
 
 
 def test_rooms_that_import_each_other_are_found() -> None:

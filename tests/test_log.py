@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import MarchServer, RespConn, RespError
+from march_harness import MarchServer, RespConn, RespError
 
 from march import log as march_log
 from march.config import Config
+
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

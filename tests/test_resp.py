@@ -1,7 +1,7 @@
 """Unit tests of ``march.resp``: ``RequestParser`` (bytes in, requests out) and ``encode``.
 
 No I/O, no server. The expected texts of protocol errors are Redis' own (``-ERR Protocol error:
-<text>``); tests/protocol checks the same cases against a real process and a real redis-server.
+<text>``); tests/transport checks the same cases against a real process and a real redis-server.
 
 Tests marked ``xfail(strict=True)`` show a known march bug: each reason says what was fed, what
 came back and what Redis does. When the bug is fixed the test passes, the strict mark turns that
@@ -408,7 +408,7 @@ def test_maps_that_hiredis_cannot_build(data: bytes) -> None:
 @pytest.mark.parametrize("kind", list(ELEMENTS))
 def test_resp3_frame_as_a_whole_request_is_inline(kind: str) -> None:
     """At a request boundary Redis reads anything but `*` as an inline command: `%1` is the command
-    "%1" (checked against redis-server in tests/protocol), so each line is a request."""
+    "%1" (checked against redis-server in tests/transport), so each line is a request."""
     frame = ELEMENTS[kind]
     if kind == "*":
         return  # a multibulk request

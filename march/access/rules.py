@@ -7,7 +7,7 @@ A ``User`` is built by applying ``ACL SETUSER`` rules in order, exactly as Redis
 ``&pattern``/``allchannels``/``resetchannels`` and ``reset``. Passwords are kept only as SHA-256
 (hex), as Redis keeps them, and compared in constant time.
 
-Redis 7.0's details, each checked against a real redis-server (tests/commands/test_acl.py): a key
+Redis 7.0's details, each checked against a real redis-server (tests/access/test_acl_vs_redis.py): a key
 pattern given twice is kept once, its permissions joined (``%R~foo %W~foo`` reads back ``~foo``);
 a key pattern after ``allkeys`` (a channel pattern after ``allchannels``) is an error; ``+cmd|arg``
 on a command without subcommands allows that command with that first argument only (``+select|0``),

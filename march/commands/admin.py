@@ -12,7 +12,7 @@ file. ``INFO`` has Redis 7.0's sections, titles and order (then March's ``sequen
 fields ``redis-cli --stat`` and monitoring tools read, with true values (never made-up figures):
 what March does not have (expiry, eviction, a replication stream) is 0; ``replication`` has every
 field of Redis 7.0's (``_replication`` says what each means here). Every check of these shapes is
-against a real redis-server (tests/e2e/test_redis_fields.py, tests/cluster/test_info_replication.py).
+against a real redis-server (tests/commands/test_redis_fields.py, tests/cluster/test_info_replication.py).
 """
 
 from __future__ import annotations

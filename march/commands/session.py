@@ -270,7 +270,7 @@ def _set_name(client: Client, name: bytes) -> None:
 
 # --- CLIENT ----------------------------------------------------------------------------------------
 #
-# As Redis 7.0 (checked against a real redis-server in tests/e2e/test_redis_rules.py): CLIENT LIST
+# As Redis 7.0 (checked against a real redis-server in tests/commands/test_redis_rules.py): CLIENT LIST
 # [TYPE type | ID id...], CLIENT KILL addr (the old form: may close the caller) or CLIENT KILL
 # <filter value>... with ID, ADDR, LADDR, TYPE, USER and SKIPME (default yes: the caller is spared
 # unless SKIPME no); every filter is checked before anyone is closed, so a bad one closes nobody.

@@ -5,7 +5,7 @@ place, as Redis does). A queued command that must wait for a store write lets ot
 run meanwhile; that changes nothing for the guarantees (IDs stay unique and increasing), only
 "nothing else runs between them", which an ID service does not need.
 
-Redis' rules, as Redis 7.0 applies them (``tests/e2e/test_redis_rules.py`` runs each against a real
+Redis' rules, as Redis 7.0 applies them (``tests/commands/test_redis_rules.py`` runs each against a real
 redis-server):
 
 - a command flagged ``no_multi`` (SHUTDOWN) is refused inside MULTI with ``ERR Command not allowed

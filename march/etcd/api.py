@@ -1,9 +1,9 @@
 """The etcd client interface March programs against, with its own small value types.
 
 Two implementations stand behind ``Etcd``: ``client.GrpcEtcd`` (a real etcd over gRPC) and
-``FakeEtcd`` (in process, on an injected clock; a test double in ``tests/support/fake_etcd.py``,
+``FakeEtcd`` (in process, on an injected clock; a test double in ``harness/march_harness/fake_etcd.py``,
 never imported by March). One set of contract tests runs
-against both (``tests/etcd/test_contract.py``), so the fake cannot drift from etcd.
+against both (``tests/etcd/test_etcd_contract.py``), so the fake cannot drift from etcd.
 
 What every implementation must do, as etcd does:
 

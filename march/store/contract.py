@@ -2,7 +2,7 @@
 
 A store keeps, per sequence, its kind, its settings and its durable *ceiling*: an exclusive bound
 below which a generator may hand out IDs. The contract, the same for every backend (one test
-suite, ``tests/store/test_contract.py``, runs against memory, SQLite, etcd and the fake etcd):
+suite, ``tests/store/test_store_contract.py``, runs against memory, SQLite, etcd and the fake etcd):
 
 - ``load(key)``: a linearizable read of one record, or None.
 - ``create(record, guard)``: store the record if its key is absent; False if it exists (nothing

@@ -105,7 +105,7 @@ CREATE TABLE IF NOT EXISTS workers_retired (
 _BATCH = 500  # records per transaction (and per SELECT ... IN): under SQLite's bound-parameter limit
 # Each connection's page cache, in KiB (SQLite's default: 2 MiB). The hot pages of 100,000 sequences
 # (the index's inner pages) fit; the rest is read from the OS's page cache. Measured with
-# scripts/benchlib/memory.py: the default adds ~20 bytes per sequence at 100,000.
+# harness/march_harness/bench/memory.py: the default adds ~20 bytes per sequence at 100,000.
 _CACHE_KIB = 512
 _RAISE_RETIRED = (
     "INSERT INTO workers_retired (one, floor_ms) VALUES (1, ?)"

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
+from march_harness.cluster import ClusterNode, MarchCluster, moved_target
+from march_harness.resp import RespConn, RespError, wait_until
+from march_harness.servers import MarchServer
 from redis.cluster import RedisCluster
-from support.cluster import ClusterNode, MarchCluster, moved_target
-from support.resp import RespConn, RespError, wait_until
-from support.servers import MarchServer
 
 from march import errors
 from march.cluster.failover import MAX_TIMEOUT_MS

@@ -2,7 +2,7 @@
 the standbys, a won key whose reply was lost, a leader key that changed hands, a refused guarded
 write, fencing of an old primary, and a partitioned primary replaced without a duplicate ID.
 
-In process (``support.sim``: real nodes, a fake etcd, a manual clock): deterministic, no sleep.
+In process (``march_harness.sim``: real nodes, a fake etcd, a manual clock): deterministic, no sleep.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from support.sim import TTL, SimFactory, SimNode, sims
+from march_harness.sim import TTL, SimFactory, SimNode, sims
 
 from march import errors
 from march.cluster.slots import key_slot

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from support.sim import TTL, Sim, SimFactory, SimNode, sims
+from march_harness.sim import TTL, Sim, SimFactory, SimNode, sims
 
 from march import errors
 from march.cluster.slots import key_slot

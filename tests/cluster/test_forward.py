@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from support.cluster import ClusterNode, MarchCluster, parse_info
-from support.etcd import EtcdCluster
-from support.ports import free_port
-from support.resp import RespConn, RespError, encode, wait_until
-from support.tls import make_certs, openssl_binary
+from march_harness.cluster import ClusterNode, MarchCluster, parse_info
+from march_harness.etcd import EtcdCluster
+from march_harness.ports import free_port
+from march_harness.resp import RespConn, RespError, encode, wait_until
+from march_harness.tls import make_certs, openssl_binary
 
 from march import errors
 

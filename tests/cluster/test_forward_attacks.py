@@ -35,9 +35,9 @@ from pathlib import Path
 import hiredis
 import pytest
 import redis
-from support.cluster import ClusterNode, MarchCluster, parse_info
-from support.etcd import EtcdCluster
-from support.resp import RespConn, RespError, encode, wait_until
+from march_harness.cluster import ClusterNode, MarchCluster, parse_info
+from march_harness.etcd import EtcdCluster
+from march_harness.resp import RespConn, RespError, encode, wait_until
 
 from march import errors
 

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.resp import RespConn, RespError
 from redis.cluster import RedisCluster
-from support.cluster import ClusterNode, MarchCluster
-from support.etcd import EtcdCluster
-from support.resp import RespConn, RespError
 
 from march.cluster.slots import SLOTS, key_slot
 

@@ -17,13 +17,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.resp import wait_until
+from march_harness.servers import REPO_ROOT
+from march_harness.stops import StopRound, sigterm_round
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
-from support.resp import wait_until
-from support.servers import REPO_ROOT
-from support.stops import StopRound, sigterm_round
 
 pytestmark = pytest.mark.e2e
 

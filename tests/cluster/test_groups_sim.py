@@ -1,4 +1,4 @@
-"""Leadership groups in process (``support.sim``: real nodes on the fake etcd and a manual clock).
+"""Leadership groups in process (``march_harness.sim``: real nodes on the fake etcd and a manual clock).
 
 Per group exactly as for one: each group has at most one node whose term is valid (the sim records
 any overlap), and a ceiling write compares the leader key of its own group, so a group whose leader
@@ -14,7 +14,7 @@ import inspect
 from collections.abc import AsyncIterator
 
 import pytest
-from support.sim import TTL, Sim, SimFactory, SimNode, sims
+from march_harness.sim import TTL, Sim, SimFactory, SimNode, sims
 
 from march.app import App
 from march.client import Client

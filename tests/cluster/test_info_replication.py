@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from support.cluster import ClusterNode, MarchCluster
-from support.resp import RespConn
-from support.servers import RedisServer
+from march_harness.cluster import ClusterNode, MarchCluster
+from march_harness.resp import RespConn
+from march_harness.servers import RedisServer
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 OFFSETS = ("master_repl_offset", "slave_repl_offset", "slave_read_repl_offset", "repl_backlog_first_byte_offset")
 # Redis reports the backlog it keeps for its replicas (active, its size and length); March keeps none

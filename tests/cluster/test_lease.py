@@ -1,5 +1,5 @@
 """The lease and the local deadline it gives (README "Lease deadline", ``march.cluster.lease``), on
-the in-process cluster (``support.sim``: real nodes, a fake etcd, a manual clock).
+the in-process cluster (``march_harness.sim``: real nodes, a fake etcd, a manual clock).
 
 What must hold: the deadline counts from the moment a keep-alive was *sent*, not from its reply;
 once it passes, not one ID is handed out, whether or not the deadline timer has fired yet;
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from support.sim import TTL, Sim, SimFactory, SimNode, sims
+from march_harness.sim import TTL, Sim, SimFactory, SimNode, sims
 
 from march.generators.bound import NotServing
 from march.keyspace.serving import Cause, Phase

@@ -1,7 +1,7 @@
 """Two nodes racing for one identity, in a loop, on a real etcd (issue 20, "Beyond these five"):
 the short versions of scripts/drill's ``race-node-id`` and ``race-failover`` (100 rounds each
 there; ``MARCH_RACE_ROUNDS`` here, default 10 and 5). The races and their invariants are in
-``support.races``; the FAILOVER race runs under INCR load and the history checker.
+``march_harness.races``; the FAILOVER race runs under INCR load and the history checker.
 
 - ``race-node-id``: two contenders with one node id bootstrap a fresh prefix at the same moment:
   one cluster id everywhere, exactly one holds the id, the leader key is under its lease.
@@ -16,9 +16,11 @@ import os
 from collections.abc import Callable
 
 import pytest
-from support.drills import DRILLS, DrillEnv
-from support.etcd import EtcdCluster
-from support.races import race_node_id
+from march_harness.drills import DRILLS, DrillEnv
+from march_harness.etcd import EtcdCluster
+from march_harness.races import race_node_id
+
+pytestmark = pytest.mark.e2e
 
 ROUNDS = int(os.environ.get("MARCH_RACE_ROUNDS", "0"))
 

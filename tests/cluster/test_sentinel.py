@@ -25,14 +25,16 @@ from pathlib import Path
 
 import pytest
 import redis
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.node import node_binary
+from march_harness.ports import free_port
+from march_harness.resp import RespConn, wait_until
+from march_harness.servers import MarchServer, RedisServer, serving
+from march_harness.tls import Certs, make_certs, openssl_binary, wait_listening
 from redis.sentinel import Sentinel
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
-from support.node import node_binary
-from support.ports import free_port
-from support.resp import RespConn, wait_until
-from support.servers import MarchServer, RedisServer, serving
-from support.tls import Certs, make_certs, openssl_binary, wait_listening
+
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_EXAMPLES = REPO / "docs" / "clients" / "node"

@@ -1,5 +1,5 @@
 """TLS in cluster mode: three march nodes on a real etcd, each with its own TLS port beside its
-plain port (client certificates required), certificates from ``support.tls``.
+plain port (client certificates required), certificates from ``march_harness.tls``.
 
 A client connected over TLS is told about TLS addresses: CLUSTER SLOTS, SHARDS and NODES name
 the TLS ports and a standby's MOVED names the primary's TLS address; over the plain port the
@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from march_harness.cluster import ClusterNode, MarchCluster, moved_target
+from march_harness.etcd import EtcdCluster
+from march_harness.ports import free_port
+from march_harness.resp import RespConn
+from march_harness.tls import Certs, TlsRespConn, make_certs, openssl_binary, wait_listening
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
-from support.cluster import ClusterNode, MarchCluster, moved_target
-from support.etcd import EtcdCluster
-from support.ports import free_port
-from support.resp import RespConn
-from support.tls import Certs, TlsRespConn, make_certs, openssl_binary, wait_listening
 
 pytestmark = pytest.mark.e2e
 

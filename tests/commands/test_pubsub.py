@@ -7,7 +7,7 @@ patterns too (decided in slices: the replies are the same). Then what March adds
 subscriptions per connection (count, name length, bytes held) and the memory they take; which
 subscriptions hear ``+switch-master`` (decided when they are made, as a glob match would). The
 message itself is tested on a cluster (``tests/cluster/test_sentinel.py``); the flood in
-``tests/e2e/test_pubsub.py``.
+``tests/commands/test_pubsub_flood.py``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
-from support.resp import RespConn, RespError, encode
-from support.servers import MarchServer, RedisServer
+from march_harness.resp import RespConn, RespError, encode
+from march_harness.servers import MarchServer, RedisServer
 
 from march.cluster.announce import MAX_HELD, MAX_NAME, MAX_SUBSCRIPTIONS, SWITCH_MASTER, PubSub, Subscriber, hears
 from march.cluster.directory import NodeInfo
 from march.commands.pubsub import SLICE_BYTES, SYNC_BYTES
 from march.glob import compile_glob
+
+pytestmark = pytest.mark.e2e
 
 SESSION = [
     ["UNSUBSCRIBE"],

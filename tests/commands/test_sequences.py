@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from support import MarchServer, serving
+from march_harness import MarchServer, serving
+from march_harness.compare import client, outcome
 
-from .helpers import client, outcome
+pytestmark = pytest.mark.e2e
 
 MAX = 9223372036854775807
 NOT_POSITIVE = ("error", "ResponseError", "increment must be a positive integer: sequences only move forwards")

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import redis
-from support import MarchServer, RedisServer, serving
+from march_harness import MarchServer, RedisServer, serving
+from march_harness.compare import client, outcome, raw, same
 
 from march.commands.table import COMMANDS
 
-from .helpers import client, outcome, raw, same
+pytestmark = pytest.mark.e2e
 
 # Containers redis-server 7.0 has too; SENTINEL (a Sentinel's, tests/cluster/test_sentinel.py) and
 # DEBUG (refused unless enabled, in both) are checked against the wording below.

@@ -42,6 +42,7 @@ LABEL = "label=com.docker.compose.project={}"
 RUN_TIMEOUT = 600  # seconds for one run: a cold machine builds the base and node images first
 
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.compose,
     pytest.mark.skipif(
         shutil.which("podman") is None and not os.environ.get("CI"),

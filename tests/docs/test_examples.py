@@ -4,23 +4,23 @@ One test per Markdown file (README.md, clients/python/README.md, docs/*.md): its
 order against a fresh single node (a ``MarchServer``), and those of a cluster section (from
 ``$ scripts/cluster`` on) against a fresh three-node cluster on a real etcd, with the leadership
 groups of config/cluster (one per node) and its forwarding ports, as ``scripts/cluster`` starts it. The notation, the
-skip marker and what is run are in ``support.examples`` and docs/examples.md. Then the runner's
+skip marker and what is run are in ``march_harness.examples`` and docs/examples.md. Then the runner's
 own tests: it must fail on a wrong expected output, or it checks nothing.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import MarchServer
-from support.clients import recommended
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
-from support.examples import (
+from march_harness import REPO_ROOT as ROOT
+from march_harness import MarchServer
+from march_harness.bench import readme as bench_readme
+from march_harness.clients import recommended
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.examples import (
     Example,
     ExampleFailed,
     Targets,
@@ -29,20 +29,16 @@ from support.examples import (
     parse,
     run_example,
 )
-from support.ports import free_port
+from march_harness.ports import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
 DOCS = [
     ROOT / "README.md",
     ROOT / "clients/python/README.md",
     *sorted((ROOT / "docs").glob("*.md")),
     ROOT / "docs/clients/README.md",
 ]
-_spec = importlib.util.spec_from_file_location("bench_readme", ROOT / "scripts/benchlib/readme.py")
-assert _spec is not None and _spec.loader is not None
-bench_readme = importlib.util.module_from_spec(_spec)
-sys.modules["bench_readme"] = bench_readme  # dataclasses look their module up there
-_spec.loader.exec_module(bench_readme)  # scripts/ is no package: loaded by path
 
 
 def _name(path: Path) -> str:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.aio import FakeClock, finish, until
-from support.generators import FakeLease, settle, take_checked
-from support.memory_store import MemoryStore
+from march_harness.aio import FakeClock, finish, until
+from march_harness.generators import FakeLease, settle, take_checked
+from march_harness.memory_store import MemoryStore
 
 from march import errors
 from march.errors import CommandError

@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import free_port, wait_until
-from support.cluster import MarchCluster
-from support.etcd import EtcdCluster
-from support.prometheus import Prometheus, prometheus_binary, promtool_binary
+from march_harness import free_port, wait_until
+from march_harness.cluster import MarchCluster
+from march_harness.etcd import EtcdCluster
+from march_harness.prometheus import Prometheus, prometheus_binary, promtool_binary
+
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "monitoring" / "prometheus" / "march-rules.yml"

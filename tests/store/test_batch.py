@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from support.aio import until
+from march_harness.aio import until
 
 from march.store.batch import Batcher
 

@@ -1,6 +1,6 @@
 """Unit tests of ``ScanCursors`` (``march.store.cursors``): SCAN resume points over a sorted listing.
 
-The store contract (``test_contract.py``) runs SCAN through the etcd store; here the cursors run
+The store contract (``test_store_contract.py``) runs SCAN through the etcd store; here the cursors run
 over a plain sorted list (``Listing``: the three reads of ``Names``, each counted), so that what a
 cursor costs and when a remembered point may be trusted are visible. The rule under test: a
 cursor ``c`` resumes right after the ``c``-th name of *now*; a point is taken as exact only while

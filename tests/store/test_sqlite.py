@@ -1,6 +1,6 @@
 """Unit tests of what only the embedded store has: a real SQLite file in a data dir.
 
-The store contract (round trips, ceilings only up, listing, batching) is in ``test_contract.py``,
+The store contract (round trips, ceilings only up, listing, batching) is in ``test_store_contract.py``,
 which runs against this store too. Here: data survives close and reopen (the largest ceilings
 too, stored as text yet compared as numbers); two servers can never share a data dir (the flock,
 released on close), while a ``read_only`` store (a backup's) reads beside the owner and writes
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.aio import finish
+from march_harness.aio import finish
 
 from march.errors import StoreError, StoreFull, StoreLocked
 from march.store.contract import SINGLE_NODE, SequenceRecord

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Self
 
 import redis.asyncio
@@ -23,10 +23,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from march_client import errors
-from march_client._address import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Address, Target, target
+from march_client._address import Address, Options, Target
 from march_client._retry import REFRESH, Action, Attempts, RetryPolicy, Routing, classify
 from march_client.prefetch import Hunger, bounds
-from march_client.sync import MAX_INCRBY, check_range_size, range_ending_at, to_id
+from march_client.sync import check_range_size, range_ending_at, to_id
 
 
 class AsyncRouter(Routing):
@@ -98,53 +98,21 @@ class AsyncFeed(Hunger):
         self.refill: asyncio.Task[None] | None = None
 
 
-class AsyncSequencer:
+class AsyncSequencer(Options):
     """IDs from March in asyncio: ``await next(key)``, ``await next_range(key, n)``.
 
     Same arguments and behaviour as `march_client.Sequencer` (routing, MOVED, bounded retries,
     `Unavailable` after ``retry_for`` seconds). With ``prefetch=True`` ranges are drawn by a task
     per key and IDs handed out locally: increasing within this event loop, unique everywhere,
-    unused ones a gap at close. Use it from one event loop.
+    unused ones a gap at close. Use it from one event loop. Its arguments are `Options`'.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        nodes: Sequence[str | Address] | None = None,
-        username: str | None = None,
-        password: str | None = None,
-        ssl: bool = False,
-        ssl_ca_certs: str | None = None,
-        ssl_certfile: str | None = None,
-        ssl_keyfile: str | None = None,
-        retry_for: float = 10.0,
-        socket_timeout: float = SOCKET_TIMEOUT,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        max_incrby: int = MAX_INCRBY,
-        prefetch: bool = False,
-        min_range: int | None = None,
-        max_range: int | None = None,
-        target_seconds: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        where = target(
-            url,
-            nodes,
-            username=username,
-            password=password,
-            ssl=ssl,
-            ssl_ca_certs=ssl_ca_certs,
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
-            socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
+    def __post_init__(self) -> None:
+        self.router = AsyncRouter(self.target(), RetryPolicy(self.retry_for), clock=self.clock)
+        # the prefetch's range bounds, the defaults filled in (`prefetch.bounds`)
+        self._min, self._max, self._seconds = bounds(
+            self.max_incrby, self.min_range, self.max_range, self.target_seconds
         )
-        self.router = AsyncRouter(where, RetryPolicy(retry_for), clock=clock)
-        self.max_incrby = max_incrby
-        self.prefetch = prefetch
-        self.min_range, self.max_range, self.target_seconds = bounds(max_incrby, min_range, max_range, target_seconds)
-        self._clock = clock
         self._feeds: dict[str | bytes, AsyncFeed] = {}
         self.last_error: BaseException | None = None
 
@@ -169,12 +137,12 @@ class AsyncSequencer:
     async def _advance(self, key: str | bytes) -> int:
         feed = self._feeds.get(key)
         if feed is None:
-            feed = self._feeds.setdefault(key, AsyncFeed(key, self.min_range))
+            feed = self._feeds.setdefault(key, AsyncFeed(key, self._min))
         async with feed.lock:
             for value in feed.current:  # another task swapped a range in while we waited
                 return value
             r = feed.ready.popleft() if feed.ready else await self._draw(key, feed.size)
-            feed.took(len(r), self._clock(), self.min_range, self.max_range, self.target_seconds)
+            feed.took(len(r), self.clock(), self._min, self._max, self._seconds)
             feed.current = iter(r)
             if feed.refill is None or feed.refill.done():
                 feed.refill = asyncio.create_task(self._refill(feed))

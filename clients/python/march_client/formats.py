@@ -2,7 +2,7 @@
 JavaScript safety, and a keyed reversible permutation that hides how many IDs were issued.
 
 Pure functions, no I/O. Each encoder has a decoder and both are property-tested as exact inverses
-(tests/client/test_formats.py). What this module must never do: lose information (every encoding
+(tests/clients/test_formats.py). What this module must never do: lose information (every encoding
 decodes to the same integer) or map two IDs to one string or number; an input it cannot encode
 exactly is an error, never a truncated or rounded value.
 

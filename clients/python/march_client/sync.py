@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Self
 
 import redis
@@ -40,11 +40,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from march_client import errors
-from march_client._address import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Address, Target, target
+from march_client._address import MAX_INCRBY, Address, Options, Target
 from march_client._retry import REFRESH, Action, Attempts, RetryPolicy, Routing, classify
 from march_client.prefetch import Prefetcher
 
-MAX_INCRBY = 1_000_000  # the server's default max_incrby; pass yours if the server was configured otherwise
+__all__ = ["MAX_INCRBY", "PrefetchSequencer", "Router", "Sequencer"]
 
 
 def to_id(command: str, reply: object) -> int:
@@ -151,7 +151,7 @@ _ROUTERS: weakref.WeakSet[Router] = weakref.WeakSet()  # for the fork hook; keep
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class Sequencer:
+class Sequencer(Options):
     """IDs from March: ``next(key)`` and ``next_range(key, n)``.
 
     ``url`` (``redis://[user:pass@]host:port``, ``rediss://`` for TLS) names one node; ``nodes``
@@ -167,53 +167,22 @@ class Sequencer:
     ``prefetch=True`` draws ranges of IDs in the background and hands them out locally: far
     faster, but IDs then increase only within one thread of one process (see `PrefetchSequencer`).
 
-    Thread-safe; one instance per process is enough.
+    Thread-safe; one instance per process is enough. Its arguments are `Options`' (each described
+    in the README, "Options").
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        nodes: Sequence[str | Address] | None = None,
-        username: str | None = None,
-        password: str | None = None,
-        ssl: bool = False,
-        ssl_ca_certs: str | None = None,
-        ssl_certfile: str | None = None,
-        ssl_keyfile: str | None = None,
-        retry_for: float = 10.0,
-        socket_timeout: float = SOCKET_TIMEOUT,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        max_incrby: int = MAX_INCRBY,
-        prefetch: bool = False,
-        min_range: int | None = None,
-        max_range: int | None = None,
-        target_seconds: float | None = None,
-    ) -> None:
-        where = target(
-            url,
-            nodes,
-            username=username,
-            password=password,
-            ssl=ssl,
-            ssl_ca_certs=ssl_ca_certs,
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
-            socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-        )
-        self.router = Router(where, RetryPolicy(retry_for))
-        self.max_incrby = max_incrby
+    def __post_init__(self) -> None:
+        self.router = Router(self.target(), RetryPolicy(self.retry_for), clock=self.clock)
         self._prefetch: Prefetcher | None = None
-        if prefetch:
+        if self.prefetch:
             self._prefetch = Prefetcher(
                 self._draw,
                 # a consumer waits behind a refill at most as long as that refill may retry
-                lock_timeout=retry_for + socket_timeout,
-                max_incrby=max_incrby,
-                min_range=min_range,
-                max_range=max_range,
-                target_seconds=target_seconds,
+                lock_timeout=self.retry_for + self.socket_timeout,
+                max_incrby=self.max_incrby,
+                min_range=self.min_range,
+                max_range=self.max_range,
+                target_seconds=self.target_seconds,
             )
             self.next = self._prefetch.next  # type: ignore[method-assign]  # the fast path: no extra frame
 
