@@ -134,7 +134,9 @@ def test_one_tenant_waiting_on_the_primary_never_delays_another(cluster: MarchCl
         stamped_ids = [r for r in stamped if isinstance(r, int)]
         assert stamped_ids == sorted(stamped_ids) and len(stamped_ids) >= 4, stamped  # (its own wait: its own errors)
         assert not errors_seen, errors_seen[:3]
-        assert worst < 0.1, f"the other tenant's worst forwarded INCR took {worst * 1000:.0f} ms ({drawn} drawn)"
+        # 1 s: the shared link stalled the other tenant for 8 s before tenants had lanes of their own; a
+        # loaded 2-core machine (load 5) saw a worst of 134 ms with lanes, so no tighter bound here.
+        assert worst < 1.0, f"the other tenant's worst forwarded INCR took {worst * 1000:.0f} ms ({drawn} drawn)"
         print(f"while 40 INCRBY ts waited at the lead cap: {drawn} forwarded INCRs, worst {worst * 1000:.1f} ms")
     stats = parse_info(standby.call("INFO", "stats"))  # type: ignore[arg-type]
     assert stats["forward_lost_replies"] == str(len(stamped) - len(stamped_ids))  # only the stamper's own, if any
