@@ -98,8 +98,8 @@ from march_harness.bench.measured import (
 from march_harness.bench.redisbench import INCR, Auth
 from march_harness.bench.targets import PASSWORD, USER, Target, Targets, scrape
 
-BARS = {1: 0.8, 16: 0.5}  # the issue's acceptance bar for the march/redis throughput ratio (INCR, -c 50)
-BAR_CLIENTS = 50  # the client count the bars were set at
+BARS = {p: goals.bound(f"incr.c50.p{p}.ratio") for p in (1, 16)}  # issue 27's march/redis goals (INCR, -c 50)
+BAR_CLIENTS = 50  # the client count the goals were set at
 SNOWFLAKE_BAR = 4_096_000  # IDs/s: 4096 per millisecond, a snowflake library's ceiling on one node
 INCRBY_BATCH = 1000
 METRICS_BAR = 0.05  # metrics on may cost at most 5% of the throughput with metrics off
@@ -110,7 +110,7 @@ LABEL = {"redis": "redis", "baseline": "python baseline"}  # the reference in a 
 SERVERS = ("redis", "sqlite", "etcd", "baseline")
 CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
 AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the baseline answers AUTH with OK)
-MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
+MEMORY_GOAL = goals.bound("memory.created")  # bytes per sequence, created or touched: issue 27's goal
 SUMMARY_WIDTH = 36  # characters per server column of the summary table
 TAIL_CLIENTS = 1000  # the issue's tail-latency setting: -c 1000 -P 1
 BASELINE_SETTING = (50, 16)  # the issue's baseline ratio: march / python baseline at -c 50 -P 16
@@ -231,12 +231,14 @@ class Bench:
                 continue
             bar = BARS.get(s.pipeline) if (s.commands[t.name] == INCR and s.clients == BAR_CLIENTS) else None
             quick = self.args.quick
-            judged = "" if bar is None or t.name != "sqlite" else f" (bar >= {bar}: {verdict(ratio >= bar, not quick)})"
+            met = "" if bar is None else verdict(ratio >= bar, not quick)
+            judged = "" if bar is None or t.name != "sqlite" else f" (goal >= {bar:g}: {met})"
             name = "march" if t.name == "sqlite" else t.label  # "march/redis": the line the README quotes
             print(f"  {name}/redis throughput ratio: {ratio:.3f}{judged}", flush=True)
             baseline = m.ratio(t.name, "baseline")
             if baseline is not None and (s.clients, s.pipeline) == BASELINE_SETTING and s.title == "INCR":
-                print(f"  {name}/python baseline throughput ratio: {baseline:.3f} (goal >= 0.95)", flush=True)
+                goal = goals.bound("incr.c50.p16.baseline_ratio")
+                print(f"  {name}/python baseline throughput ratio: {baseline:.3f} (goal >= {goal:g})", flush=True)
 
     # -- sections ------------------------------------------------------------------------------
     def main_sections(self, group: list[Target]) -> None:
@@ -324,7 +326,7 @@ class Bench:
                     continue
                 who = "march" if t.name == "sqlite" else t.label
                 p50, p99, p999 = (f"{r:.2f}" for r in ratios if r is not None)
-                goal = " (goal p99 <= 1.5)" if ref == "redis" else ""
+                goal = f" (goal p99 <= {goals.bound('tail.c1000.p99.ratio'):g})" if ref == "redis" else ""
                 print(
                     f"  {who}/{LABEL[ref]} latency ratio at -c {TAIL_CLIENTS}: p50 {p50}, p99 {p99}{goal}, p99.9 {p999}"
                 )

@@ -344,5 +344,5 @@ def test_a_quick_run_judges_no_goal(tmp_path: Path) -> None:
     args = ["--quick", "--only", "redis,sqlite", "--no-timestamp", "--no-client", "--no-tail", "--no-create"]
     out = run_bench([*args, "--no-memory", "--no-cluster", "--png", str(tmp_path / "bench.png")], 120)
     assert f"figures are {NOT_JUDGED}" in out, out
-    assert "(bar >= 0.8: not judged" in out and "below off: not judged" in out, out
+    assert "(goal >= 1.1: not judged" in out and "below off: not judged" in out, out
     assert "NOT met" not in out and ": met)" not in out, out
