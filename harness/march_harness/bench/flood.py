@@ -31,6 +31,7 @@ from march_harness.resp import RespConn, encode
 
 SEQUENCES = 20_000  # names the listings go over (the size the fairness test uses)
 DBSIZE_CLIENTS, SCAN_CLIENTS, KEYS_CLIENTS = 7, 7, 6  # 20 flooding connections, as the issue's row
+MIX = (DBSIZE_CLIENTS, SCAN_CLIENTS, KEYS_CLIENTS)  # a flood's connections of each kind (another mix: a profile's)
 KEYS_UNREAD = 12  # KEYS each never-reading client sends (each lists every name)
 PREFIX = "flood:"
 FLOOD_LIMIT = 300.0  # seconds: the flood stops by itself after this, whatever the caller does
@@ -77,12 +78,19 @@ def _loop(
 
 
 def _flood(
-    host_port: int, user: str, password: str, sequences: int, ready: Event, stop: Event, replies: Synchronized[int]
+    host_port: int,
+    user: str,
+    password: str,
+    sequences: int,
+    mix: tuple[int, int, int],
+    ready: Event,
+    stop: Event,
+    replies: Synchronized[int],
 ) -> None:
     """The flood's process: 14 reading loops in threads, 6 sockets that send KEYS and never read."""
     auth = Auth(user, password) if user else None
     halt = threading.Event()
-    kinds = ["DBSIZE"] * DBSIZE_CLIENTS + ["SCAN"] * SCAN_CLIENTS
+    kinds = ["DBSIZE"] * mix[0] + ["SCAN"] * mix[1]
     done = [0] * len(kinds)
     threads = [threading.Thread(target=_loop, args=(host_port, auth, k, halt, done, i, sequences), daemon=True)
                for i, k in enumerate(kinds)]  # fmt: skip
@@ -90,7 +98,7 @@ def _flood(
         t.start()
     hogs = []
     try:
-        for _ in range(KEYS_CLIENTS):
+        for _ in range(mix[2]):
             sock = socket.create_connection(("127.0.0.1", host_port), timeout=30)
             hogs.append(sock)
             login = encode("AUTH", auth.user, auth.password) if auth else b""
@@ -115,13 +123,15 @@ class Flood:
     """The flood, as a context manager: started and running (every flooder answered) on entry,
     stopped on exit; ``replies``: how many replies the reading flooders had, read after exit."""
 
-    def __init__(self, port: int, auth: Auth | None, sequences: int = SEQUENCES) -> None:
+    def __init__(
+        self, port: int, auth: Auth | None, sequences: int = SEQUENCES, mix: tuple[int, int, int] = MIX
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no state of the caller's threads
         self.ready, self.stop = ctx.Event(), ctx.Event()
         self._replies: Synchronized[int] = ctx.Value("q", 0)
         user, password = (auth.user, auth.password) if auth else ("", "")
         self.proc = ctx.Process(
-            target=_flood, args=(port, user, password, sequences, self.ready, self.stop, self._replies)
+            target=_flood, args=(port, user, password, sequences, mix, self.ready, self.stop, self._replies)
         )
         self.replies = 0
 
@@ -167,9 +177,11 @@ def new_key_latency(port: int, auth: Auth | None, requests: int) -> Run:
     return Run(rps=len(times) / elapsed, p50=pct(0.5), p99=pct(0.99), p999=pct(0.999), max=times[-1])
 
 
-def measure(port: int, auth: Auth | None, requests: int, sequences: int = SEQUENCES) -> tuple[Run, int]:
+def measure(
+    port: int, auth: Auth | None, requests: int, sequences: int = SEQUENCES, mix: tuple[int, int, int] = MIX
+) -> tuple[Run, int]:
     """One round: the flood on (over ``sequences`` names, made by ``prefill``), ``requests`` new-key
     INCRs timed; (their figures, the flood's replies)."""
-    with Flood(port, auth, sequences) as flood:
+    with Flood(port, auth, sequences, mix) as flood:
         run = new_key_latency(port, auth, requests)
     return run, flood.replies
