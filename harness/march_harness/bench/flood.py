@@ -137,9 +137,11 @@ class Flood:
 
     def __enter__(self) -> Flood:
         self.proc.start()
-        if not self.ready.wait(READY_TIMEOUT + 30):
-            self.__exit__()
-            raise RuntimeError("the flood did not start")
+        deadline = time.monotonic() + READY_TIMEOUT + 30
+        while not self.ready.wait(0.2):  # the event, or the process gone (it failed), or the deadline
+            if not self.proc.is_alive() or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"the flood did not start (its process: exit code {self.proc.exitcode})")
         return self
 
     def __exit__(self, *_: object) -> None:
