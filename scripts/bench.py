@@ -105,7 +105,7 @@ INCRBY_BATCH = 1000
 METRICS_BAR = 0.05  # metrics on may cost at most 5% of the throughput with metrics off
 METRICS_ROUNDS = 7  # at least: single rounds vary by about ±5% here, as much as the bar
 TS_KEY = "ts"
-GOAL_KEYS = {g.key for g in goals.GOALS} | {g.beside for g in goals.GOALS} | {goals.LEASE_TTL_KEY}
+GOAL_KEYS = {g.key for g in goals.GOALS}  # in the goals table; the figures beside them in the other table
 LABEL = {"redis": "redis", "baseline": "python baseline"}  # the reference in a ratio's name
 SERVERS = ("redis", "sqlite", "etcd", "baseline")
 CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
