@@ -9,6 +9,11 @@ Once every flooder has had replies, one client (`new_key_latency`, in this proce
 names that do not exist yet, one round trip each, and times each from send to reply: on March each
 is a sequence creation, durable before its reply. The flood stops when that ends.
 
+The flood's process is started with multiprocessing's "spawn": a script that uses `Flood` runs its
+work under `if __name__ == "__main__":` (scripts/bench.py does). `MIX` is the row's mix of
+connections; another mix (e.g. only the unread KEYS) is how docs/performance.md found which part
+sets the p99.
+
 Everything goes to 127.0.0.1 on the port given (a server the caller started); every loop is bounded
 in count and time (`FLOOD_LIMIT`); the flood's process is stopped, and killed if it does not stop,
 whatever happened. Never asserts a speed: it measures and returns.
