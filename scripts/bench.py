@@ -6,12 +6,18 @@ started here plus one `march serve --etcd` node, used once it is primary; the ba
 `march_harness.bench.baseline_server`, a bare uvloop + hiredis INCR server). March runs as users run it: ACL
 on (the load authenticates as a non-default user), a TLS listener, the metrics endpoint, the
 default limits (`march_harness.bench.targets`); every load authenticates as that user on every server.
-redis-benchmark drives each setting: a command, `-c` clients, `-P` pipeline depth. Rounds
-alternate between the servers (reversing the order every other round) so that drift on the
-machine hits all alike; each run is calibrated to about `--seconds`. Per setting: median
-throughput, the ratio to redis-server, and p50/p99/p99.9 latency (p99.9 from redis-benchmark's
-latency-by-percentile output, see march_harness.bench.redisbench). The machine's cores and load average
-are printed at the start and with the summary.
+redis-benchmark drives each setting: a command, `-c` clients, `-P` pipeline depth.
+
+One method for every figure (docs/performance.md, "How scripts/bench measures"): per setting,
+each server is calibrated (a short probe sizes `-n` for about `--seconds`), warmed (`--warmup`
+runs at the measured length, discarded: a fresh node's first batches, the allocator and the
+store's first writes are not what is measured), then measured in `--rounds` rounds (at least 5 by
+default; 1 with --quick) that alternate between the servers, the order reversed every other round,
+so that drift on the machine hits all alike. Per figure: the median over the rounds and its spread
+(min-max over the rounds; for a ratio, min-max of the rounds' own ratios, each round's pair having
+run back to back). The machine's cores and load average are printed at the start and at the end,
+with a warning when the 1-minute load is above half a core each (1.0 on 2 cores). The run ends with
+issue 27's goals (`march_harness.bench.goals`): each row's median, spread, goal and met / NOT met.
 
 Sections (each can be skipped):
 - `INCR` on one hot key (redis-benchmark's `-t incr`), with the issue's bars for March on SQLite
@@ -21,8 +27,15 @@ Sections (each can be skipped):
   than 4,096,000, the most a snowflake library makes on one node);
 - tail latency: INCR at `-c 1000 -P 1` (redis, March on SQLite, the baseline): p50/p99/p99.9 and
   March's / redis-server's (the soft open-file limit is raised for it if it is too low);
-- sequence creation: INCR on a fresh random name from 32 connections (`-r`), new sequences/s;
-  `march_harness.bench.creation`'s own figure too (its own server);
+- sequence creation: INCR on a fresh random name from 32 connections (`-r`), new sequences/s,
+  against INCR on existing names (1,000 names, all created by the calibration and warm-up) at the
+  same -c 32: their ratio is the issue's row; `march_harness.bench.creation`'s own figure too (its
+  own server; not with --quick);
+- flood: new-key INCR latency, one round trip each, while 20 connections flood DBSIZE / SCAN /
+  unread KEYS over 20,000 names (`march_harness.bench.flood`), March on SQLite and redis-server,
+  rounds alternating;
+- a node holding 1,000,000 sequences: takeover after kill -9 and RSS
+  (`march_harness.bench.million.measure(workdir) -> dict`; "not measured" while that module is absent);
 - metrics on vs off: March on SQLite without and with `--metrics-port`, INCR at -P 1 and -P 16,
   alternated with redis-server, `/metrics` scraped once during the run (bar: on within 5% of off);
 - the Python client's prefetching IDs/s, `seq.next(key)`, `next(it)` on `seq.ids(key)` and a
@@ -48,6 +61,7 @@ at the end, also after a failure, Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -63,38 +77,57 @@ from pathlib import Path
 from typing import NoReturn
 
 from march_harness import REPO_ROOT as ROOT
-from march_harness.bench import clusterbench, readme, redisbench
+from march_harness.bench import clusterbench, flood, goals, readme, redisbench
 from march_harness.bench.measured import (
+    EXISTING_SEQUENCES,
+    FLOOD,
+    NEW_SEQUENCES,
     NOT_JUDGED,
     ClusterReport,
     Measured,
     Setting,
+    Spread,
+    figures_with_spread,
     last_json,
+    load_warning,
     machine_line,
+    million_figures,
     raise_nofile,
-    readme_figures,
     verdict,
 )
 from march_harness.bench.redisbench import INCR, Auth
 from march_harness.bench.targets import PASSWORD, USER, Target, Targets, scrape
 
-BARS = {1: 0.8, 16: 0.5}  # the issue's acceptance bar for the march/redis throughput ratio (INCR, -c 50)
-BAR_CLIENTS = 50  # the client count the bars were set at
+BARS = {p: goals.bound(f"incr.c50.p{p}.ratio") for p in (1, 16)}  # issue 27's march/redis goals (INCR, -c 50)
+BAR_CLIENTS = 50  # the client count the goals were set at
 SNOWFLAKE_BAR = 4_096_000  # IDs/s: 4096 per millisecond, a snowflake library's ceiling on one node
 INCRBY_BATCH = 1000
 METRICS_BAR = 0.05  # metrics on may cost at most 5% of the throughput with metrics off
 METRICS_ROUNDS = 7  # at least: single rounds vary by about ±5% here, as much as the bar
 TS_KEY = "ts"
+GOAL_KEYS = {g.key for g in goals.GOALS}  # in the goals table; the figures beside them in the other table
 LABEL = {"redis": "redis", "baseline": "python baseline"}  # the reference in a ratio's name
 SERVERS = ("redis", "sqlite", "etcd", "baseline")
 CLUSTER = "cluster"  # --only's name for the cluster target (two clusters: groups = 1 and groups = N)
 AUTH = Auth(USER, PASSWORD)  # every load runs as the application user (the baseline answers AUTH with OK)
-MEMORY_GOAL = 250  # bytes per sequence, created or touched: the issue's goal
+MEMORY_GOAL = goals.bound("memory.created")  # bytes per sequence, created or touched: issue 27's goal
 SUMMARY_WIDTH = 36  # characters per server column of the summary table
 TAIL_CLIENTS = 1000  # the issue's tail-latency setting: -c 1000 -P 1
 BASELINE_SETTING = (50, 16)  # the issue's baseline ratio: march / python baseline at -c 50 -P 16
 CREATE_CLIENTS = 32  # the issue's creation rate: 32 connections, each INCR on a fresh name
 CREATE = ("INCR", "seq:__rand_int__")  # with -r: a random name, a new sequence
+EXISTING = ("INCR", "old:__rand_int__")  # with -r EXISTING_KEYSPACE: names the calibration and warm-up made
+EXISTING_KEYSPACE = 1000  # few enough that a calibration probe (>= 2,000 requests) and a warm-up create them all
+FLOOD_REQUESTS, FLOOD_QUICK_REQUESTS = 500, 50  # new keys timed per round (p99 of 500: the 5th slowest)
+FLOOD_QUICK_SEQUENCES = 2000  # names the flood lists in a --quick run (the row's own: 20,000)
+MILLION_MODULE = "march_harness.bench.million"  # measure(workdir) -> dict: takeover and RSS of a 1 M node
+MILLION_TIMEOUT = 1800  # seconds: a 1,000,000-sequence node's creation, restart and takeover on a busy box
+MILLION_SCRIPT = """
+import json, sys
+from pathlib import Path
+from march_harness.bench.million import measure
+print(json.dumps(measure(Path(sys.argv[1]))))
+"""
 CREATE_REQUESTS, CREATE_QUICK_REQUESTS = 100_000, 10_000  # for march_harness.bench.creation
 CREATE_KEYSPACE = 10**9  # -r is read as a 32-bit int: 10**12 wraps (one key); 1e9: ~0.05% repeats per 500 K
 CLIENT_SCRIPT = """
@@ -131,6 +164,7 @@ class Bench:
         self.extra: list[str] = []  # lines for the end of the summary
         self.cluster: ClusterReport | None = None  # the cluster target's report, once it ran
         self.cluster_results: list[Measured] = []  # its settings (own table, block and chart)
+        self.other: dict[str, tuple[float, Spread]] = {}  # figures measured outside redis-benchmark
 
     def measure(
         self,
@@ -150,6 +184,10 @@ class Bench:
             for t in group
         }
         m = Measured(setting, requests, {t.name: [] for t in group})
+        for _ in range(a.warmup):  # discarded: a warm node is what the rounds measure
+            for t in group:
+                redisbench.run(t.port, setting.clients, setting.pipeline, requests[t.name], cmd[t.name], None, AUTH,
+                               setting.keyspace)  # fmt: skip
         hooks = dict(during or {})
         for r in range(rounds or a.rounds):
             for t in group if r % 2 == 0 else list(reversed(group)):
@@ -171,16 +209,21 @@ class Bench:
 
     def print_block(self, m: Measured, group: list[Target]) -> None:
         s = m.setting
-        print(f"\n{s.label}: median of {len(next(iter(m.runs.values())))} rounds", flush=False)
+        warm = f", after {self.args.warmup} warm-up run(s) discarded" if self.args.warmup else ""
+        print(f"\n{s.label}: median of {len(next(iter(m.runs.values())))} rounds{warm}", flush=False)
         head = f"  {'server':<26}{'requests':>12}{'rps':>12}{'ratio':>7}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>9}"
-        print(head + "   rounds (rps)")
+        print(head + "   rps min-max   p99 min-max   ratio min-max   rounds (rps)")
         for t in group:
             med, ratio = m.median(t.name), m.ratio(t.name)
             each = " ".join(f"{x.rps:.0f}" for x in m.runs[t.name])
             r = "" if ratio is None else f"{ratio:.3f}"
+            (lo, hi), (p_lo, p_hi) = m.spread(t.name), m.spread(t.name, "p99")
+            rr = m.round_ratios(t.name) if t.name != "redis" else []
+            rs = f"{min(rr):.2f}-{max(rr):.2f}" if rr else "-"
             print(
                 f"  {t.label:<26}{m.requests[t.name]:>12,}{med.rps:>12,.0f}{r:>7}"
-                f"{med.p50:>9.3f}{med.p99:>9.3f}{med.p999:>9.3f}   {each}"
+                f"{med.p50:>9.3f}{med.p99:>9.3f}{med.p999:>9.3f}   {lo:.0f}-{hi:.0f}   {p_lo:.2f}-{p_hi:.2f}   {rs}"
+                f"   {each}"
             )
         for t in group:
             ratio = m.ratio(t.name)
@@ -188,12 +231,14 @@ class Bench:
                 continue
             bar = BARS.get(s.pipeline) if (s.commands[t.name] == INCR and s.clients == BAR_CLIENTS) else None
             quick = self.args.quick
-            judged = "" if bar is None or t.name != "sqlite" else f" (bar >= {bar}: {verdict(ratio >= bar, not quick)})"
+            met = "" if bar is None else verdict(ratio >= bar, not quick)
+            judged = "" if bar is None or t.name != "sqlite" else f" (goal >= {bar:g}: {met})"
             name = "march" if t.name == "sqlite" else t.label  # "march/redis": the line the README quotes
             print(f"  {name}/redis throughput ratio: {ratio:.3f}{judged}", flush=True)
             baseline = m.ratio(t.name, "baseline")
             if baseline is not None and (s.clients, s.pipeline) == BASELINE_SETTING and s.title == "INCR":
-                print(f"  {name}/python baseline throughput ratio: {baseline:.3f} (goal >= 0.95)", flush=True)
+                goal = goals.bound("incr.c50.p16.baseline_ratio")
+                print(f"  {name}/python baseline throughput ratio: {baseline:.3f} (goal >= {goal:g})", flush=True)
 
     # -- sections ------------------------------------------------------------------------------
     def main_sections(self, group: list[Target]) -> None:
@@ -268,6 +313,8 @@ class Bench:
     def tail_section(self, group: list[Target]) -> None:
         """INCR at -c 1000 -P 1: p50/p99/p99.9 of each server, and March's p99 / redis-server's."""
         a = self.args
+        if a.quick:  # the smoke run's budget: the row's two servers only (1,000 connects a run each)
+            group = [t for t in group if t.name in ("redis", "sqlite")]
         soft, hard = raise_nofile(TAIL_CLIENTS)
         print(f"\n== tail latency, -c {TAIL_CLIENTS} -P 1 (open-file limit {soft}, hard {hard})")
         setting = Setting("INCR", TAIL_CLIENTS, 1, {t.name: INCR for t in group})
@@ -281,27 +328,113 @@ class Bench:
                     continue
                 who = "march" if t.name == "sqlite" else t.label
                 p50, p99, p999 = (f"{r:.2f}" for r in ratios if r is not None)
-                goal = " (goal p99 <= 1.5)" if ref == "redis" else ""
+                goal = f" (goal p99 <= {goals.bound('tail.c1000.p99.ratio'):g})" if ref == "redis" else ""
                 print(
                     f"  {who}/{LABEL[ref]} latency ratio at -c {TAIL_CLIENTS}: p50 {p50}, p99 {p99}{goal}, p99.9 {p999}"
                 )
 
     def create_section(self, group: list[Target]) -> None:
         """New sequences per second: INCR on a fresh random name from 32 connections (on redis-server
-        and the baseline a new key). Then the fuller measuring script's own figure, if it is there."""
+        and the baseline a new key), against INCR on existing names at the same -c (the issue's row is
+        their ratio). Then the fuller measuring script's own figure (not with --quick)."""
         a = self.args
-        print(f"\n== sequence creation, -c {CREATE_CLIENTS} -P 1: INCR on a random name (-r {CREATE_KEYSPACE:,})")
+        if a.quick:  # the smoke run's budget: the row's two servers only
+            group = [t for t in group if t.name in ("redis", "sqlite")]
+        print(
+            f"\n== sequence creation, -c {CREATE_CLIENTS} -P 1: INCR on existing names (-r {EXISTING_KEYSPACE:,}, "
+            f"all made by the calibration and warm-up), then on a random new name (-r {CREATE_KEYSPACE:,})"
+        )
+        commands = {t.name: EXISTING for t in group}
+        old = self.measure(Setting(EXISTING_SEQUENCES, CREATE_CLIENTS, 1, commands, EXISTING_KEYSPACE), group,
+                           seconds=a.create_seconds)  # fmt: skip
         before = {t.name: t.call("DBSIZE") for t in group if t.name != "baseline"}
-        setting = Setting("new sequences", CREATE_CLIENTS, 1, {t.name: CREATE for t in group}, CREATE_KEYSPACE)
+        setting = Setting(NEW_SEQUENCES, CREATE_CLIENTS, 1, {t.name: CREATE for t in group}, CREATE_KEYSPACE)
         m = self.measure(setting, group, seconds=a.create_seconds)
         for t in group:  # the check that each INCR made a new name (-r wraps silently when too large)
             if t.name in before and isinstance(n := t.call("DBSIZE"), int) and isinstance(n0 := before[t.name], int):
-                sent = sum(m.requests[t.name] for _ in m.runs[t.name])
-                print(f"  {t.label}: {n - n0:,} new keys from {sent:,} INCRs on random names (calibration not counted)")
+                sent = sum(m.requests[t.name] for _ in m.runs[t.name]) * (1 + a.warmup / max(1, len(m.runs[t.name])))
+                print(
+                    f"  {t.label}: {n - n0:,} new keys from {sent:,.0f} INCRs on random names (calibration not counted)"
+                )
+        for t in group:
+            rr = [x.rps / y.rps for x, y in zip(m.runs[t.name], old.runs[t.name], strict=True) if y.rps]
+            new, existing = m.median(t.name).rps, old.median(t.name).rps
+            goal = " (goal >= 0.25; redis-server's about 0.94)" if t.name == "sqlite" else ""
+            print(f"  {t.label}: new sequences/s / INCR/s on existing names: {new / existing:.3f}{goal}, "
+                  f"rounds {min(rr):.3f}-{max(rr):.3f}")  # fmt: skip
+        if a.quick:
+            return
         script = "march_harness.bench.creation"
         requests = CREATE_QUICK_REQUESTS if a.quick else CREATE_REQUESTS
         result = self.json_script(script, ["--requests", str(requests), "--clients", str(CREATE_CLIENTS)])
         self.extra.append(f"creation, {script} (its own server, defaults): {result}")
+        print(self.extra[-1], flush=True)
+
+    def flood_section(self, group: list[Target]) -> None:
+        """New-key INCR latency while 20 connections flood DBSIZE / SCAN / unread KEYS
+        (march_harness.bench.flood): March on SQLite and redis-server, each on names of its own,
+        a warm-up round discarded, then ``--rounds`` rounds alternating."""
+        a = self.args
+        group = [t for t in group if t.name in ("redis", "sqlite")]
+        if not group:
+            return
+        n = FLOOD_QUICK_REQUESTS if a.quick else FLOOD_REQUESTS
+        names = FLOOD_QUICK_SEQUENCES if a.quick else flood.SEQUENCES
+        print(
+            f"\n== flood: {n} INCR on new names, one round trip each, while 20 connections flood "
+            f"DBSIZE / SCAN / unread KEYS over {names:,} names (march_harness.bench.flood)",
+            flush=True,
+        )
+        for t in group:
+            flood.prefill(t.port, AUTH, names)
+        m = Measured(Setting(FLOOD, 1, 1, {t.name: ("INCR", "new:<name>") for t in group}), {}, {})
+        m.runs = {t.name: [] for t in group}
+        replies: dict[str, list[int]] = {t.name: [] for t in group}
+        for r in range(a.warmup + a.rounds):
+            for t in group if r % 2 == 0 else group[::-1]:
+                run, flooded = flood.measure(t.port, AUTH, n, names)
+                if r >= a.warmup:
+                    m.runs[t.name].append(run)
+                    replies[t.name].append(flooded)
+        m.requests = dict.fromkeys(m.runs, n)
+        self.print_block(m, group)
+        for t in group:
+            (lo, hi), med = m.spread(t.name, "p99"), m.median(t.name).p99
+            goal = " (goal < 50 ms)" if t.name == "sqlite" else ""
+            print(
+                f"  {t.label}: new-key INCR p99 under the flood {med:.2f} ms{goal}, rounds {lo:.2f}-{hi:.2f}; "
+                f"the flood's reading clients had {statistics.median(replies[t.name]):,.0f} replies a round"
+            )
+        self.results.append(m)
+
+    def million_section(self) -> None:
+        """A node holding 1,000,000 sequences: takeover after kill -9 and RSS
+        (``march_harness.bench.million.measure(workdir) -> dict``, in a process of its own);
+        "not measured" while that module is absent."""
+        print("\n== a node holding 1,000,000 sequences: takeover after kill -9, RSS", flush=True)
+        if self.args.quick:
+            self.extra.append("1,000,000 sequences: not measured (--quick)")
+            print(self.extra[-1])
+            return
+        if importlib.util.find_spec(MILLION_MODULE) is None:
+            self.extra.append(f"1,000,000 sequences: not measured ({MILLION_MODULE} is not there yet)")
+            print(self.extra[-1])
+            return
+        with tempfile.TemporaryDirectory(prefix="march-million-") as tmp:
+            try:
+                out = subprocess.run(
+                    [sys.executable, "-c", MILLION_SCRIPT, tmp],
+                    capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=MILLION_TIMEOUT, cwd=ROOT,
+                )  # fmt: skip
+                result: dict[str, object] | str = last_json(out.stdout)
+            except subprocess.TimeoutExpired:
+                result = "FAILED (timed out)"
+            except ValueError:
+                tail = (out.stdout + out.stderr).strip().splitlines()[-3:]
+                result = f"FAILED (exit {out.returncode}): {' | '.join(tail)}"
+        if isinstance(result, dict):
+            self.other.update((k, (v, None)) for k, v in million_figures(result).items())
+        self.extra.append(f"1,000,000 sequences ({MILLION_MODULE}): {result}")
         print(self.extra[-1], flush=True)
 
     def memory_section(self) -> None:
@@ -378,10 +511,20 @@ class Bench:
             tail = (out.stdout + out.stderr).strip().splitlines()[-3:]
             return f"FAILED (exit {out.returncode}): {' | '.join(tail)}"
 
+    def figures(self) -> dict[str, tuple[float, Spread]]:
+        """Every ``readme.KEYS`` figure this run measured, with its spread over the rounds."""
+        return figures_with_spread(self.results, self.client_rates, self.memory, INCRBY_BATCH) | self.other
+
     def readme_figures(self) -> dict[str, float]:
         """Today's value of every ``readme.KEYS`` (and ``CLUSTER_KEYS``) figure this run measured."""
-        figures = readme_figures(self.results, self.client_rates, self.memory, INCRBY_BATCH)
+        figures = {k: v for k, (v, _) in self.figures().items()}
         return figures | (self.cluster.figures() if self.cluster is not None else {})
+
+    def goal_lines(self) -> list[str]:
+        """Issue 27's goals, each row's median, spread, goal and verdict (none on a --quick run)."""
+        spreads = {k: s for k, (_, s) in self.figures().items()}
+        head = f"== goals (issue 27), {self.args.rounds} rounds, medians; {machine_line()}"
+        return [head, *goals.lines(self.readme_figures(), spreads, not self.args.quick)]
 
     # -- report --------------------------------------------------------------------------------
     def summary(self, extra: list[str]) -> list[str]:
@@ -393,9 +536,10 @@ class Bench:
         names = {n: self.targets.label(n) for n in labels}
         w = SUMMARY_WIDTH
         lines = [
-            f"== summary: median rps (ratio to redis-server), p50/p99/p99.9 ms; {self.args.rounds} rounds; "
+            f"== summary: median rps (ratio to redis-server), p50/p99/p99.9 ms; {self.args.rounds} rounds after "
+            f"{self.args.warmup} warm-up run(s); "
             f"{machine_line()}",
-            f"{'setting':<28}" + "".join(f"{names[n]:>{w}}" for n in labels),
+            f"{'setting':<36}" + "".join(f"{names[n]:>{w}}" for n in labels),
         ]
         for m in self.results:
             if m.setting.title.startswith("metrics"):
@@ -408,7 +552,7 @@ class Bench:
                 med, ratio = m.median(n), m.ratio(n)
                 r = f" ({ratio:.2f})" if ratio is not None and n != "redis" else ""
                 cells.append(f"{f'{med.rps:,.0f}{r} {med.p50:.2f}/{med.p99:.2f}/{med.p999:.2f}':>{w}}")
-            lines.append(f"{m.setting.label:<28}" + "".join(cells))
+            lines.append(f"{m.setting.label:<36}" + "".join(cells))
         return lines + self.extra + extra
 
     def readme_block(self, summary: list[str], started: str) -> list[str]:
@@ -423,7 +567,11 @@ class Bench:
             *summary,
             "```",
             "",
-            *readme.figures_table(self.readme_figures()),
+            *goals.markdown(self.readme_figures(), {k: s for k, (_, s) in self.figures().items()}, not self.args.quick),
+            "",
+            "Other figures of the run:",
+            "",
+            *readme.figures_table(self.readme_figures(), {k: v for k, v in readme.KEYS.items() if k not in GOAL_KEYS}),
             "",
         ]
         png = self.args.png
@@ -462,7 +610,8 @@ class Bench:
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per server and setting (default 3)")
+    ap.add_argument("--rounds", type=int, default=5, help="measured rounds per server and setting (default 5)")
+    ap.add_argument("--warmup", type=int, default=1, help="warm-up runs per server and setting, discarded (default 1)")
     ap.add_argument("--seconds", type=float, default=1.0, help="target length of one run (default 1)")
     ap.add_argument("--clients", default="1,50,200", help="comma-separated -c values (default 1,50,200)")
     ap.add_argument("--pipelines", default="1,16", help="comma-separated -P values (default 1,16)")
@@ -485,11 +634,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-tail", action="store_true", help="skip the tail latency at -c 1000")
     ap.add_argument("--no-create", action="store_true", help="skip the sequence creation rate")
     ap.add_argument("--no-memory", action="store_true", help="skip the memory per sequence")
+    ap.add_argument("--no-flood", action="store_true", help="skip new-key INCR latency under a flood")
+    ap.add_argument("--no-million", action="store_true", help="skip the 1,000,000-sequence node")
     ap.add_argument("--png", type=Path, default=Path("bench.png"), help="the chart (default bench.png)")
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run: 1 round of 0.25 s (metrics too), -c 50, client, tail and creation 0.5 s, 10,000 sequences",
+        help="a smoke run: 1 round of 0.25 s after a warm-up (metrics too), -c 50, no timestamp keys, client, "
+        "tail and creation 0.5 s, 10,000 sequences, 50 new keys under the flood, no 1,000,000-sequence node",
     )
     ap.add_argument(
         "--check-readme",
@@ -510,10 +662,12 @@ def parse_args() -> argparse.Namespace:
         args.only, args.clients, args.pipelines, args.no_metrics = "redis,sqlite,baseline", "50", "1,16", True
         args.no_cluster = True
         args.seconds = 2.0
-        args.no_tail = args.no_create = args.no_memory = args.no_client = False
+        args.no_tail = args.no_create = args.no_memory = args.no_client = args.no_flood = False
+        args.no_million = True
     if args.quick:
         args.rounds, args.seconds, args.clients, args.client_seconds = 1, 0.25, "50", 0.5
         args.tail_seconds, args.create_seconds, args.memory_sequences = 0.5, 0.5, 10_000
+        args.no_timestamp = True  # the smoke run's budget (tests/scripts): timestamp keys have a test of their own
     args.clients = [int(c) for c in str(args.clients).split(",")]
     args.pipelines = [int(p) for p in args.pipelines.split(",")]
     clusterbench.finish_options(args)
@@ -545,6 +699,7 @@ def choose_targets(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         ap.error("no server left to benchmark")
     if not args.servers:  # the cluster alone: none of the single-server sections
         args.no_tail = args.no_metrics = args.no_client = args.no_create = args.no_memory = True
+        args.no_flood = args.no_million = True
 
 
 def start(targets: Targets, name: str) -> Target:
@@ -573,6 +728,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     started, at_start = time.monotonic(), machine_line()
+    busy_at_start = load_warning()
 
     with tempfile.TemporaryDirectory(prefix="march-bench-") as tmp:
         targets = Targets(Path(tmp))
@@ -580,25 +736,35 @@ def main() -> None:
             group = [start(targets, name) for name in args.servers]
             print(
                 f"{targets.describe() or 'the cluster target alone'}; data under {tmp}; {machine_line()}; "
-                f"{args.rounds} rounds of ~{args.seconds:g}s per server and setting\n{targets.march_config()}",
+                f"{args.rounds} rounds of ~{args.seconds:g}s per server and setting, after {args.warmup} warm-up "
+                f"run(s) discarded, the order alternating\n{targets.march_config()}",
                 flush=True,
             )
+            if busy_at_start:
+                print(busy_at_start, flush=True)
             bench = Bench(args, targets)
             if args.quick:
                 print(f"--quick: one round of {args.seconds:g}s per setting, a smoke test: figures are {NOT_JUDGED}")
-            if group:
-                bench.main_sections(group)
-            if not args.no_tail:
-                bench.tail_section([t for t in group if t.name != "etcd"])  # the issue's: redis, march, baseline
-            if not args.no_metrics and "sqlite" in args.servers:
-                bench.metrics_section()
-            extra = [] if args.no_client else bench.client_section()
-            if not args.no_create:  # after the others: it leaves the servers holding many keys
-                bench.create_section(group)
-            if not args.no_memory:
-                bench.memory_section()
-            if args.cluster:  # last: its six nodes start when the single servers are idle
-                cluster_section(bench)
+            extra: list[str] = []
+            sections: list[tuple[str, bool, Callable[[], object]]] = [
+                ("INCR, timestamp INCR, INCRBY", bool(group), lambda: bench.main_sections(group)),
+                # the issue's tail: redis, march on SQLite, the baseline
+                ("tail", not args.no_tail, lambda: bench.tail_section([t for t in group if t.name != "etcd"])),
+                ("metrics", not args.no_metrics and "sqlite" in args.servers, bench.metrics_section),
+                ("client", not args.no_client, lambda: extra.extend(bench.client_section())),
+                # after the others: it leaves the servers holding many keys
+                ("creation", not args.no_create, lambda: bench.create_section(group)),
+                ("flood", not args.no_flood, lambda: bench.flood_section(group)),
+                ("memory", not args.no_memory, bench.memory_section),
+                ("1,000,000 sequences", not args.no_million, bench.million_section),
+                # last: its six nodes start when the single servers are idle
+                ("cluster", args.cluster, lambda: cluster_section(bench)),
+            ]
+            for name, wanted, section in sections:
+                if wanted:
+                    began = time.monotonic()
+                    section()
+                    print(f"({name}: {time.monotonic() - began:.0f}s; {machine_line()})", flush=True)
         except BaseException:
             targets.stop()
             kept = Path(tempfile.mkdtemp(prefix="march-bench-failed-"))
@@ -609,6 +775,13 @@ def main() -> None:
             targets.stop()
     summary = bench.summary(extra)
     print("\n" + "\n".join(summary + ([] if bench.cluster is None else ["", *bench.cluster.lines()])))
+    if args.servers:
+        print("\n" + "\n".join(bench.goal_lines()))
+    busy_at_end = load_warning()
+    print(f"\nat the start: {at_start}; at the end: {machine_line()}")
+    for when, warning in (("at the start", busy_at_start), ("at the end", busy_at_end)):
+        if warning:
+            print(f"{when}: {warning}")
     if args.write_readme:
         write_readme(bench, summary, at_start)
     if args.check_readme:

@@ -13,15 +13,21 @@ from pathlib import Path
 
 import pytest
 from march_harness import REPO_ROOT as ROOT
-from march_harness.bench import clusterload, readme, redisbench
+from march_harness.bench import clusterload, goals, readme, redisbench
 from march_harness.bench.clusterload import SlotRange
 from march_harness.bench.measured import (
+    EXISTING_SEQUENCES,
+    FLOOD,
+    NEW_SEQUENCES,
     NOT_JUDGED,
     ClusterReport,
     ClusterRow,
     Measured,
     Setting,
+    figures_with_spread,
     last_json,
+    load_warning,
+    million_figures,
     nofile_needed,
     raise_nofile,
     readme_figures,
@@ -134,7 +140,9 @@ def test_readme_figures_picks_each_key_from_its_setting() -> None:
         measured("INCR", 1000, 1, {"redis": [run(10, p99=12.0)], "sqlite": [run(9, p99=30.0)]}),
         measured("INCRBY ts 1000", 50, 1, {"redis": [run(100)], "sqlite": [run(6000)]}),
         measured("INCRBY ts 1000", 50, 16, {"redis": [run(100)], "sqlite": [run(7000)]}),
-        measured("new sequences", 32, 1, {"redis": [run(50_000)], "sqlite": [run(4_400)]}),
+        measured(EXISTING_SEQUENCES, 32, 1, {"redis": [run(50_000)], "sqlite": [run(44_000)]}),
+        measured(NEW_SEQUENCES, 32, 1, {"redis": [run(50_000)], "sqlite": [run(4_400)]}),
+        measured(FLOOD, 1, 1, {"redis": [run(900, p99=3.0)], "sqlite": [run(300, p99=157.0)]}),
         measured("INCR", 200, 16, {"redis": [run(1)], "sqlite": [run(1)]}),
     ]
     memory = {"created_bytes_per_seq": 645.0, "touched_bytes_per_seq": 805.0, "sequences": 100_000.0}
@@ -152,8 +160,68 @@ def test_readme_figures_picks_each_key_from_its_setting() -> None:
         "tail.c1000.p99.ms": 30.0,
         "incrby.ts.c50.p1.ids": 6_000_000,
         "create.c32.rate": 4_400,
+        "create.ratio": 0.1,
+        "flood.p99.ms": 157.0,
     }
-    assert set(figures) == set(readme.KEYS), "every key the READMEs may quote is measured"
+    million = set(readme.MILLION_KEYS)  # measured by its own module (in KEYS once it is in the build)
+    assert set(figures) == set(readme.KEYS) - million, "every key the READMEs may quote is measured"
+
+
+def test_each_figure_has_the_spread_of_its_rounds() -> None:
+    """A ratio's spread is the min-max of the rounds' own ratios (each pair ran back to back), not
+    the ratio of the extremes; a rate's or a latency's the min-max of its rounds."""
+    m = measured("INCR", 50, 16, {"redis": [run(100), run(300), run(200)], "sqlite": [run(50), run(240), run(90)]})
+    assert m.spread("sqlite") == (50, 240) and m.spread("redis", "p99") == (2.0, 2.0)
+    assert m.round_ratios("sqlite") == [0.5, 0.8, 0.45]
+    assert m.round_ratios("sqlite", "baseline") == []
+    tail = measured(
+        "INCR", 1000, 1, {"redis": [run(9, p99=10), run(9, p99=20)], "sqlite": [run(9, p99=30), run(9, p99=30)]}
+    )
+    spread = figures_with_spread([m, tail], {}, {}, 1000)
+    assert spread["incr.c50.p16.ratio"] == (0.9 / 2, (0.45, 0.8))  # median 90 / median 200
+    assert spread["tail.c1000.p99.ratio"] == (30 / 15, (1.5, 3.0))
+    assert spread["tail.c1000.p99.ms"] == (30, (30, 30))
+
+
+def test_goals_judge_each_row_of_the_issue_and_never_a_quick_or_missing_figure() -> None:
+    assert [g.key for g in goals.GOALS][:4] == [
+        "tail.c1000.p99.ratio",
+        "incr.c50.p16.baseline_ratio",
+        "incr.c50.p16.ratio",
+        "incr.c50.p1.ratio",
+    ]
+    known = readme.KEYS | readme.MILLION_KEYS
+    assert all(g.key in known and g.beside in {"", *known} for g in goals.GOALS)  # markers the bench re-measures
+    figures = {"tail.c1000.p99.ratio": 1.3, "tail.c1000.p99.ms": 40.0, "incr.c50.p1.ratio": 1.1}
+    figures |= {"million.takeover.s": 3.9, "million.lease_ttl.s": 3.0, "flood.p99.ms": 50.0}
+    verdicts = {g.key: g.verdict(figures, judged=True) for g in goals.GOALS}
+    assert verdicts["tail.c1000.p99.ratio"] == "NOT met"  # 1.3 > 1.2
+    assert verdicts["incr.c50.p1.ratio"] == "met"  # >= 1.1, the bound itself
+    assert verdicts["flood.p99.ms"] == "NOT met"  # < 50: strictly
+    assert verdicts["million.takeover.s"] == "met"  # 3.9 <= TTL 3 + 1
+    assert verdicts["memory.created"] == "not measured"
+    assert {g.verdict(figures, judged=False) for g in goals.GOALS if g.key in figures} == {NOT_JUDGED}
+    takeover = next(g for g in goals.GOALS if g.key == "million.takeover.s")
+    assert takeover.verdict({"million.takeover.s": 1.0}, judged=True) == "not measured"  # no TTL: no bound
+    assert takeover.goal_text(figures) == "<= TTL + 1 s = 4 s"
+    text = "\n".join(goals.lines(figures, {"tail.c1000.p99.ratio": (1.1, 1.9)}, judged=True))
+    assert "1.300x  1.100-1.900" in text and "NOT met (p99 40.0 ms)" in text
+    table = "\n".join(goals.markdown(figures, {}, judged=True))
+    marked = {m["key"]: float(m["value"].replace("_", "")) for m in readme.MARKER.finditer(table)}
+    assert marked == {k: v for k, v in figures.items() if k in {g.key for g in goals.GOALS}}
+    assert table.count("not measured") == 2 * (len(goals.GOALS) - len(marked))  # the value and the verdict
+
+
+def test_million_figures_take_the_measuring_functions_names() -> None:
+    result = {"takeover_seconds": 3.4, "lease_ttl": 3, "rss_bytes": 212_000_000, "sequences": 1_000_000}
+    assert million_figures(result) == {"million.takeover.s": 3.4, "million.lease_ttl.s": 3.0, "million.rss.mb": 212.0}
+    assert million_figures({"rss_mb": 99, "takeover_s": True}) == {"million.rss.mb": 99.0}  # a bool is no figure
+
+
+def test_load_warning_above_half_a_core_each() -> None:
+    assert load_warning(cores=2, load=1.0) is None
+    warning = load_warning(cores=2, load=1.5)
+    assert warning is not None and "1.50 is above 1 on 2 cores" in warning
 
 
 def test_last_json_takes_the_scripts_last_object_line() -> None:
@@ -174,8 +242,8 @@ def test_figures_table_carries_a_marker_per_measured_key_that_reads_back() -> No
     lines = readme.figures_table({"tail.c1000.p99.ratio": 2.134, "create.c32.rate": 4400.4})
     assert len(lines) == 2 + len(readme.KEYS)
     block = "\n".join(lines)
-    assert "| 2.134 <!-- bench: tail.c1000.p99.ratio 2.134 --> | <= 1.5 |" in block
-    assert "4,400 <!-- bench: create.c32.rate 4_400 --> | >= 20,000 |" in block
+    assert "| 2.134 <!-- bench: tail.c1000.p99.ratio 2.134 --> | <= 1.2x |" in block  # issue 27's goal
+    assert "4,400 <!-- bench: create.c32.rate 4_400 --> |  |" in block
     assert block.count("not measured") == len(readme.KEYS) - 2
 
 
@@ -208,9 +276,14 @@ def test_slot_map_routes_every_slot_to_its_primary() -> None:
 def test_cluster_report_says_what_bounds_the_gain_and_gives_the_ratios() -> None:
     report = ClusterReport(cores=2, load=(1.0, 2.0, 3.0), nodes=3, groups=3, processes=2, clients=50,
                            keyspace=10_000, rounds=3, seconds=1.0,
-                           rows=[ClusterRow(1, 40_000, 50_000), ClusterRow(16, 200_000, 300_000),
+                           rows=[ClusterRow(1, 40_000, 50_000, False, 0.8, 1.0, 30_000, 0.5),
+                                 ClusterRow(16, 200_000, 300_000),
                                  ClusterRow(16, 200_000, 500_000, per_primary=True)])  # fmt: skip
     text = "\n".join(report.lines())
+    # INCR/s per core used beside the ratio: 40,000 / 0.8, 50,000 / 1.0, redis-server 30,000 / 0.5
+    assert "50,000 (0.80), 50,000 (1.00), 60,000 (0.50)" in text
+    assert report.rows[0].projected == 4 * 50_000 / 60_000
+    assert "projected at -P 1 on 4 cores for the nodes" in text and "= 3.33x one redis-server (goal >= 1.5x" in text
     assert "cluster INCR -c 50 -P 16 " in text and "1.50" in text and "1.25" in text
     assert "cluster INCR -c 50 -P 16, client per primary" in text and "2.50" in text
     assert "2-core machine the load generator (2 processes) and the 3 nodes share the cores" in text
@@ -218,8 +291,9 @@ def test_cluster_report_says_what_bounds_the_gain_and_gives_the_ratios() -> None
         "cluster.p1.groups_ratio": 1.25,
         "cluster.p16.groups_ratio": 1.5,
         "cluster.p16.per_primary.groups_ratio": 2.5,
+        "cluster.p1.projected4": 4 * 50_000 / 60_000,
     }
-    assert set(report.figures()) == set(readme.CLUSTER_KEYS)
+    assert set(report.figures()) == set(readme.CLUSTER_KEYS) - {"cluster.p16.projected4"}  # no CPU figures at -P 16
     big = ClusterReport(cores=64, load=(0, 0, 0), nodes=3, groups=3, processes=8, clients=50, keyspace=1, rounds=1,
                         seconds=1.0)  # fmt: skip
     assert "can have one of its own" in big.shared_cores()
@@ -241,14 +315,16 @@ def test_cluster_target_runs_alone_and_reports_every_field(tmp_path: Path, etcd_
     assert report["cores"] == os.cpu_count() and len(report["load"]) == 3
     assert (report["nodes"], report["groups"], report["clients"], report["keyspace"]) == (3, 3, 8, 1000)
     assert [(r["pipeline"], r["per_primary"]) for r in report["rows"]] == [(1, False), (16, True)]
-    assert all(r["rps_one"] > 0 and r["rps_n"] > 0 for r in report["rows"]), report  # load went through
+    assert all(r["rps_one"] > 0 and r["rps_n"] > 0 and r["rps_redis"] > 0 for r in report["rows"]), report
+    assert all(r["cores_one"] > 0 and r["cores_n"] > 0 and r["cores_redis"] > 0 for r in report["rows"]), report
     assert report["errors"] == {}, report  # every INCR went to its slot's primary
     assert set(report["layouts"]) == {"groups = 1", "groups = 3"}
     assert "groups = 3 / groups = 1 aggregate INCR/s at -P 1: " in out
     assert "groups = 3 / groups = 1 aggregate INCR/s at -P 16, client per primary: " in out
     assert "== cluster: aggregate INCR/s, 3 nodes on one etcd, groups = 1 vs groups = 3; " in out
     assert ("share the cores" if (os.cpu_count() or 1) < 5 else "one of its own") in out
-    assert "== summary" not in out and "redis-server" not in out  # the cluster alone: no other target ran
+    assert "INCR/s per core used: groups = 1 " in out and "projected at -P 1 on 4 cores" in out
+    assert "== summary" not in out and "== goals" not in out  # the cluster alone: no single-server section ran
     assert png.with_name("bench-cluster.png").read_bytes().startswith(b"\x89PNG")
     assert not png.exists()  # no single-server chart without single-server runs
 
@@ -269,5 +345,5 @@ def test_a_quick_run_judges_no_goal(tmp_path: Path) -> None:
     args = ["--quick", "--only", "redis,sqlite", "--no-timestamp", "--no-client", "--no-tail", "--no-create"]
     out = run_bench([*args, "--no-memory", "--no-cluster", "--png", str(tmp_path / "bench.png")], 120)
     assert f"figures are {NOT_JUDGED}" in out, out
-    assert "(bar >= 0.8: not judged" in out and "below off: not judged" in out, out
+    assert "(goal >= 1.1: not judged" in out and "below off: not judged" in out, out
     assert "NOT met" not in out and ": met)" not in out, out

@@ -12,8 +12,16 @@ is split by primary (`--cluster-pipelines`, as a cluster client's pipeline), and
 of `--cluster-per-primary` (default 16), also run with each client on one primary and its batches
 never split (redis-benchmark `--cluster`'s way): the difference is what splitting costs.
 
+Cores: each run also reads the CPU time (utime + stime, /proc) of each side's server processes
+before and after it; cores used = CPU seconds / the run's seconds, and the per-core efficiency is
+the aggregate INCR/s / cores used. The same load also runs against one redis-server (same ACL user,
+every key on it: one range of all slots), alternating with the clusters, so that its INCR/s per
+core, the most one redis-server makes on its one command thread, is the denominator of the
+projection to a machine with cores for the nodes (`ClusterRow.projected`, docs/performance.md).
+
 The report (`measured.ClusterReport`): per pipeline depth the median aggregate INCR/s of each
-cluster and their ratio, the machine's cores and load, each cluster's slot ranges and primaries,
+cluster and their ratio, the cores used and INCR/s per core of each side, the projection, the
+machine's cores and load, each cluster's slot ranges and primaries,
 a note when a cluster does not have the layout asked (e.g. a build where `--groups` has no
 effect), and the sentence saying that on a machine with fewer cores than nodes + generator
 processes the gain is bounded by the generator. Never asserts a speed.
@@ -24,14 +32,16 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import statistics
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from march_harness.bench import readme
-from march_harness.bench.clusterload import LoadSpec, prefill, run_load
+from march_harness.bench.clusterload import LoadSpec, SlotRange, prefill, run_load
+from march_harness.bench.creation import cpu_seconds
 from march_harness.bench.measured import ClusterReport, ClusterRow, Measured, Setting, machine_line
 from march_harness.bench.redisbench import INCR, Run
 from march_harness.bench.targets import PASSWORD, USER, ClusterTarget, Targets
@@ -40,6 +50,22 @@ ONE, MANY = "cluster-1", "cluster-n"  # the two clusters' names (targets' and th
 TITLE = "cluster INCR"
 TITLE_PER_PRIMARY = "cluster INCR, client per primary"
 GROUPS = 3  # N: one group per node of the 3-node cluster, each node the primary of one
+REDIS = "redis"  # the reference side: one redis-server under the same load
+ALL_SLOTS = (0, 16383)
+
+
+@dataclass
+class Side:
+    """What one run loads: a cluster or the redis-server, its slot map and its server processes."""
+
+    name: str
+    label: str
+    ranges: list[SlotRange]
+    pids: list[int]
+
+
+def _cluster_side(c: ClusterTarget) -> Side:
+    return Side(c.name, c.label, c.ranges, [n.pid for n in c.cluster.nodes])
 
 
 def add_options(ap: argparse.ArgumentParser) -> None:
@@ -100,6 +126,9 @@ def run(args: argparse.Namespace, targets: Targets) -> tuple[list[Measured], Clu
         flush=True,
     )
     clusters = targets.start_clusters({ONE: 1, MANY: a.cluster_groups}, a.cluster_nodes)
+    redis = targets.started.get(REDIS) or targets.start(REDIS)
+    sides = [_cluster_side(c) for c in clusters]
+    sides.append(Side(REDIS, redis.label, [SlotRange(*ALL_SLOTS, "127.0.0.1", redis.port)], [redis.server.pid]))
     base = LoadSpec(a.cluster_processes, a.cluster_clients, 1, a.cluster_seconds, a.cluster_keyspace, USER, PASSWORD)
     report = ClusterReport(
         cores=os.cpu_count() or 1, load=os.getloadavg(), nodes=a.cluster_nodes, groups=a.cluster_groups,
@@ -114,40 +143,55 @@ def run(args: argparse.Namespace, targets: Targets) -> tuple[list[Measured], Clu
         if refused:
             raise SystemExit(f"{c.label}: error replies while creating the keys: {refused}")
         print(f"  {c.label}: primaries {c.layout()}{'; ' + c.note if c.note else ''}", flush=True)
+    refused = prefill(sides[-1].ranges, base)
+    if refused:
+        raise SystemExit(f"{redis.label}: error replies while creating the keys: {refused}")
     results = []
     errors: Counter[str] = Counter()
     settings = [(p, False) for p in a.cluster_pipelines] + [(p, True) for p in a.cluster_per_primary]
     for p, per_primary in settings:
         title = TITLE_PER_PRIMARY if per_primary else TITLE
-        m = _measure(Setting(title, a.cluster_clients, p, {c.name: INCR for c in clusters}, a.cluster_keyspace),
-                     clusters, replace(base, pipeline=p, per_primary=per_primary), a.rounds, errors)  # fmt: skip
+        # per_primary with one redis-server is the plain load: every client on the one primary
+        m, cores = _measure(Setting(title, a.cluster_clients, p, {s.name: INCR for s in sides}, a.cluster_keyspace),
+                            sides, replace(base, pipeline=p, per_primary=per_primary), a.rounds, errors)  # fmt: skip
         results.append(m)
-        row = ClusterRow(p, m.median(ONE).rps, m.median(MANY).rps, per_primary)
+        row = ClusterRow(p, m.median(ONE).rps, m.median(MANY).rps, per_primary, cores[ONE], cores[MANY],
+                         m.median(REDIS).rps, cores[REDIS])  # fmt: skip
         report.rows.append(row)
         ratio = f"groups = {a.cluster_groups} / groups = 1 aggregate INCR/s at {row.label}: {row.ratio:.2f}"
-        print(f"  {ratio}", flush=True)
+        per_core = (
+            f"INCR/s per core used: groups = 1 {row.per_core_one:,.0f} ({row.cores_one:.2f} cores), "
+            f"groups = {a.cluster_groups} {row.per_core_n:,.0f} ({row.cores_n:.2f} cores), "
+            f"redis-server {row.per_core_redis:,.0f} ({row.cores_redis:.2f} cores)"
+        )
+        print(f"  {ratio}; {per_core}", flush=True)
     report.errors = dict(errors)
     report.load = os.getloadavg()
     return results, report
 
 
 def _measure(
-    setting: Setting, clusters: list[ClusterTarget], spec: LoadSpec, rounds: int, errors: Counter[str]
-) -> Measured:
-    runs: dict[str, list[Run]] = {c.name: [] for c in clusters}
+    setting: Setting, sides: list[Side], spec: LoadSpec, rounds: int, errors: Counter[str]
+) -> tuple[Measured, dict[str, float]]:
+    """``rounds`` rounds alternating between the sides; the Measured and each side's median cores used."""
+    runs: dict[str, list[Run]] = {s.name: [] for s in sides}
+    cores: dict[str, list[float]] = {s.name: [] for s in sides}
     ok: dict[str, int] = dict.fromkeys(runs, 0)
     for r in range(rounds):
-        for c in clusters if r % 2 == 0 else clusters[::-1]:
-            res = run_load(c.ranges, spec)
-            runs[c.name].append(Run(res.rps, res.p50, res.p99, res.p999, res.max))
-            ok[c.name] += res.ok
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            cpu = sum(cpu_seconds(pid) for pid in side.pids)
+            res = run_load(side.ranges, spec)
+            cpu = sum(cpu_seconds(pid) for pid in side.pids) - cpu
+            runs[side.name].append(Run(res.rps, res.p50, res.p99, res.p999, res.max))
+            cores[side.name].append(cpu / res.seconds if res.seconds else 0.0)
+            ok[side.name] += res.ok
             errors.update(res.errors)
     m = Measured(setting, {n: ok[n] // max(1, rounds) for n in runs}, runs)  # requests: replies per round
-    _print_block(m, clusters)
-    return m
+    _print_block(m, sides)
+    return m, {n: statistics.median(c) for n, c in cores.items()}
 
 
-def _print_block(m: Measured, clusters: list[ClusterTarget]) -> None:
+def _print_block(m: Measured, clusters: list[Side]) -> None:
     s = m.setting
     print(f"\n{s.label}: median of {len(next(iter(m.runs.values())))} rounds", flush=False)
     print(f"  {'cluster':<26}{'replies':>12}{'INCR/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>9}   rounds (INCR/s)")
