@@ -199,7 +199,7 @@ def million_figures(result: dict[str, object]) -> dict[str, float]:
     out = {}
     for key, names, scale in (
         ("million.takeover.s", ("takeover_seconds", "takeover_s"), 1.0),
-        ("million.lease_ttl.s", ("lease_ttl", "lease_ttl_seconds", "ttl"), 1.0),
+        ("million.lease_ttl.s", ("lease_ttl", "lease_ttl_seconds", "ttl", "ttl_s"), 1.0),
         ("million.rss.mb", ("rss_mb",), 1.0),
         ("million.rss.mb", ("rss_bytes",), 1 / 1e6),
     ):
