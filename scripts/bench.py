@@ -120,13 +120,13 @@ EXISTING = ("INCR", "old:__rand_int__")  # with -r EXISTING_KEYSPACE: names the 
 EXISTING_KEYSPACE = 1000  # few enough that a calibration probe (>= 2,000 requests) and a warm-up create them all
 FLOOD_REQUESTS, FLOOD_QUICK_REQUESTS = 500, 50  # new keys timed per round (p99 of 500: the 5th slowest)
 FLOOD_QUICK_SEQUENCES = 2000  # names the flood lists in a --quick run (the row's own: 20,000)
-MILLION_MODULE = "march_harness.bench.million"  # measure(workdir) -> dict: takeover and RSS of a 1 M node
+MILLION_MODULE = "march_harness.bench.million"  # measure(base=workdir) -> dict: takeover and RSS of a 1 M node
 MILLION_TIMEOUT = 1800  # seconds: a 1,000,000-sequence node's creation, restart and takeover on a busy box
 MILLION_SCRIPT = """
 import json, sys
 from pathlib import Path
 from march_harness.bench.million import measure
-print(json.dumps(measure(Path(sys.argv[1]))))
+print(json.dumps(measure(base=Path(sys.argv[1]))))
 """
 CREATE_REQUESTS, CREATE_QUICK_REQUESTS = 100_000, 10_000  # for march_harness.bench.creation
 CREATE_KEYSPACE = 10**9  # -r is read as a 32-bit int: 10**12 wraps (one key); 1e9: ~0.05% repeats per 500 K
