@@ -27,6 +27,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from march import build
 from march import log as march_log
 from march.app import App
 from march.cluster.links import link_tls
@@ -138,8 +139,16 @@ async def _open(app: App, node: Node, peers: Connections, ports: Ports) -> None:
     ports.servers.append(server)
     app.port = server.sockets[0].getsockname()[1]
     log.info(
-        "March %s ready to accept connections on %s:%d (store: %s)", VERSION, config.bind, app.port, node.store.name
+        "March %s ready to accept connections on %s:%d (store: %s, build: %s)",
+        VERSION,
+        config.bind,
+        app.port,
+        node.store.name,
+        build.summary(),
     )
+    if not build.compiled:  # once per start: the per-read path runs interpreted (docs/compiled.md)
+        level = logging.INFO if build.chosen_pure() else logging.WARNING
+        log.log(level, "the per-read path runs as pure Python: %s", build.reason)
     if config.tls_port:
         context = tls_context(config)
         handshake = min(HANDSHAKE_TIMEOUT, config.timeout or HANDSHAKE_TIMEOUT)

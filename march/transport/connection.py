@@ -82,8 +82,9 @@ class Connections(InputBudget):
 # writing, closing), each step a few lines over the same state (its transport, client, flow, backlog);
 # what could stand apart already does (flow control, timing, MONITOR, waiting requests, lanes), and the
 # rest split in two would hand that state back and forth on the path every request takes.
-class Connection(asyncio.Protocol):
-    """One client's connection (see the module docstring)."""
+class Connection:
+    """One client's connection (see the module docstring): an asyncio protocol by its methods (no base
+    class, so that it compiles to a C-level class: docs/compiled.md)."""
 
     def __init__(
         self,
@@ -166,6 +167,9 @@ class Connection(asyncio.Protocol):
             self.waiting.cancel()
         if self.lanes is not None:
             self.lanes.close()
+
+    def eof_received(self) -> bool | None:  # the client closed its side: close ours (asyncio.Protocol's default)
+        return None
 
     def pause_writing(self) -> None:  # (the transport's buffer passed HIGH_WATER: ``Backpressure``)
         self.flow.pause()
