@@ -29,9 +29,10 @@ cdef class Connection:
 
     cpdef data_received(self, data)
     cpdef object table(self)
-    @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, alike=Py_ssize_t, stall=bint, args=list)
+    @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, alike=Py_ssize_t, stall=bint, args=list, turn=Py_ssize_t)
     cpdef run(self, requests, Py_ssize_t start, Py_ssize_t same_until=*, list out=*)
     cpdef answered(self, list args, ids, list out)
     cpdef object called(self, result)
     cpdef settle(self)
+    cpdef next_turn(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out)
     cpdef read_done(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out, bint stall)

@@ -17,6 +17,7 @@ cdef class Backpressure:
     cpdef pause(self)
     cpdef resume(self)
     cpdef go_on(self)
+    cpdef pass_turn(self, requests, Py_ssize_t at, Py_ssize_t same_until)
     cpdef then(self, requests, Py_ssize_t at, Py_ssize_t same_until, bytes reply=*)
 
 
