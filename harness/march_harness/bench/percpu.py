@@ -18,8 +18,8 @@ floor of a parse), ``baseline`` (the Python baseline's ``data_received``). Which
 ``cpu``: redis-server, the Python baseline, March compiled and March as pure Python (single node,
 SQLite, default settings), warmed, then ``redis-benchmark -t incr -c C -P P`` against each in turn,
 the order reversed every other round; a server's CPU (``utime + stime`` from ``/proc/<pid>/stat``)
-over its run divided by its requests. Medians and spread per setting, the load average, one JSON
-line at the end.
+over its run divided by its requests, its requests per second and p99. Medians and spread per
+setting, the load average, one JSON line at the end.
 
 Never asserts anything about speed: it measures and prints. Every process it starts is stopped;
 everything it sends goes to 127.0.0.1.
@@ -207,18 +207,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK  # fields 14 and 15 of proc(5), after "pid (comm)"
 
 
-def benchmark(port: int, clients: int, pipeline: int, requests: int) -> float:
-    """Run redis-benchmark -t incr against 127.0.0.1:``port``; its requests per second."""
+def benchmark(port: int, clients: int, pipeline: int, requests: int) -> tuple[float, float]:
+    """Run redis-benchmark -t incr against 127.0.0.1:``port``: its requests per second and p99 (ms)."""
     argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", "incr", "-c", str(clients)]
-    argv += ["-P", str(pipeline), "-n", str(requests), "-q"]
+    argv += ["-P", str(pipeline), "-n", str(requests), "--csv"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout
-    line = out.replace("\r", "\n").strip().splitlines()[-1]  # "INCR: 123456.79 requests per second, p50=..."
-    return float(line.split(":", 1)[1].split("requests per second")[0])
+    row = out.strip().splitlines()[-1].replace('"', "").split(",")  # INCR,rps,avg,min,p50,p95,p99,max
+    return float(row[1]), float(row[6])
 
 
 def cpu_per_request(rounds: int, settings: list[tuple[int, int, int]]) -> dict[str, object]:
     """``settings``: (clients, pipeline, requests). Prints a table per setting; returns everything."""
-    results: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    results: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="percpu-") as tmp:
         base = Path(tmp)
         servers: dict[str, _Process] = {
@@ -240,15 +240,18 @@ def cpu_per_request(rounds: int, settings: list[tuple[int, int, int]]) -> dict[s
                     order = list(servers.items()) if r % 2 == 0 else list(reversed(servers.items()))
                     for name, s in order:
                         before = cpu_seconds(s.pid)
-                        rps = benchmark(s.port, clients, pipeline, n)
-                        results[key][name].append(((cpu_seconds(s.pid) - before) / n * 1e6, rps))
+                        rps, p99 = benchmark(s.port, clients, pipeline, n)
+                        results[key][name].append(((cpu_seconds(s.pid) - before) / n * 1e6, rps, p99))
                     print(f"{key} round {r + 1}: load {os.getloadavg()[0]:.1f}", flush=True)
                 print(f"\nredis-benchmark -t incr {key} -n {n}, {rounds} rounds")
-                print(f"{'server':16} {'CPU µs/request (median, min-max)':34} {'requests/s (median)':>20}")
+                print(
+                    f"{'server':16} {'CPU µs/request (median, min-max)':34} {'requests/s (median)':>20} {'p99 ms':>8}"
+                )
                 for name, runs in results[key].items():
-                    cpu = [c for c, _ in runs]
+                    cpu = [c for c, _, _ in runs]
                     spread = f"{statistics.median(cpu):8.2f} ({min(cpu):.2f}-{max(cpu):.2f})"
-                    print(f"{name:16} {spread:34} {statistics.median(r for _, r in runs):>20,.0f}")
+                    rps = statistics.median(r for _, r, _ in runs)
+                    print(f"{name:16} {spread:34} {rps:>20,.0f} {statistics.median(p for _, _, p in runs):>8.2f}")
                 print(flush=True)
         finally:
             for s in servers.values():
