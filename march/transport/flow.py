@@ -37,12 +37,14 @@ HIGH_WATER = 256 << 10  # a client's unsent replies past this: its requests wait
 KEEP = 0  # go on (the replies may have been written)
 STALL = 1  # written, and the transport is full: the rest of the read waits for it to drain
 DROP = 2  # they would pass max_output_buffer: close the client, unwritten
-# Requests one connection runs per turn of the event loop before the rest of its read waits for its
-# next turn. Redis reads at most 16 KiB per client per event (about 1,000 of the smallest requests);
-# 256 keeps a turn of 20 flooding connections near 5 ms here, so a request that needs three turns
-# (read, store write, reply) is answered in tens of ms, and costs a pipelined read of INCRs (answered
-# in runs) nothing measurable. A run of identical requests answered by one call counts as one.
-TURN_REQUESTS = 64
+# Calls one connection makes per turn of the event loop before the rest of its read waits for its
+# next turn (a run of identical requests answered by one call counts as one). A new key's INCR needs
+# about three turns (read, store write, reply); under 20 connections pipelining DBSIZE / SCAN by
+# 5,000 (tests/transport/test_fair_under_floods.py) its p50 / p99 was 63 / 135 ms at 256, 17 / 33-80
+# ms at 64, 10 / 24-56 ms at 32. The price: a pipeline deeper than 32 writes its replies and yields
+# every 32 requests (PING by 1,000: 2.1 µs of CPU a request against 1.8 without the budget); reads of
+# up to 32 requests (-P 16) never reach it.
+TURN_REQUESTS = 32
 
 
 class Configured(Protocol):
