@@ -13,6 +13,11 @@
 #   MARCH_OFFLINE=1   install only from docker/wheels (pip --no-index): for machines that reach no
 #                     package index. Fill docker/wheels first (docs/deploy.md).
 #   MARCH_PIP_OPTIONS more pip options (e.g. --index-url of your own mirror)
+#   MARCH_COMPILE=0   do not compile the per-read path (docs/compiled.md): March runs as Python.
+#                     By default the build stage installs a C compiler (apt) if it has none and
+#                     compiles it with Cython (a build requirement: offline, docker/wheels needs a
+#                     Cython wheel); if no compiler can be had, March is built as Python only and
+#                     says so at start. The final stage holds the compiled modules, no compiler.
 # A package index behind a TLS proxy with a private CA: pass the CA bundle as the build secret
 # `pip_ca` (docker build --secret id=pip_ca,src=/path/ca.crt; podman the same). pip uses it only when
 # given; without it pip keeps its own default trust. It is mounted for that one RUN, never stored in
@@ -24,8 +29,20 @@ ARG BASE=${MARCH_BASE_IMAGE:-python:${PYTHON_VERSION}-slim}
 FROM ${BASE} AS build
 ARG MARCH_OFFLINE=
 ARG MARCH_PIP_OPTIONS=
+ARG MARCH_COMPILE=1
+# A C compiler (and Python's headers where the base lacks them) for the per-read path, when none is
+# there; failing that, March is built as Python only (setup.py says so, and March at start).
+RUN set -eu; \
+    if [ "$MARCH_COMPILE" = 1 ] && ! command -v cc >/dev/null 2>&1; then \
+        headers=""; \
+        python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+            || headers=python3-dev; \
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+              gcc libc6-dev $headers >/dev/null && rm -rf /var/lib/apt/lists/*; } \
+            || echo "march: no C compiler could be installed: building Python only"; \
+    fi
 COPY docker/wheels/ /tmp/wheels/
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml setup.py README.md /src/
 COPY march/ /src/march/
 # --no-build-isolation is not used: pip builds the wheel in an isolated environment with the build
 # backend (setuptools) from the index, or from /tmp/wheels offline.
@@ -35,9 +52,11 @@ RUN --mount=type=secret,id=pip_ca,required=false \
     offline=""; \
     if [ -n "$MARCH_OFFLINE" ]; then offline="--no-index"; fi; \
     python3 -m venv /opt/march; \
+    if [ "$MARCH_COMPILE" != 1 ]; then export MARCH_NO_COMPILE=1; fi; \
     /opt/march/bin/pip install --no-cache-dir --disable-pip-version-check --find-links /tmp/wheels \
         $offline $MARCH_PIP_OPTIONS /src; \
-    /opt/march/bin/march --version
+    /opt/march/bin/march --version; \
+    cd / && /opt/march/bin/python -c 'from march import build; print("march build:", build.summary(), build.reason)'
 
 # The final stage copies only the venv: the source, the wheels and pip's leftovers stay behind.
 FROM ${BASE}

@@ -17,4 +17,9 @@
 - ``store/``: durable state behind one interface (sqlite embedded; etcd).
 - ``etcd/``: the etcd interface, key paths, the gRPC client.
 - ``clock``: injected time (real, or moved by tests).
+- ``build``: which build of the per-read path runs, compiled (Cython) or the same ``.py`` files.
 """
+
+from march import build as _build
+
+_build.install()  # before any module of the per-read path is imported: compiled, or the .py files

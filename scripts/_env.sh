@@ -42,6 +42,23 @@ march_venv() {
     fi
 }
 
+march_build() {
+    # The compiled per-read path (docs/compiled.md): `setup.py build_ext --inplace` when its sources
+    # changed since the last build or attempt (a no-op otherwise, and when the build is current). Without
+    # a C compiler the attempt fails quietly and March runs as Python, which it says once at start and
+    # in INFO server; scripts/build tries again. MARCH_NO_COMPILE=1 skips it.
+    [ "${MARCH_NO_COMPILE:-0}" = "0" ] || return 0
+    local stamp="$VENV/.march-built" want
+    want="$(cd / && MARCH_PURE_PYTHON= "$PY" -c 'from march import build; print(build.fingerprint(), build.compiled)')"
+    if [ "${1:-}" != "--force" ] && { [ "$(cat "$stamp" 2>/dev/null)" = "${want% *}" ] || [ "${want#* }" = True ]; }; then
+        return 0
+    fi
+    echo "scripts: compiling the per-read path (setup.py build_ext --inplace; log in $VENV/march-build.log)" >&2
+    "$PY" setup.py build_ext --inplace >"$VENV/march-build.log" 2>&1 || true
+    echo "${want% *}" >"$stamp"
+    (cd / && MARCH_PURE_PYTHON= "$PY" -c 'from march import build; build.compiled or print("scripts: the per-read path runs as Python:", build.reason)') >&2
+}
+
 march_postgres() {
     # PostgreSQL server binaries (initdb, postgres) for the client's ORM tests, which start their own
     # throwaway cluster; the apt package puts them under /usr/lib/postgresql/<version>/bin.

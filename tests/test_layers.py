@@ -61,6 +61,7 @@ FLOORS: Floors = [
         "leaves",
         (
             "march",
+            "march.build",
             "march.clock",
             "march.config",
             "march.errors",

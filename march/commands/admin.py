@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from march import errors
+from march import build, errors
 from march.commands.args import Args
 from march.commands.table import (
     COMMANDS,
@@ -492,6 +492,7 @@ def _server(client: Client, count: int | None) -> dict[str, Any]:
     return {
         "redis_version": REDIS_COMPAT_VERSION,
         "march_version": VERSION,
+        "march_build": build.summary(),  # compiled, or pure-python (docs/compiled.md)
         "redis_mode": "cluster" if app.cluster else "standalone",
         "os": f"{platform.system()} {platform.release()} {platform.machine()}",
         "arch_bits": 64,

@@ -51,7 +51,7 @@ from march.errors import Rejected
 from march.resp import RequestParser, encode, encode_error
 from march.stats.counters import error_kind
 from march.transport.feed import MonitorFeed
-from march.transport.flow import DROP, STALL, Backpressure, InputBudget, Intake, Stalled
+from march.transport.flow import DROP, STALL, TURN_REQUESTS, Backpressure, InputBudget, Intake, Stalled
 from march.transport.timing import RequestTimer
 from march.transport.waiting import Lanes, Relays, Waiting, repeats
 
@@ -82,8 +82,9 @@ class Connections(InputBudget):
 # writing, closing), each step a few lines over the same state (its transport, client, flow, backlog);
 # what could stand apart already does (flow control, timing, MONITOR, waiting requests, lanes), and the
 # rest split in two would hand that state back and forth on the path every request takes.
-class Connection(asyncio.Protocol):
-    """One client's connection (see the module docstring)."""
+class Connection:
+    """One client's connection (see the module docstring): an asyncio protocol by its methods (no base
+    class, so that it compiles to a C-level class: docs/compiled.md)."""
 
     def __init__(
         self,
@@ -167,6 +168,9 @@ class Connection(asyncio.Protocol):
         if self.lanes is not None:
             self.lanes.close()
 
+    def eof_received(self) -> bool | None:  # the client closed its side: close ours (asyncio.Protocol's default)
+        return None
+
     def pause_writing(self) -> None:  # (the transport's buffer passed HIGH_WATER: ``Backpressure``)
         self.flow.pause()
 
@@ -228,6 +232,8 @@ class Connection(asyncio.Protocol):
         together, as many at a time as the command can; the run is found once (``same_until``, kept
         across waits, says how far ``requests`` is known to repeat): no request is compared twice.
         ``out``: replies already made for this read (a waited request's), written with the rest.
+        At most ``TURN_REQUESTS`` calls a turn of the event loop: the rest waits for the next
+        (``next_turn``), so one connection's deep pipeline never holds the others up for long.
         """
         if self.lanes is not None:  # another node's proven link: every request is on a lane
             return self.lanes.run(requests, start)
@@ -235,10 +241,14 @@ class Connection(asyncio.Protocol):
         if out is None:
             out = []
         n, i, alike, stall = len(requests), start, 0, False  # alike: requests answered in runs of identical ones
+        turn = TURN_REQUESTS  # calls left to this connection in this turn of the event loop
         skipped: list[int] | None = None  # requests refused before they ran, or queued: no call, as in Redis
         relays: Relays | None = None  # requests forwarded to another node: their replies' places in ``out``
         began = _perf_ns()  # the read's requests answered at once share its time (``RequestTimer``)
         while i < n:
+            turn -= 1
+            if turn < 0:  # its share of this turn is spent: the rest on its next turn (``next_turn``)
+                break
             args = requests[i]
             i += 1
             if monitors:
@@ -290,6 +300,8 @@ class Connection(asyncio.Protocol):
         self.timer.read(requests, start, i, _perf_ns() - began, alike, skipped)
         if relays is not None:  # the replies are written once the relayed ones are in
             return Waiting(None, requests[i - 1], requests, i, _perf_ns(), same_until, relays).start(self)
+        if turn < 0 and not client.close_after:
+            return self.next_turn(requests, i, same_until, out)
         self.read_done(requests, i, same_until, out, stall)
 
     def answered(self, args: list[bytes], ids: range, out: list[bytes]) -> None:
@@ -335,6 +347,16 @@ class Connection(asyncio.Protocol):
             else:
                 requests, self.backlog = self.backlog, []
                 self.run(requests, 0)
+
+    def next_turn(self, requests: list[list[bytes]], i: int, same_until: int, out: list[bytes]) -> None:
+        """The requests before ``i`` are answered in ``out`` and this connection's share of the turn is
+        spent: write them, and run the rest on its next turn (``Backpressure.pass_turn``)."""
+        flow = self.flow
+        wrote = bool(out)
+        flow.write(out)
+        if wrote and flow.paused and flow.over_limit():
+            return self.drop("unread replies over max_output_buffer")
+        flow.pass_turn(requests, i, same_until)
 
     def error_reply(self, exc: Exception, args: list[bytes]) -> bytes:
         """The reply for a request that raised (a bug costs one reply, never the server), counted."""

@@ -20,7 +20,7 @@ import logging
 import socket
 import ssl
 import time
-from typing import Any
+from typing import Any, cast
 
 from march import log as march_log
 from march.app import App
@@ -38,6 +38,12 @@ _ACCEPT_PAUSE = 1.0  # seconds the TLS port stops accepting when the process is 
 _BACKLOG = 100  # connections the kernel queues before they are accepted (asyncio's create_server default)
 
 
+def as_protocol(conn: Connection) -> asyncio.Protocol:
+    """``conn`` as asyncio takes it: a protocol by its methods, not by its base class (a compiled
+    ``Connection`` has none: docs/compiled.md)."""
+    return cast(asyncio.Protocol, conn)
+
+
 class ListenError(Exception):
     """The listening socket could not be opened (port in use, bad address)."""
 
@@ -47,7 +53,7 @@ async def listen(app: App, peers: Connections, bind: str, port: int, forwarding:
     forwarding port, whose clients get keys served elsewhere forwarded, never MOVED)."""
     try:
         return await asyncio.get_running_loop().create_server(
-            lambda: Connection(app, peers, forwarding=forwarding), bind, port, reuse_address=True
+            lambda: as_protocol(Connection(app, peers, forwarding=forwarding)), bind, port, reuse_address=True
         )
     except OSError as exc:
         raise ListenError(f"cannot listen on {bind}:{port}: {exc}") from exc
@@ -128,7 +134,7 @@ class TlsListener:
     async def handshake(self, sock: socket.socket, conn: Connection) -> None:
         try:
             await self.loop.connect_accepted_socket(
-                lambda: conn, sock, ssl=self.context, ssl_handshake_timeout=self.handshake_timeout
+                lambda: as_protocol(conn), sock, ssl=self.context, ssl_handshake_timeout=self.handshake_timeout
             )
         except (Exception, asyncio.CancelledError) as exc:  # a failed handshake is the client's, not the server's
             log.debug("TLS handshake from %s failed: %r", addr_of(_peername(sock)), exc)

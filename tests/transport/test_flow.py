@@ -185,6 +185,29 @@ async def test_a_busy_connection_does_not_run_stalled_requests_when_the_transpor
     assert pair.owner.runs == [] and pair.flow.stalled is not None
 
 
+@on_uvloop
+async def test_a_spent_turn_runs_the_rest_of_the_read_on_the_next_turn_with_reading_paused(pair: Pair) -> None:
+    requests = [[b"PING"]] * 3
+    pair.flow.pass_turn(requests, 1, 0)
+    assert pair.flow.stalled == Stalled(requests, 1, 0) and not pair.flow.transport.is_reading()  # type: ignore[attr-defined]
+    assert pair.owner.runs == []  # not in this turn: the other connections' reads come first
+    await asyncio.sleep(0)
+    assert pair.owner.runs == [(requests, 1, 0)] and pair.flow.stalled is None
+    assert pair.flow.transport.is_reading()  # type: ignore[attr-defined]
+
+
+@on_uvloop
+async def test_a_spent_turn_waits_for_unsent_replies_to_drain_if_they_passed_the_mark(pair: Pair) -> None:
+    requests = [[b"PING"]] * 3
+    pair.flow.paused = True  # (pause_writing came: the client does not read)
+    pair.flow.pass_turn(requests, 2, 0)
+    await asyncio.sleep(0)
+    assert pair.owner.runs == [] and pair.flow.stalled == Stalled(requests, 2, 0)
+    pair.flow.resume()  # (resume_writing: they drained)
+    await asyncio.sleep(0)
+    assert pair.owner.runs == [(requests, 2, 0)] and pair.flow.stalled is None
+
+
 class Holding:
     """A connection's input as the budget sees it."""
 

@@ -1,0 +1,50 @@
+# Cython declarations for march/resp.py (docs/compiled.md): the parser as a C-level class. Types
+# only; the code is march/resp.py, which also runs as it is when not compiled.
+cimport cython
+
+
+cdef class ExactParser:
+    cdef public object _args
+    cdef public Py_ssize_t _left
+    cdef public Py_ssize_t _blen
+    cdef public bytearray _part
+    cdef public Py_ssize_t _held
+    cdef public object _inline
+    cdef public Py_ssize_t _seen
+    cdef public bint _strict
+    cdef public bint _auth_seen
+    cdef public str _provisional
+    cdef public bint _slow
+    cdef public Py_ssize_t _max_args
+    cdef public Py_ssize_t _max_bulk
+    cdef public Py_ssize_t _max_inline
+    cdef public Py_ssize_t _max_held
+    cdef public Py_ssize_t held
+
+    cpdef object feed(self, data)
+    cpdef _set_slow(self)
+    @cython.locals(pos=Py_ssize_t, n=Py_ssize_t, old=Py_ssize_t, nl=Py_ssize_t, stop=Py_ssize_t)
+    cpdef _parse(self, data, list requests, bint handoff)
+    @cython.locals(left=Py_ssize_t, blen=Py_ssize_t, strict=bint, nl=Py_ssize_t, args=list)
+    cpdef Py_ssize_t _advance(self, buf, Py_ssize_t pos, Py_ssize_t end, list requests) except? -1
+    cpdef _check_held(self)
+    @cython.locals(n=Py_ssize_t, max_inline=Py_ssize_t, nl=Py_ssize_t)
+    cpdef Py_ssize_t _inline_lines(self, data, Py_ssize_t pos, list requests) except? -1
+    cpdef _inline_request(self, line, list requests)
+
+
+cdef class RequestParser(ExactParser):
+    cdef public object _last_data
+    cdef public object _last_req
+    cdef public Py_ssize_t _pending
+    cdef public object _reader
+    cdef public object _ridx
+    cdef public object _source
+    cdef public object _type0
+
+    @cython.locals(requests=list, plain=bint)
+    cpdef object feed(self, data)
+    cpdef bint _at_boundary(self) except -1
+    cpdef bytes _take_over(self)
+    cpdef _feed_exact(self, data, list requests)
+    cpdef discard(self)

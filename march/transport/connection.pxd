@@ -1,0 +1,38 @@
+# Cython declarations for march/transport/connection.py (docs/compiled.md). Types only; the code is
+# march/transport/connection.py.
+cimport cython
+
+from march.transport.flow cimport Backpressure, Intake
+from march.transport.timing cimport RequestTimer
+
+
+cdef class Connection:
+    cdef public object app
+    cdef public object peers
+    cdef public object tls
+    cdef public bint forwarding
+    cdef public bint admitted
+    cdef public object transport
+    cdef public object client
+    cdef public Backpressure flow
+    cdef public RequestTimer timer
+    cdef public object feed
+    cdef public Intake intake
+    cdef public bint deaf
+    cdef public bint busy
+    cdef public object waiting
+    cdef public list backlog
+    cdef public bint closing
+    cdef public bint plain
+    cdef public object lanes
+    cdef public dict monitors
+
+    cpdef data_received(self, data)
+    cpdef object table(self)
+    @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, alike=Py_ssize_t, stall=bint, args=list, turn=Py_ssize_t)
+    cpdef run(self, requests, Py_ssize_t start, Py_ssize_t same_until=*, list out=*)
+    cpdef answered(self, list args, ids, list out)
+    cpdef object called(self, result)
+    cpdef settle(self)
+    cpdef next_turn(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out)
+    cpdef read_done(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out, bint stall)
