@@ -240,6 +240,11 @@ class GeneratorState(abc.ABC):
         return self._ctx.policy
 
     @property
+    def lease(self) -> ServingTerm:
+        """The term this generator serves in (an ended one once retired)."""
+        return self._ctx.lease
+
+    @property
     def _clock(self) -> Monotonic:
         return self._ctx.clock
 
