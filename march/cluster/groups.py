@@ -306,6 +306,9 @@ class Keyspaces:
     def parked(self, key: bytes, n: int) -> int | Generator | None:
         return self._of(key).parked(key, n)
 
+    def take_new(self, key: bytes, n: int) -> Any:
+        return self._of(key).take_new(key, n)
+
     def take_from(self, gen: Generator, n: int) -> Any:
         return self._of(gen.key).take_from(gen, n)
 

@@ -86,7 +86,7 @@ def incr(client: Client, args: list[bytes]) -> Any:
     if gen is None:  # not in use: a row of the table (``march.keyspace.sequence_table``), or not active yet
         found = client.app.keyspace.parked(args[1], 1)
         if found is None:
-            return _take(client, args[1], 1)
+            return _new(client, args[1], 1)
         if isinstance(found, int):
             return found
         gen = found
@@ -111,12 +111,22 @@ def incrby(client: Client, args: list[bytes]) -> Any:
     if gen is None:
         found = client.app.keyspace.parked(args[1], n)
         if found is None:
-            return _take(client, args[1], n)
+            return _new(client, args[1], n)
         if isinstance(found, int):
             return found
         gen = found
     value = gen.take(n)
     return value if value is not None else gen.later(n)
+
+
+def _new(client: Client, key: bytes, n: int) -> Any:
+    """A key with no generator and no row: read or created by callbacks (``Keyspace.take_new``) for a
+    user who may create any name, else ``_take``."""
+    if client.user.unrestricted:
+        answer = client.app.keyspace.take_new(key, n)
+        if answer is not None:
+            return answer
+    return _take(client, key, n)
 
 
 async def _take(client: Client, key: bytes, n: int) -> int:

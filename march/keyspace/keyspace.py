@@ -359,7 +359,108 @@ class Keyspace(ActiveSequences):
         gen, _ = await self.create_or_get(key, start=1, settings={}, read=not absent)
         return gen
 
-    def _load_or_create(self, key: bytes) -> asyncio.Task[Generator] | None:
+    def take_new(self, key: bytes, n: int) -> asyncio.Future[int] | None:
+        """The INCR of a user who may create any name, on a key with no generator and no row: its
+        ``n`` IDs as a future, the key read or created with default settings in one store call
+        (``ensure``'s ``_load_or_create``) and everything after it run by callbacks, no task per
+        request (``Store.load_or_create_soon``: on SQLite the group commit's own future). None where
+        ``ensure`` keeps its other paths (see ``_load_or_create``; auto_create off, not serving, a
+        read or creation of the key under way): then the caller runs it as a coroutine.
+
+        Answered at most ``max_wait`` after it was asked (TRYAGAIN, the store call goes on and a
+        later request finds its result). The generator made from the record is shared with every
+        request for the key meanwhile (``_creating``) and goes to the table after the first ID
+        (``settle``), as in ``take_from``."""
+        state = self.state
+        term = state.term
+        config = self.config
+        if (
+            term is None
+            or not state.serving
+            or not config.auto_create
+            or len(key) > config.max_key_len
+            or key in self._creating
+            or key in self._loading
+            or key in self.generators
+            or key in self.table
+            or not self.census.room_for_one(len(self._creating))
+        ):
+            return None
+        record = SequenceRecord(key, "sequence", min(MAX_ID + 1, 1 + self.policies.default.min_batch), {})
+        stored = self.store.load_or_create_soon(record, term.guard)
+        loop = asyncio.get_running_loop()
+        made: asyncio.Future[Generator] = loop.create_future()
+        self._creating.put(key, made)
+        stored.add_done_callback(lambda f: self._made(f, made, record, term))
+        answer: asyncio.Future[int] = loop.create_future()
+        timer = loop.call_later(config.max_wait, _too_late, answer, key)
+        made.add_done_callback(lambda m: self._answer(m, answer, timer, n))
+        return answer
+
+    def _made(
+        self,
+        stored: asyncio.Future[tuple[SequenceRecord, bool]],
+        made: asyncio.Future[Generator],
+        record: SequenceRecord,
+        term: Term,
+    ) -> None:
+        """``take_new``'s store call is done: the generator of its record, or why there is none."""
+        try:
+            if stored.cancelled():
+                raise NotServing("the store call was cancelled")
+            found, created = stored.result()
+            self._check(term)
+            if created:
+                self.census.added(term)
+            gen = self.generators.get(record.key) or self._add(found, term, 1 if created else None)
+        except GuardFailed as exc:  # leadership is gone: the term ends, the request got nothing
+            term.lost(str(exc))
+            made.set_exception(NotServing(str(exc)))
+        except Exception as exc:
+            made.set_exception(exc)
+        else:
+            made.set_result(gen)
+
+    def _answer(
+        self, made: asyncio.Future[Generator], answer: asyncio.Future[int], timer: asyncio.TimerHandle, n: int
+    ) -> None:
+        """``take_new``'s generator is made: ``n`` IDs from it for ``answer``, then ``settle``."""
+        if answer.done():  # (timed out, or its client went away: the generator stays for the next)
+            return
+        timer.cancel()
+        failure = NotServing("the store call was cancelled") if made.cancelled() else made.exception()
+        if failure is not None:
+            answer.set_exception(failure)
+            return
+        gen = made.result()
+        current = self.generators.get(gen.key) or self._unpark(gen.key)  # (parked meanwhile: its row)
+        if current is not None:
+            gen = current
+        try:
+            value = gen.take(n)
+        except Exception as exc:
+            answer.set_exception(exc)
+            return
+        if value is not None:
+            answer.set_result(value)
+            self.settle(gen)
+            return
+        later = gen.later(n)  # (a range that cannot hold them: the generator's queue, one store write)
+
+        def hand(f: asyncio.Future[int], gen: Generator = gen) -> None:
+            if answer.done():
+                return
+            if f.cancelled():
+                answer.cancel()
+            elif (e := f.exception()) is not None:
+                answer.set_exception(e)
+            else:
+                answer.set_result(f.result())
+                self.settle(gen)
+
+        later.add_done_callback(hand)
+
+    def _load_or_create(self, key: bytes) -> asyncio.Future[Generator] | None:
         """The shared call that reads ``key``'s record or creates it with default settings, in one
         store call (``Store.load_or_create``); None where the two steps are kept (a read already
         under way, a name too long to exist, ``max_sequences`` near: a full keyspace still serves
@@ -561,6 +662,12 @@ class Keyspace(ActiveSequences):
         """DBSIZE: from memory while this term knows the count (no waiting), else ``count``."""
         known = self.census.known()
         return known if known is not None else self.count()
+
+
+def _too_late(answer: asyncio.Future[int], key: bytes) -> None:
+    """``take_new``'s answer after ``max_wait``: TRYAGAIN (it got no ID; the store call goes on)."""
+    if not answer.done():
+        answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
 
 
 def _altered(
