@@ -306,6 +306,9 @@ class Keyspaces:
     def parked(self, key: bytes, n: int) -> int | Generator | None:
         return self._of(key).parked(key, n)
 
+    def row(self, key: bytes) -> tuple[int, int] | None:
+        return self._of(key).row(key)
+
     def take_new(self, key: bytes, n: int) -> Any:
         return self._of(key).take_new(key, n)
 

@@ -201,6 +201,10 @@ class ActiveSequences:
         value = self.table.take(key, n)
         return value if value is not None else self._unpark(key)
 
+    def row(self, key: bytes) -> tuple[int, int] | None:
+        """``key``'s row in the table, ``(next, ceiling)``, if it has one (GET reads its watermark there)."""
+        return self.table.peek(key)
+
     def _unpark(self, key: bytes) -> Generator | None:
         """``key``'s generator made from its row (which is removed), or None if it has none."""
         row = self.table.pop(key)
@@ -448,12 +452,13 @@ class Keyspace(ActiveSequences):
         later = gen.later(n)  # (a range that cannot hold them: the generator's queue, one store write)
 
         def hand(f: asyncio.Future[int], gen: Generator = gen) -> None:
+            failure = None if f.cancelled() else f.exception()  # (retrieved even if nobody waits now)
             if answer.done():
                 return
             if f.cancelled():
                 answer.cancel()
-            elif (e := f.exception()) is not None:
-                answer.set_exception(e)
+            elif failure is not None:
+                answer.set_exception(failure)
             else:
                 answer.set_result(f.result())
                 self.settle(gen)

@@ -50,7 +50,10 @@ def test_a_plain_sequence_not_in_use_is_a_row_and_goes_on_without_a_gap(march_fa
         assert [c.call("INCR", "plain") for _ in range(3)] == [1, 2, 3]  # created, then a row at once
         info = sequences_info(c)
         assert (info["active_sequences"], info["parked_sequences"], info["ids_issued"]) == ("0", "1", "3")
-        assert c.call("GET", "plain") == b"3"  # read: a generator again, made from the row
+        assert c.call("GET", "plain") == b"3"  # read where it is: still a row
+        assert sequences_info(c)["parked_sequences"] == "1"
+        flat = c.call("SEQ.INFO", "plain")  # SEQ.INFO: a generator again, made from the row
+        assert dict(zip(flat[::2], flat[1::2], strict=True))[b"next"] == 4
         info = sequences_info(c)
         assert (info["active_sequences"], info["parked_sequences"]) == ("1", "0")
 

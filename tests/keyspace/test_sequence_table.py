@@ -153,6 +153,10 @@ async def _run(plan: list[Op]) -> None:
             assert len(set(got)) == len(got), f"a repeated ID: {sorted(got)}"
             check(key, sorted(got))
         elif kind == "get":
+            row = ks.row(key)  # GET on a row reads it where it is: W >= every ID so far, every later one > W
+            if row is not None:
+                assert row[0] - 1 >= last.get(key, 0), (row, last.get(key))
+                last[key] = row[0] - 1
             gen = await ks.activate(key)
             if gen is not None:
                 assert gen.watermark() >= last.get(key, 0)
