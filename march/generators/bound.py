@@ -109,7 +109,7 @@ class Context:
 
     def with_policy(self, policy: BatchPolicy) -> Context:
         """This context with ``policy``: the same object for every generator that has it."""
-        if policy == self.policy:
+        if policy is self.policy or policy == self.policy:  # (``is``: the common case, no field compare)
             return self
         ctx = self.variants.get(policy)
         if ctx is None:
