@@ -303,6 +303,18 @@ class Keyspaces:
     def ensure(self, key: bytes) -> Any:
         return self._of(key).ensure(key)
 
+    def parked(self, key: bytes, n: int) -> int | Generator | None:
+        return self._of(key).parked(key, n)
+
+    def row(self, key: bytes) -> tuple[int, int] | None:
+        return self._of(key).row(key)
+
+    def take_new(self, key: bytes, n: int) -> Any:
+        return self._of(key).take_new(key, n)
+
+    def take_from(self, gen: Generator, n: int) -> Any:
+        return self._of(gen.key).take_from(gen, n)
+
     def create(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
         return self._of(key).create(key, *args, **kwargs)
 

@@ -635,11 +635,13 @@ def _sequences(client: Client, count: int | None) -> dict[str, Any]:
     gens = list(app.keyspace.generators.values())
     return {
         "sequences": count if count is not None else "?",
-        "active_sequences": len(gens),
-        "ids_issued": sum(g.issued for g in gens),
+        "active_sequences": len(gens),  # with a generator: in use
+        "parked_sequences": sum(len(g.keyspace.table) for g in app.groups),  # rows of the table: not in use
+        "ids_issued": sum(g.issued for g in gens) + sum(g.keyspace.table.issued for g in app.groups),
         "waits": sum(g.waits for g in gens),
         "wait_timeouts": sum(g.wait_timeouts for g in gens),
-        "idle_dropped": sum(g.keyspace.idle.dropped for g in app.groups),  # idle sequences gone from memory
+        "idle_dropped": sum(g.keyspace.idle.dropped for g in app.groups),  # idle generators gone from memory
+        "idle_parked": sum(g.keyspace.idle.parked for g in app.groups),  # of which kept as rows of the table
         "auto_create": "yes" if app.config.auto_create else "no",
         "min_batch": app.config.min_batch,
         "max_batch": app.config.max_batch,

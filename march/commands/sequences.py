@@ -83,10 +83,15 @@ def incr_run(client: Client, args: list[bytes], count: int) -> range | None:
 )
 def incr(client: Client, args: list[bytes]) -> Any:
     gen = client.generators.get(args[1])
-    if gen is not None:
-        value = gen.take(1)
-        return value if value is not None else gen.later(1)
-    return _take(client, args[1], 1)
+    if gen is None:  # not in use: a row of the table (``march.keyspace.sequence_table``), or not active yet
+        found = client.app.keyspace.parked(args[1], 1)
+        if found is None:
+            return _new(client, args[1], 1)
+        if isinstance(found, int):
+            return found
+        gen = found
+    value = gen.take(1)
+    return value if value is not None else gen.later(1)
 
 
 @_hands_out_ids(
@@ -103,10 +108,25 @@ def incrby(client: Client, args: list[bytes]) -> Any:
     if n > client.app.config.max_incrby:
         raise CommandError(errors.INCRBY_TOO_LARGE.format(client.app.config.max_incrby))
     gen = client.generators.get(args[1])
-    if gen is not None:
-        value = gen.take(n)
-        return value if value is not None else gen.later(n)
-    return _take(client, args[1], n)
+    if gen is None:
+        found = client.app.keyspace.parked(args[1], n)
+        if found is None:
+            return _new(client, args[1], n)
+        if isinstance(found, int):
+            return found
+        gen = found
+    value = gen.take(n)
+    return value if value is not None else gen.later(n)
+
+
+def _new(client: Client, key: bytes, n: int) -> Any:
+    """A key with no generator and no row: read or created by callbacks (``Keyspace.take_new``) for a
+    user who may create any name, else ``_take``."""
+    if client.user.unrestricted:
+        answer = client.app.keyspace.take_new(key, n)
+        if answer is not None:
+            return answer
+    return _take(client, key, n)
 
 
 async def _take(client: Client, key: bytes, n: int) -> int:
@@ -116,7 +136,7 @@ async def _take(client: Client, key: bytes, n: int) -> int:
     if gen is None:
         may_create(client, key)
         gen = await keyspace.ensure(key)  # created (auto_create), or made meanwhile by someone else
-    return await gen.take_wait(n)
+    return await keyspace.take_from(gen, n)  # (then to the table if nothing is under way)
 
 
 @command(

@@ -109,7 +109,7 @@ class Context:
 
     def with_policy(self, policy: BatchPolicy) -> Context:
         """This context with ``policy``: the same object for every generator that has it."""
-        if policy == self.policy:
+        if policy is self.policy or policy == self.policy:  # (``is``: the common case, no field compare)
             return self
         ctx = self.variants.get(policy)
         if ctx is None:
@@ -238,6 +238,11 @@ class GeneratorState(abc.ABC):
     @property
     def _policy(self) -> BatchPolicy:
         return self._ctx.policy
+
+    @property
+    def lease(self) -> ServingTerm:
+        """The term this generator serves in (an ended one once retired)."""
+        return self._ctx.lease
 
     @property
     def _clock(self) -> Monotonic:

@@ -16,6 +16,9 @@ store). Invariant: every ID handed out is < ``ceiling`` and was handed out while
   Nothing is ever answered with an ID the store has not confirmed.
 - The store writes (one in flight, strictly increasing targets, ``GuardFailed`` ends the term,
   other failures back off) are ``DurableBound``'s, shared with timestamp sequences.
+- ``park()``: a generator with nothing under way hands its state (``next``, ``ceiling``) to the
+  keyspace's compact table (``march.keyspace.sequence_table``) and is retired; a generator made from a
+  row again starts at its ``next`` below its ``ceiling`` (``next_id``), exactly where it stopped.
 
 **Batch size** (between ``min_batch`` and ``max_batch``; steady state about one store write per
 ``batch_interval`` per busy key, whatever its rate):
@@ -44,7 +47,7 @@ from typing import Any
 from march import errors
 from march.config import MAX_ID
 from march.errors import CommandError
-from march.generators.bound import BatchPolicy, Context, DurableBound, NotServing, Queued, _Io
+from march.generators.bound import _NO_IO, BatchPolicy, Context, DurableBound, NotServing, Queued, _Io
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +222,18 @@ class SequenceGenerator(DurableBound):
         if floor + 1 > self._next:
             self._base += floor + 1 - self._next
             self._next = floor + 1
+
+    def park(self) -> tuple[int, int, int] | None:
+        """Leave this generator for two numbers in the keyspace's table (``march.keyspace.sequence_table``):
+        ``(next, ceiling, issued)`` if it may, else None. It may when it has no settings of its
+        own, no store write in flight, nobody waiting, no failure counted (``_io`` unused) and no
+        target above its ceiling: then ``ceiling`` is what the store holds and every ID handed out
+        is below ``next``. Its ``issued`` goes with it (the table counts it from here; this one
+        counts 0). The caller retires this generator at once (``retire``)."""
+        if self._write is not None or self._io is not _NO_IO or self.settings or self._target != self._ceiling:
+            return None
+        issued, self._base = self._next - self._base, self._next
+        return self._next, self._ceiling, issued
 
     def progress(self) -> int:
         return self._next

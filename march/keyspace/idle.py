@@ -1,6 +1,8 @@
 """Idle sequences give their memory back: ``sequence_idle_seconds`` after its last ID, a
-sequence's generator leaves memory; its next request reads its record again, like the first
-request after a restart.
+sequence's generator leaves memory. A plain sequence (no settings of its own) becomes a row of the
+keyspace's compact table (``park``: ``march.keyspace.sequence_table``, two numbers in one int, its range
+kept: no gap); any other's next request reads its record again, like the first request after a
+restart.
 
 **What is lost is a gap, never an ID.** A generator is dropped only while nothing is in flight for
 it: no store write (every write it started has landed or failed, so the store holds at least every
@@ -70,13 +72,16 @@ class IdleSweeper(Generic[G]):
         idle_seconds: Callable[[], float],
         may_drop: Callable[[bytes], bool],
         clock: Callable[[], float] = time.monotonic,
+        park: Callable[[G], bool] = lambda gen: False,
     ) -> None:
         self.generators = generators
         self.state = state
         self._idle_seconds = idle_seconds
         self._may_drop = may_drop
         self._clock = clock
+        self._park = park
         self.dropped = 0  # generators dropped since the start (INFO)
+        self.parked = 0  # of which kept as a row of the keyspace's table (INFO)
         self._term: Term | None = None
         self._task: asyncio.Task[None] | None = None
         self._ended: Context | None = None
@@ -123,10 +128,16 @@ class IdleSweeper(Generic[G]):
         elif gen.seen is None or gen.seen != progress:
             gen.seen = progress
         elif self.generators.get(gen.key) is gen and self._may_drop(gen.key):
+            if self._park(gen):
+                self.parked += 1
             del self.generators[gen.key]
-            assert self._ended is not None
-            gen.retire(self._ended)
+            self.retire(gen)
             self.dropped += 1
+
+    def retire(self, gen: G) -> None:
+        """``gen`` left ``generators`` (dropped, or kept as a row of the table): it serves no more."""
+        assert self._ended is not None  # (started with the term's first generator)
+        gen.retire(self._ended)
 
 
 def _never() -> bool:

@@ -36,10 +36,19 @@ must be stopped).
 no request ever runs ``COUNT(*)``. **Listing** (``keys``, ``scan``) reads a page at a time in
 slices and never queues in front of writes (``march.keyspace.listing``).
 
-**Memory.** A generator is what an active sequence costs (``march.generators.bound``: slots, one
-shared ``Context`` per term, about 250 bytes with its name and dict entry). Sequences idle for
-``sequence_idle_seconds`` leave memory (``march.keyspace.idle``: their unspent range becomes a gap; the
-next request reads the record again, as after a restart); INFO counts them (``idle_dropped``).
+**Memory: a generator only for a sequence in use.** A generator (``march.generators.bound``: slots,
+one shared ``Context`` per term, about 300 bytes with its name and dict entry) serves a sequence
+with a store write in flight, requests waiting, settings of its own, a timestamp kind, or one read
+lately (GET, SEQ.INFO, SET). Every other active sequence is a row of the compact table
+(``march.keyspace.sequence_table``: one packed int, about 140 bytes with its name): the INCR fast path
+takes from it (``parked``) until the row would need a store write, then the row becomes a
+generator again (``_unpark``). A request that had to wait for a read or a creation puts its
+sequence into the table right after its first ID when nothing is under way (``take_from``,
+``settle``): a new sequence, or one touched once after a restart, costs a row, not a generator.
+Generators idle for ``sequence_idle_seconds`` become rows too (``march.keyspace.idle``, ``_park``),
+or, for those that cannot (settings of their own, timestamps), leave memory (their unspent range
+becomes a gap; the next request reads the record again); INFO counts them (``idle_dropped``,
+``idle_parked``, ``parked_sequences``).
 
 **Settings** (``SEQ.ALTER``, ``alter``) change durably first (guarded, after the key's ceiling
 write in flight has landed), then on the live generator (``apply_settings``).
@@ -83,6 +92,7 @@ from march.keyspace.census import Census
 from march.keyspace.idle import IdleSweeper
 from march.keyspace.listing import PAGE, SLICE, Selection, sift
 from march.keyspace.policies import KINDS, Policies, readable_part, settings_problem
+from march.keyspace.sequence_table import SequenceTable
 from march.keyspace.serving import Change, Phase, ServingState, Term
 from march.keyspace.shared_calls import SharedCalls
 from march.keyspace.worker_ids import Workers
@@ -129,14 +139,15 @@ class ActiveSequences:
         self.clock = clock
         self._wall = wall
         self.wall_offset = 0.0  # seconds; moved only by DEBUG CLOCK-OFFSET
-        self.generators: dict[bytes, Generator] = {}  # active in the current term
+        self.generators: dict[bytes, Generator] = {}  # active in the current term, in use
+        self.table = SequenceTable()  # active in the current term, not in use: two numbers each
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
         self._absent: dict[bytes, Term] = {}  # keys read and found absent lately, and the term that read them
         self._loading: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
         self._creating: SharedCalls[Generator] = SharedCalls(lambda: self.config.max_wait)
         self.census = Census(store, state, lambda: self.config, clock)
         self.idle = IdleSweeper(
-            self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock
+            self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock, self._park
         )
         self.policies = Policies(config)
         self._ctx: Context | None = None  # the current term's, shared by its generators
@@ -151,6 +162,7 @@ class ActiveSequences:
         gens = list(self.generators.values())
         if change.phase is not Phase.STEPPING_DOWN:  # the term ended, or a new one begins
             self.generators.clear()  # in place: the hot path holds this dict
+            self.table.clear()  # (its rows' unspent ranges become gaps, as after a restart)
             self._absent.clear()
             self.idle.stop()  # (the next term's first generator starts another)
             self._retired = [g for g in (*self._retired, *gens) if g.write is not None]
@@ -178,11 +190,66 @@ class ActiveSequences:
 
     def get(self, key: bytes) -> Generator | None:
         """The key's generator if it is active in this term (no store read)."""
-        return self.generators.get(key)
+        return self.generators.get(key) or self._unpark(key)
+
+    # --- the table: sequences not in use, two numbers each (``march.keyspace.sequence_table``) ------------
+
+    def parked(self, key: bytes, n: int) -> int | Generator | None:
+        """The INCR fast path for a key without a generator: the last of ``n`` IDs from its row in
+        the table; or, when the row cannot hand them out without a store write (or the lease is not
+        valid), its generator, made from the row (the caller takes from it); None if it has no row."""
+        value = self.table.take(key, n)
+        return value if value is not None else self._unpark(key)
+
+    def row(self, key: bytes) -> tuple[int, int] | None:
+        """``key``'s row in the table, ``(next, ceiling)``, if it has one (GET reads its watermark there)."""
+        return self.table.peek(key)
+
+    def _unpark(self, key: bytes) -> Generator | None:
+        """``key``'s generator made from its row (which is removed), or None if it has none."""
+        row = self.table.pop(key)
+        if row is None:
+            return None
+        next_id, ceiling = row
+        term = self.state.term
+        assert term is not None  # (the table is emptied whenever a term ends)
+        return self._add(SequenceRecord(key, "sequence", ceiling), term, next_id)
+
+    def _park(self, gen: Generator) -> bool:
+        """Keep ``gen``'s sequence as a row instead (True), if it may (``SequenceGenerator.park``); the caller
+        removes and retires the generator. Only for the current term's own generators."""
+        if not isinstance(gen, SequenceGenerator) or self._ctx is None or gen.lease is not self.state.term:
+            return False
+        row = gen.park()
+        if row is None:
+            return False
+        next_id, ceiling, issued = row
+        self.table.put(gen.key, next_id, ceiling)
+        self.table.issued += issued
+        return True
+
+    def settle(self, gen: Generator) -> None:
+        """After a request's first take from a generator it just made or read (``take_from``): a
+        sequence with nothing under way goes to the table at once (most keys are asked once in a
+        while; a busy one comes back as a generator when its range runs low)."""
+        key = gen.key
+        if self.generators.get(key) is gen and self._may_drop(key) and self._park(gen):
+            del self.generators[key]
+            self.idle.retire(gen)
+
+    async def take_from(self, gen: Generator, n: int) -> int:
+        """``n`` IDs from the generator a request activated or created (the last one returned): from
+        the key's current one if ``gen`` was parked meanwhile; then ``settle``."""
+        current = self.generators.get(gen.key) or self._unpark(gen.key)
+        if current is not None:
+            gen = current
+        value = await gen.take_wait(n)
+        self.settle(gen)
+        return value
 
     async def activate(self, key: bytes) -> Generator | None:
         """The key's generator, reading its record if it is not active yet; None if there is no such sequence."""
-        gen = self.generators.get(key)
+        gen = self.generators.get(key) or self._unpark(key)
         if gen is not None:
             return gen
         term = self._term()
@@ -231,6 +298,7 @@ class ActiveSequences:
             gen = SequenceGenerator(record.key, record.ceiling, ctx, start)
         if record.settings:
             gen.settings = dict(record.settings)
+        self.table.pop(record.key)  # (a key is never both a row and a generator; normally it has no row)
         self.generators[record.key] = gen
         self._absent.pop(record.key, None)
         return gen
@@ -241,6 +309,8 @@ class ActiveSequences:
         if ctx is None or ctx.lease is not term:
             ctx = self._ctx = Context.of(self.store, term, self.clock, self.policies.default)
             self.idle.start(term, ctx)
+            self.table.valid = ctx.valid
+            self.table.low = ctx.policy.low
         return ctx
 
     def _may_drop(self, key: bytes) -> bool:
@@ -274,7 +344,7 @@ class Keyspace(ActiveSequences):
 
     async def ensure(self, key: bytes) -> Generator:
         """The generator for ``key``, created with default settings if auto_create is on."""
-        gen = self.generators.get(key)
+        gen = self.generators.get(key) or self._unpark(key)
         if gen is not None:
             return gen
         # A key just read and found absent (INCR reads it first) is not read again: this term is
@@ -293,7 +363,109 @@ class Keyspace(ActiveSequences):
         gen, _ = await self.create_or_get(key, start=1, settings={}, read=not absent)
         return gen
 
-    def _load_or_create(self, key: bytes) -> asyncio.Task[Generator] | None:
+    def take_new(self, key: bytes, n: int) -> asyncio.Future[int] | None:
+        """The INCR of a user who may create any name, on a key with no generator and no row: its
+        ``n`` IDs as a future, the key read or created with default settings in one store call
+        (``ensure``'s ``_load_or_create``) and everything after it run by callbacks, no task per
+        request (``Store.load_or_create_soon``: on SQLite the group commit's own future). None where
+        ``ensure`` keeps its other paths (see ``_load_or_create``; auto_create off, not serving, a
+        read or creation of the key under way): then the caller runs it as a coroutine.
+
+        Answered at most ``max_wait`` after it was asked (TRYAGAIN, the store call goes on and a
+        later request finds its result). The generator made from the record is shared with every
+        request for the key meanwhile (``_creating``) and goes to the table after the first ID
+        (``settle``), as in ``take_from``."""
+        state = self.state
+        term = state.term
+        config = self.config
+        if (
+            term is None
+            or not state.serving
+            or not config.auto_create
+            or len(key) > config.max_key_len
+            or key in self._creating
+            or key in self._loading
+            or key in self.generators
+            or key in self.table
+            or not self.census.room_for_one(len(self._creating))
+        ):
+            return None
+        record = SequenceRecord(key, "sequence", min(MAX_ID + 1, 1 + self.policies.default.min_batch), {})
+        stored = self.store.load_or_create_soon(record, term.guard)
+        loop = asyncio.get_running_loop()
+        made: asyncio.Future[Generator] = loop.create_future()
+        self._creating.put(key, made)
+        stored.add_done_callback(lambda f: self._made(f, made, record, term))
+        answer: asyncio.Future[int] = loop.create_future()
+        timer = loop.call_later(config.max_wait, _too_late, answer, key)
+        made.add_done_callback(lambda m: self._answer(m, answer, timer, n))
+        return answer
+
+    def _made(
+        self,
+        stored: asyncio.Future[tuple[SequenceRecord, bool]],
+        made: asyncio.Future[Generator],
+        record: SequenceRecord,
+        term: Term,
+    ) -> None:
+        """``take_new``'s store call is done: the generator of its record, or why there is none."""
+        try:
+            if stored.cancelled():
+                raise NotServing("the store call was cancelled")
+            found, created = stored.result()
+            self._check(term)
+            if created:
+                self.census.added(term)
+            gen = self.generators.get(record.key) or self._add(found, term, 1 if created else None)
+        except GuardFailed as exc:  # leadership is gone: the term ends, the request got nothing
+            term.lost(str(exc))
+            made.set_exception(NotServing(str(exc)))
+        except Exception as exc:
+            made.set_exception(exc)
+        else:
+            made.set_result(gen)
+
+    def _answer(
+        self, made: asyncio.Future[Generator], answer: asyncio.Future[int], timer: asyncio.TimerHandle, n: int
+    ) -> None:
+        """``take_new``'s generator is made: ``n`` IDs from it for ``answer``, then ``settle``."""
+        if answer.done():  # (timed out, or its client went away: the generator stays for the next)
+            return
+        timer.cancel()
+        failure = NotServing("the store call was cancelled") if made.cancelled() else made.exception()
+        if failure is not None:
+            answer.set_exception(failure)
+            return
+        gen = made.result()
+        current = self.generators.get(gen.key) or self._unpark(gen.key)  # (parked meanwhile: its row)
+        if current is not None:
+            gen = current
+        try:
+            value = gen.take(n)
+        except Exception as exc:
+            answer.set_exception(exc)
+            return
+        if value is not None:
+            answer.set_result(value)
+            self.settle(gen)
+            return
+        later = gen.later(n)  # (a range that cannot hold them: the generator's queue, one store write)
+
+        def hand(f: asyncio.Future[int], gen: Generator = gen) -> None:
+            failure = None if f.cancelled() else f.exception()  # (retrieved even if nobody waits now)
+            if answer.done():
+                return
+            if f.cancelled():
+                answer.cancel()
+            elif failure is not None:
+                answer.set_exception(failure)
+            else:
+                answer.set_result(f.result())
+                self.settle(gen)
+
+        later.add_done_callback(hand)
+
+    def _load_or_create(self, key: bytes) -> asyncio.Future[Generator] | None:
         """The shared call that reads ``key``'s record or creates it with default settings, in one
         store call (``Store.load_or_create``); None where the two steps are kept (a read already
         under way, a name too long to exist, ``max_sequences`` near: a full keyspace still serves
@@ -403,6 +575,7 @@ class Keyspace(ActiveSequences):
         self.config = config
         self.workers.config = config  # worker_ttl, worker_margin: read at use time
         self.policies.reconfigure(config)
+        self.table.low = self.policies.default.low  # (the rows have the default policy)
         for gen in self.generators.values():
             self.policies.apply(gen)
 
@@ -494,6 +667,12 @@ class Keyspace(ActiveSequences):
         """DBSIZE: from memory while this term knows the count (no waiting), else ``count``."""
         known = self.census.known()
         return known if known is not None else self.count()
+
+
+def _too_late(answer: asyncio.Future[int], key: bytes) -> None:
+    """``take_new``'s answer after ``max_wait``: TRYAGAIN (it got no ID; the store call goes on)."""
+    if not answer.done():
+        answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
 
 
 def _altered(

@@ -20,7 +20,7 @@ T = TypeVar("T")
 class SharedCalls(Generic[T]):
     def __init__(self, max_wait: Callable[[], float]) -> None:
         self._max_wait = max_wait
-        self._running: dict[bytes, asyncio.Task[T]] = {}
+        self._running: dict[bytes, asyncio.Future[T]] = {}
 
     def __contains__(self, key: bytes) -> bool:
         return key in self._running
@@ -28,25 +28,29 @@ class SharedCalls(Generic[T]):
     def __len__(self) -> int:
         return len(self._running)
 
-    def get(self, key: bytes) -> asyncio.Task[T] | None:
+    def get(self, key: bytes) -> asyncio.Future[T] | None:
         return self._running.get(key)
 
-    def start(self, key: bytes, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    def start(self, key: bytes, work: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """Run ``work`` for ``key`` once, shared by every request for it until it is done."""
-        task = asyncio.get_running_loop().create_task(work)
-        running = self._running
-        running[key] = task
+        return self.put(key, asyncio.get_running_loop().create_task(work))
 
-        def done(t: asyncio.Task[T]) -> None:
+    def put(self, key: bytes, call: asyncio.Future[T]) -> asyncio.Future[T]:
+        """Share ``call`` (a task, or a future that callbacks complete) for ``key`` until it is done.
+        Its done-callback is the first: when the callers see it done, it is no longer shared."""
+        running = self._running
+        running[key] = call
+
+        def done(t: asyncio.Future[T]) -> None:
             if running.get(key) is t:
                 del running[key]
             if not t.cancelled():
                 t.exception()  # retrieved: each waiter re-raises it; nobody logs it as lost
 
-        task.add_done_callback(done)
-        return task
+        call.add_done_callback(done)
+        return call
 
-    async def wait(self, task: asyncio.Task[T], key: bytes) -> T:
+    async def wait(self, task: asyncio.Future[T], key: bytes) -> T:
         """Wait for a shared call at most ``max_wait`` (it goes on after a timeout)."""
         try:
             return await asyncio.wait_for(asyncio.shield(task), self._max_wait())

@@ -98,11 +98,15 @@ class MarchCollector(Collector):
             self._ids_total += gen.issued - before
         # (A generator loaded and dropped between two scrapes, a term shorter than the scrape
         # interval, is never seen: its IDs are missing here. Nothing is counted on the hot path.)
-        yield CounterMetricFamily("march_ids_issued", "IDs handed out by this node.", value=self._ids_total)
+        # Sequences without a generator (``march.keyspace.sequence_table``): the rows' IDs, and those of the
+        # generators that became rows (such a generator counts 0 from then on: seen above, its
+        # ``before`` is taken back here, where its whole count went).
+        from_rows = sum(g.keyspace.table.issued for g in app.groups)
+        yield CounterMetricFamily("march_ids_issued", "IDs handed out by this node.", value=self._ids_total + from_rows)
         yield GaugeMetricFamily(
             "march_sequences_active",
             "Sequences active in the current term (loaded since it began).",
-            value=len(current),
+            value=len(current) + sum(len(g.keyspace.table) for g in app.groups),  # (with a generator, or a row)
         )
         top = GaugeMetricFamily(
             "march_sequence_ids_issued",
@@ -257,6 +261,7 @@ def _commands(app: App) -> Iterator[Metric]:
 def _headroom(app: App, current: list[Any]) -> Iterator[Metric]:
     """How close this node is to a hard limit: the ID maximum, the timestamp lead cap, the worker ids."""
     ceiling = max((g.durable_ceiling for g in current if isinstance(g, SequenceGenerator)), default=0)
+    ceiling = max(ceiling, *(g.keyspace.table.top for g in app.groups))  # (and the rows': ``sequence_table``)
     yield GaugeMetricFamily(
         "march_sequence_ceiling_ratio_max",
         "The highest durable ceiling of an active counter sequence, as a fraction of the ID maximum (2**63-1).",

@@ -74,13 +74,18 @@ class Batcher(Generic[T, R]):
         self._sending = False  # (serial) a chunk is with the store: the calls made meanwhile wait for it
 
     async def __call__(self, item: T) -> R:
+        return await self.submit(item)
+
+    def submit(self, item: T) -> asyncio.Future[R]:
+        """The future of ``item``'s result (``__call__`` without a coroutine: a caller may chain a
+        callback on it and cost no task)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[R] = loop.create_future()
         self._pending.append((item, fut))
         if not self._scheduled and not self._sending:  # (while sending: sent when the store returns)
             self._scheduled = True
             loop.call_soon(self._flush)
-        return await fut
+        return fut
 
     def _flush(self) -> None:
         self._scheduled = False

@@ -265,6 +265,12 @@ class Store(abc.ABC):
             raise StoreError(f"sequence {record.key!r} was neither created nor found")
         return loaded, False
 
+    def load_or_create_soon(self, record: SequenceRecord, guard: Guard) -> asyncio.Future[tuple[SequenceRecord, bool]]:
+        """``load_or_create`` as a future (an auto-creating INCR chains a callback on it instead of
+        running a task per request). The default runs it in a task; SQLite hands out its group
+        commit's own future."""
+        return asyncio.ensure_future(self.load_or_create(record, guard))
+
     @abc.abstractmethod
     async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:
         """Store ``ceiling`` for ``key`` iff the guard holds, the key exists and ``ceiling`` > the stored one.

@@ -460,6 +460,9 @@ class SqliteStore(SqliteFile):
     async def load_or_create(self, record: SequenceRecord, guard: Guard) -> tuple[SequenceRecord, bool]:
         return await self._finds(record)
 
+    def load_or_create_soon(self, record: SequenceRecord, guard: Guard) -> asyncio.Future[tuple[SequenceRecord, bool]]:
+        return self._finds.submit(record)  # (no task: the group commit's own future for this record)
+
     async def _load_or_create_batch(self, records: list[SequenceRecord]) -> Sequence[tuple[SequenceRecord, bool]]:
         results = await self._write_all(_select_or_insert, records)
         self._count += sum(1 for _, created in results if created)

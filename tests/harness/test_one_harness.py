@@ -57,6 +57,7 @@ PROCESS_NAMES = {
     "ok",
     "refused",
     "subprocess",
+    "million",  # march_harness.bench.million: an etcd and two nodes
 }
 PROCESS_FIXTURES = {
     "march_server",

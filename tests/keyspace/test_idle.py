@@ -1,5 +1,6 @@
 """Unit tests of ``march.keyspace.idle`` on a real ``Keyspace`` (memory store): a sequence idle across two
-visits of the sweep leaves memory and its next ID is above every earlier one; a dropped generator
+visits of the sweep leaves its generator for a row of the keyspace's table and goes on where it was
+(one with settings of its own leaves memory, and its next ID is above every earlier one); a dropped generator
 hands out nothing; a sequence with a store write in flight or a waiting request stays; a pass over
 many generators takes turns with other work (sliced). The process-level test is
 ``tests/keyspace/test_idle_server.py``."""
@@ -31,15 +32,30 @@ async def sweep(ks: Keyspace) -> None:
     await ks.idle._pass(term)
 
 
-async def test_an_idle_sequence_leaves_memory_and_continues_above_every_earlier_id() -> None:
+async def test_an_idle_sequence_leaves_its_generator_for_a_row_and_continues_where_it_was() -> None:
     store = MemoryStore()
     ks = keyspace(store)
     gen = await ks.ensure(b"a")
     ids = [await gen.take_wait(1) for _ in range(15)]  # past the first range: one extension landed
     await sweep(ks)
-    assert ks.get(b"a") is gen  # first visit: noted
+    assert ks.generators.get(b"a") is gen  # first visit: noted
     await sweep(ks)
-    assert ks.get(b"a") is None and ks.idle.dropped == 1
+    assert b"a" not in ks.generators and b"a" in ks.table and (ks.idle.dropped, ks.idle.parked) == (1, 1)
+    assert gen.take(1) is None and gen.take_run(3) is None  # a stale reference hands out nothing
+    assert ks.parked(b"a", 1) == max(ids) + 1  # the row goes on from the range it kept (no gap)
+    again = await ks.activate(b"a")  # read by a command: a generator again, made from the row
+    assert again is not None and again is not gen and b"a" not in ks.table
+    assert await again.take_wait(1) == max(ids) + 2
+
+
+async def test_an_idle_sequence_with_settings_of_its_own_leaves_memory_and_continues_above() -> None:
+    store = MemoryStore()
+    ks = keyspace(store)
+    gen = await ks.create(b"a", start=1, settings={"min_batch": 20})
+    ids = [await gen.take_wait(1) for _ in range(25)]
+    await sweep(ks)
+    await sweep(ks)
+    assert ks.get(b"a") is None and b"a" not in ks.table and (ks.idle.dropped, ks.idle.parked) == (1, 0)
     assert gen.take(1) is None and gen.take_run(3) is None  # a stale reference hands out nothing
     again = await ks.activate(b"a")
     assert again is not None and again is not gen
