@@ -17,7 +17,8 @@ node back and drawing again), on the PyPI podman-compose because it has `--profi
 run `--quick`: the same build through compose, bring-up, IDs, kill -9 of a primary and IDs after it,
 without those extras. The three runs overlap: the full one starts first, and the quick ones as soon
 as it has built its image (so their builds find podman's layer cache warm, as they did one after
-the other), each with a project, ports, a tag and a log of its own; only bounded waits, no speed
+the other, and copy its wheelhouse: MARCH_COMPOSE_WHEELS), each with a project, ports, a tag and a
+log of its own; only bounded waits, no speed
 asserted, so the overlap costs nothing but wall time saved (about 100 s of the 3.5 minutes the
 three took one after the other). The online build (a `podman build` of its own, pip fetching from
 the index) is left to scripts/compose-check by hand: with changed code it costs a minute of downloads.
@@ -91,6 +92,7 @@ class Run:
     tool: str
     quick: bool
     log: Path
+    wheels: Path  # the wheelhouse the runs share (MARCH_COMPOSE_WHEELS): the first fills it
     project: str = field(default_factory=lambda: f"march-test-{uuid.uuid4().hex[:8]}")
     proc: subprocess.Popen[bytes] | None = None
     out: IO[bytes] | None = None
@@ -100,7 +102,12 @@ class Run:
     def start(self) -> None:
         # No online build here: it is a `podman build` of its own (not compose's path), and with
         # changed code it costs a minute of pip downloads; scripts/compose-check by hand does it.
-        env = {**os.environ, "MARCH_COMPOSE_PROJECT": self.project, "MARCH_COMPOSE_ONLINE": "0"}
+        env = {
+            **os.environ,
+            "MARCH_COMPOSE_PROJECT": self.project,
+            "MARCH_COMPOSE_ONLINE": "0",
+            "MARCH_COMPOSE_WHEELS": str(self.wheels),
+        }
         self.out = self.log.open("wb")  # a file, not a pipe: nobody reads while the runs overlap
         self.proc = subprocess.Popen(
             [str(SCRIPT), "--tool", self.tool, *(["--quick"] if self.quick else [])],
@@ -156,7 +163,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         if item.nodeid.startswith(here) and hasattr(item, "callspec") and "tool" in item.callspec.params
     }
     logs = tmp_path_factory.mktemp("compose")
-    started = {tool: Run(tool, quick, logs / f"{tool}.log") for tool, quick in TOOLS if tool in chosen}
+    started = {tool: Run(tool, quick, logs / f"{tool}.log", logs / "wheels") for tool, quick in TOOLS if tool in chosen}
     try:
         first, *rest = started.values()
         first.start()
