@@ -16,7 +16,7 @@ run is the full check (the monitoring profile's Prometheus scraping the three no
 node back and drawing again), on the PyPI podman-compose because it has `--profile`; the other two
 run `--quick`: the same build through compose, bring-up, IDs, kill -9 of a primary and IDs after it,
 without those extras. The three runs overlap: the full one starts first, and the quick ones as soon
-as it has built its image (so their builds find podman's layer cache warm, as they did one after
+as compose has built its image (so their builds find podman's layer cache warm, as they did one after
 the other, and copy its wheelhouse: MARCH_COMPOSE_WHEELS), each with a project, ports, a tag and a
 log of its own; only bounded waits, no speed
 asserted, so the overlap costs nothing but wall time saved (about 100 s of the 3.5 minutes the
@@ -124,7 +124,11 @@ class Run:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def built_or_ended(self) -> bool:
-        return self.proc is None or self.proc.poll() is not None or BUILT in self.text()
+        """Compose has built the run's image (before it creates the containers), or the run ended."""
+        if self.proc is None or self.proc.poll() is not None or BUILT in self.text():
+            return True
+        image = f"localhost/march:check-{self.project}"
+        return subprocess.run(["podman", "image", "exists", image], timeout=60, check=False).returncode == 0
 
     def finish(self) -> tuple[int, str]:
         """Wait for the run (until its deadline), then take its project down: (exit status, output)."""
@@ -167,7 +171,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     try:
         first, *rest = started.values()
         first.start()
-        wait_until(first.built_or_ended, timeout=RUN_TIMEOUT, interval=0.5, message=f"{first.tool} building")
+        wait_until(first.built_or_ended, timeout=RUN_TIMEOUT, interval=1.0, message=f"{first.tool} building")
         for run in rest:
             run.start()
         yield started
