@@ -40,11 +40,14 @@ _missing_redis_tools() {
 }
 _missing_postgres() { compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || echo postgresql; }
 _missing_node() { { command -v node && command -v npm; } >/dev/null 2>&1 || echo nodejs npm; }
-_missing_clients() {  # installed without recommends
-    local pkg
-    for pkg in golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev \
-        golang-github-fzambia-sentinel-dev ruby ruby-redis php-cli php-redis libhiredis-dev gcc pkg-config; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"
+_missing_clients() {  # installed without recommends; one dpkg-query for all
+    local want=(golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev
+        golang-github-fzambia-sentinel-dev ruby ruby-redis php-cli php-redis libhiredis-dev gcc pkg-config)
+    local installed pkg
+    installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${want[@]}" 2>/dev/null |
+        awk -F= '$2 ~ /ok installed$/ {print $1}' | tr '\n' ' ')"
+    for pkg in "${want[@]}"; do
+        [[ "$installed" == *" $pkg "* ]] || echo "$pkg"
     done
 }
 _missing_prometheus() {  # installed without recommends
