@@ -20,8 +20,9 @@ as compose has built its image (so their builds find podman's layer cache warm, 
 after the other, and copy its wheelhouse: MARCH_COMPOSE_WHEELS), each with a project, ports, a tag
 and a log of its own. The script's waits are all bounded and it asserts no speed, so the overlap
 changes nothing the runs prove; it takes the three from 2.5 to 3.5 minutes one after the other to
-1 to 2.5 (the machine's load decides). The online build (a `podman build` of its own, pip fetching from the index) is left to
-scripts/compose-check by hand: with changed code it costs a minute of downloads.
+1 to 2.5 (the machine's load decides). The online build (a `podman build` of its own, pip fetching
+from the index) is left to scripts/compose-check by hand: with changed code it costs a minute of
+downloads.
 
 The script takes the project down on every exit; the test also removes whatever carries the
 project's label, in a finally, and checks that nothing of it is left. scripts/test installs podman
