@@ -206,6 +206,7 @@ class DrillEnv:
         rounds: int | None = None,
         groups: int = 1,
         netns: bool = False,
+        flap_seconds: float | None = None,
     ) -> None:
         self.base = base
         # Real partitions (``march_harness.netns``): etcd and each node in a network namespace of its own.
@@ -222,6 +223,7 @@ class DrillEnv:
         self.sequences, self.name_len = sequences, name_len  # for the takeover drill
         self.seeded: list[str] = []  # its sequences, seeded once for every repetition
         self.rounds = rounds  # for the race drills (None: RACE_ROUNDS) and ``sigterm`` (None: SIGTERM_ROUNDS)
+        self.flap_seconds = FLAP_SECONDS if flap_seconds is None else flap_seconds  # for ``partition-flap``
         self.proxies: dict[str, TcpProxy] = {}
         self._cluster: MarchCluster | None = None
 
@@ -736,10 +738,11 @@ def _leading(env: DrillEnv, fallback: ClusterNode) -> ClusterNode:
 
 
 def drill_partition_flap(env: DrillEnv, rep: int = 0) -> DrillResult:
-    """Flapping: for ``FLAP_SECONDS`` the primary (the node leading the most groups, found again
-    before each cut) is cut from etcd for 2-4 s, then healed for 0.3-1 s, again and again, under
-    load; then healed for good. Every group is faulted at some point: each group's longest gap
-    between IDs must stay within TTL + 1 s, with no duplicate and no order violation."""
+    """Flapping: for ``env.flap_seconds`` (default ``FLAP_SECONDS``) the primary (the node leading
+    the most groups, found again before each cut) is cut from etcd for 2-4 s, then healed for
+    0.3-1 s, again and again, under load; then healed for good. Every group is faulted at some
+    point: each group's longest gap between IDs must stay within TTL + 1 s, with no duplicate and
+    no order violation."""
     c, ttl = env.cluster, env.lease_ttl
     assert env.lab is not None, "this drill needs DrillEnv(netns=True)"
     r = DrillResult(
@@ -751,8 +754,8 @@ def drill_partition_flap(env: DrillEnv, rep: int = 0) -> DrillResult:
     cuts: list[str] = []
     with r.stage(), env.load(r) as load:
         load.wait_ops(env.warmup_ops)
-        fault_at = r.mark(f"flapping for {FLAP_SECONDS:.0f}s")
-        end = time.monotonic() + FLAP_SECONDS
+        fault_at = r.mark(f"flapping for {env.flap_seconds:.0f}s")
+        end = time.monotonic() + env.flap_seconds
         try:
             while time.monotonic() < end:
                 victim = _leading(env, victim)

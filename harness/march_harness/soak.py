@@ -84,6 +84,7 @@ class SoakConfig:
     scrapers: int = 4
     mget_keys: int = 5_000
     kill: bool = True
+    rss_settle: float = 5.0  # seconds of RSS samples once the abusers are gone (a figure, never a verdict)
 
     @classmethod
     def short(cls) -> SoakConfig:
@@ -790,7 +791,7 @@ def run_soak(base: Path, etcd: EtcdCluster, cfg: SoakConfig, say: Callable[[str]
             report.abusers = parent_end.recv()
         child.join(30)
         # Memory once the abusers are gone: every node, a moment after their connections closed.
-        end_at = time.monotonic() + 5
+        end_at = time.monotonic() + cfg.rss_settle
         while time.monotonic() < end_at:
             sampler.sample()
             time.sleep(RSS_PERIOD)  # sampling a figure over a fixed settle time, not synchronisation

@@ -11,7 +11,9 @@ within TTL + 1 s (with MARCH_DRILL_SLACK, as the other drills: a loaded 2-core m
 benchmark; scripts/drill judges the bars strictly). Cut from etcd only, the old primary must send
 clients on with MOVED once its lease has ended, and ``redis-cli -c`` connected to it must get an ID.
 The flapping case runs with three groups, where a node back from the partition used to be handed a
-group it could not take over (tests/cluster/test_groups_sim.py shows that case deterministically).
+group it could not take over (tests/cluster/test_groups_sim.py shows that case deterministically),
+for FLAP_SECONDS: about five cut-and-heal rounds, each group faulted at least once (scripts/drill
+flaps 30 s).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from march_harness.netns import NetLab, unavailable
 
 TTL = 2  # seconds of lease: the shortest march accepts
 SLACK = env_float("MARCH_DRILL_SLACK", 2.0)
+# Five rounds or so of a 2-4 s cut and a 0.3-1 s heal: the primary cut again soon after it rejoined,
+# with three groups to hand over each time (30 s, scripts/drill's, adds rounds of the same states).
+FLAP_SECONDS = 18.0
 
 pytestmark = [
     pytest.mark.e2e,
@@ -67,4 +72,4 @@ def test_partition_drills(cluster_env: Callable[..., DrillEnv]) -> None:
 
 
 def test_flapping_partition(cluster_env: Callable[..., DrillEnv]) -> None:
-    run(cluster_env(netns=True, lease_ttl=TTL, groups=3), "partition-flap")
+    run(cluster_env(netns=True, lease_ttl=TTL, groups=3, flap_seconds=FLAP_SECONDS), "partition-flap")
