@@ -120,7 +120,7 @@ def incrby(client: Client, args: list[bytes]) -> Any:
 
 
 def _new(client: Client, key: bytes, n: int) -> Any:
-    """A key with no generator and no row: read or created by callbacks (``Keyspace.take_new``) for a
+    """A key with no generator and no row: read or created by callbacks (``Creations.take_new``) for a
     user who may create any name, else ``_take``."""
     if client.user.unrestricted:
         answer = client.app.keyspace.take_new(key, n)

@@ -323,24 +323,9 @@ class ActiveSequences:
             raise NotServing(term.ended or "the term changed")
 
 
-class Keyspace(ActiveSequences):
-    """The sequences of a group: lookups (``ActiveSequences``), creation, settings, counting, listing."""
-
-    def __init__(
-        self,
-        config: Config,
-        store: Store,
-        state: ServingState,
-        clock: Monotonic = monotonic,
-        wall: WallClock = time.time,
-    ) -> None:
-        super().__init__(config, store, state, clock, wall)
-        # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
-        self.workers = Workers(config, store, state, self.wall, clock)
-
-    async def drain(self, timeout: float | None = None) -> None:
-        await super().drain(timeout)
-        await self.workers.drain()  # the worker sweepers of ended terms (cancelled at the step-down)
+class Creations(ActiveSequences):
+    """Finding or creating a sequence for a request (``ensure``, ``take_new``, ``create``): one store
+    call per name shared by every request for it meanwhile, durable before its first ID."""
 
     async def ensure(self, key: bytes) -> Generator:
         """The generator for ``key``, created with default settings if auto_create is on."""
@@ -562,6 +547,27 @@ class Keyspace(ActiveSequences):
         if loaded is None:
             raise CommandError(errors.TRYAGAIN_STARTING)
         return self.generators.get(record.key) or self._add(loaded, term)
+
+
+class Keyspace(Creations):
+    """The sequences of a group: lookups (``ActiveSequences``), creation (``Creations``), settings,
+    counting, listing, and the group's worker ids."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        state: ServingState,
+        clock: Monotonic = monotonic,
+        wall: WallClock = time.time,
+    ) -> None:
+        super().__init__(config, store, state, clock, wall)
+        # the group's worker ids (WORKER.*), beside its sequences: expiry on ``clock``, ``wall`` moved by DEBUG too
+        self.workers = Workers(config, store, state, self.wall, clock)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        await super().drain(timeout)
+        await self.workers.drain()  # the worker sweepers of ended terms (cancelled at the step-down)
 
     def reconfigure(self, config: Config) -> None:
         """CONFIG SET: later lookups, creations and activations read ``config``; active generators

@@ -1,4 +1,4 @@
-"""Creation by callbacks (``Keyspace.take_new``): an INCR on a new name, by a user who may create any
+"""Creation by callbacks (``Creations.take_new``): an INCR on a new name, by a user who may create any
 name, is read or created in one store call and answered from its done-callbacks, with no task per
 request; the requests of one SQLite group commit share it; a request never waits past ``max_wait``;
 concurrent requests for one new name share one creation and get distinct IDs.
