@@ -301,10 +301,7 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
 
 
 def _every(checks: list[Callable[[bytes], bool]], name: bytes) -> bool:
-    for check in checks:
-        if not check(name):
-            return False
-    return True
+    return all(check(name) for check in checks)
 
 
 def _one_cost(cost: Callable[[int], int], extra: int, n: int) -> int:
