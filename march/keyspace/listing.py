@@ -91,7 +91,8 @@ async def sift(names: list[bytes], selection: Selection) -> list[bytes]:
     run when ``Turns`` gives this listing its turn."""
     keep, cost = selection.keep, selection.cost
     out: list[bytes] = []
-    work = SLICE + 1  # the first name waits for a turn too: a page is one listing's slice at most
+    await turns().take()  # a page's first slice waits for a turn too (its read gave the GIL away already)
+    work = 0
     for name in names:
         work += cost(len(name))
         if work > SLICE:
