@@ -294,15 +294,22 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
             return None
     if not checks:
         return _Plan(None, prefix)
-    if prefix:
-        checks.insert(0, lambda k: k.startswith(prefix))
     keep = checks[0] if len(checks) == 1 else partial(_every, checks)  # in order: the cheap ones first
-    by_slot = 0 if slots is None else SLOT_CHECK_COST
-    return _Plan(Selection(keep, lambda n: sum(g.cost(n) for g in globs) + 1 + by_slot), prefix)
+    extra = 1 + (0 if slots is None else SLOT_CHECK_COST)
+    cost = partial(_one_cost, globs[0].cost, extra) if len(globs) == 1 else partial(_costs, globs, extra)
+    return _Plan(Selection(keep, cost), prefix)
 
 
 def _every(checks: list[Callable[[bytes], bool]], name: bytes) -> bool:
     return all(check(name) for check in checks)
+
+
+def _one_cost(cost: Callable[[int], int], extra: int, n: int) -> int:
+    return cost(n) + extra
+
+
+def _costs(globs: list[Glob], extra: int, n: int) -> int:
+    return sum(g.cost(n) for g in globs) + extra
 
 
 def _common_prefix(prefixes: list[bytes]) -> bytes:
@@ -365,6 +372,8 @@ async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> 
     elif plan.selection is None:
         found = page
     else:
+        if plan.prefix:  # (KEYS reads only names with the prefix; SCAN's page has any names)
+            page = [k for k in page if k.startswith(plan.prefix)]
         found = await sift(page, plan.selection)
     budget = client.reply_room()
     if sum(len(k) + 16 for k in found) + 64 > budget:  # a bulk string's framing is at most 16 bytes

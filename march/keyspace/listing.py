@@ -4,8 +4,10 @@ them that way too (DBSIZE of a node that serves some of several groups: ``count`
 Listing never queues in front of writes: the store reads names beside its writes
 (``march.store.contract``). ``names`` reads a page at a time in byte order, and decides on the names
 of a page in slices (``sift``): at most ``SLICE`` units of work (``Selection.cost``, about a byte of
-a name matched against a pattern each) between two yields to the event loop, so a 2 KiB glob over
-a thousand 1 KiB names takes turns with every other client. A reply that would pass the caller's
+a name matched against a pattern each) at a time, so a 2 KiB glob over a thousand 1 KiB names takes
+turns with every other client. The slices of every listing of the node share one budget: one slice
+per turn of the event loop for all of them together, round robin (``Turns``), so twenty listings at
+once stretch a turn no more than one does; they take longer instead. A reply that would pass the caller's
 budget (the room left in its output buffer) is an error before it is built: a listing holds its
 reply and one page.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,20 +36,71 @@ class Selection:
     cost: Callable[[int], int]
 
 
+class Turns:
+    """The listings' share of one event loop: one slice a turn for all of them together, round robin.
+
+    A listing asks (``take``) before each slice of its work; ``_pump`` hands out one slice per turn of
+    the loop, to the longest waiting, so a turn holds at most one slice of listing work whatever the
+    number of listings (twenty listings each taking a slice per turn made a turn twenty slices long,
+    and a new key needs three turns). Its callbacks never run a listing's work themselves."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._pumping = False
+
+    def take(self) -> asyncio.Future[None]:
+        """Done when this listing may run one slice (in a later turn of the loop)."""
+        turn: asyncio.Future[None] = self.loop.create_future()
+        self._waiting.append(turn)
+        if not self._pumping:
+            self._pumping = True
+            self.loop.call_soon(self._pump)
+        return turn
+
+    def waiting(self) -> int:
+        """Listings waiting for a slice (the tests' view)."""
+        return len(self._waiting)
+
+    def _pump(self) -> None:
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():  # (a cancelled listing's: its client went)
+                turn.set_result(None)  # its slice runs in the next turn, beside the next _pump
+                break
+        if self._waiting:
+            self.loop.call_soon(self._pump)
+        else:
+            self._pumping = False
+
+
+_turns: Turns | None = None
+
+
+def turns() -> Turns:
+    """The running loop's ``Turns`` (one per loop: every keyspace and group of a node shares it)."""
+    global _turns
+    loop = asyncio.get_running_loop()
+    if _turns is None or _turns.loop is not loop:
+        _turns = Turns(loop)
+    return _turns
+
+
 async def sift(names: list[bytes], selection: Selection) -> list[bytes]:
-    """The names ``selection`` keeps, in order, yielding to the event loop after every ``SLICE`` units of work."""
+    """The names ``selection`` keeps, in order, in slices of at most ``SLICE`` units of work, each
+    run when ``Turns`` gives this listing its turn."""
     keep, cost = selection.keep, selection.cost
     out: list[bytes] = []
+    await turns().take()  # a page's first slice waits for a turn too (its read gave the GIL away already)
     work = 0
     for name in names:
         work += cost(len(name))
         if work > SLICE:
-            # Other clients' requests run here. time.sleep(0) hands the GIL to the store's threads
-            # first: a loop that never blocks lets them have it only every 5 ms (the switch
-            # interval), which made each SQLite statement of a new key's INCR wait that long.
+            # time.sleep(0) hands the GIL to the store's threads first (a new key's store write
+            # waits for it otherwise), then the listing waits for its turn.
             time.sleep(0)
-            await asyncio.sleep(0)
-            work = 0
+            await turns().take()
+            work = cost(len(name))
         if keep(name):
             out.append(name)
     return out
