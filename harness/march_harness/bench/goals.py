@@ -82,12 +82,7 @@ def lines(figures: Mapping[str, float], spreads: Mapping[str, Spread], judged: b
     for g in GOALS:
         value = figures.get(g.key)
         shown = "-" if value is None else f"{_fmt(value)}{g.unit}"
-        spread = spreads.get(g.key)
-        rounds = "" if spread is None else f"{_fmt(spread[0])}-{_fmt(spread[1])}"
-        beside = figures.get(g.beside) if g.beside else None
-        verdict = g.verdict(figures, judged)
-        if beside is not None:
-            verdict += f" ({BESIDE.get(g.beside, '{}').format(_fmt(beside))})"
+        rounds, verdict = _rounds_and_verdict(g, figures, spreads, judged)
         out.append(f"{g.row:<54}{shown:>10}  {rounds:<20}{g.goal_text(figures):<20}{verdict}")
     return out
 
@@ -102,14 +97,22 @@ def markdown(figures: Mapping[str, float], spreads: Mapping[str, Spread], judged
         else:
             v = _fmt(value)
             shown = f"{v}{g.unit} <!-- bench: {g.key} {v.replace(',', '_')} -->"
-        spread = spreads.get(g.key)
-        rounds = "" if spread is None else f"{_fmt(spread[0])}-{_fmt(spread[1])}"
-        beside = figures.get(g.beside) if g.beside else None
-        verdict = g.verdict(figures, judged)
-        if beside is not None:
-            verdict += f" ({BESIDE.get(g.beside, '{}').format(_fmt(beside))})"
+        rounds, verdict = _rounds_and_verdict(g, figures, spreads, judged)
         out.append(f"| {g.row} | {shown} | {rounds} | {g.goal_text(figures)} | {verdict} |")
     return out
+
+
+def _rounds_and_verdict(
+    g: Goal, figures: Mapping[str, float], spreads: Mapping[str, Spread], judged: bool
+) -> tuple[str, str]:
+    """A row's rounds min-max (blank without one) and its verdict, with the figure shown beside it if any."""
+    spread = spreads.get(g.key)
+    rounds = "" if spread is None else f"{_fmt(spread[0])}-{_fmt(spread[1])}"
+    verdict = g.verdict(figures, judged)
+    beside = figures.get(g.beside) if g.beside else None
+    if beside is not None:
+        verdict += f" ({BESIDE.get(g.beside, '{}').format(_fmt(beside))})"
+    return rounds, verdict
 
 
 def _fmt(x: float) -> str:
