@@ -251,7 +251,7 @@ def list_names(client: Client, pattern: bytes) -> Any:
     budget = client.reply_room()
     if budget <= 0:
         raise CommandError(errors.REPLY_TOO_LARGE.format(client.app.config.max_output_buffer))
-    return client.app.keyspace.keys(plan.selection, plan.prefix, budget)
+    return client.app.keyspace.keys_reply(plan.selection, plan.prefix, budget)
 
 
 @dataclass(frozen=True)
