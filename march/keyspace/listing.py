@@ -158,6 +158,8 @@ async def _pages(
     size = 0
     after: bytes | None = None
     while True:
+        if selection is None:  # (a page to sift waits for its turn in ``sift``)
+            await turns().take()  # one page a turn for all listings: seventy KEYS at once read no faster than one
         page = await store.list_keys(prefix, after, PAGE)
         found = page if selection is None else await sift(page, selection)
         if budget:
