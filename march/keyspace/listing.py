@@ -163,7 +163,7 @@ async def _pages(
         page = await store.list_keys(prefix, after, PAGE)
         found = page if selection is None else await sift(page, selection)
         if budget:
-            size += sum(len(k) + 16 for k in found)  # a bulk string's framing is at most 16 bytes
+            size += sum(map(len, found)) + 16 * len(found)  # a bulk string's framing is at most 16 bytes
             if size > budget:
                 raise CommandError(errors.REPLY_TOO_LARGE.format(max_output_buffer))
         yield found
