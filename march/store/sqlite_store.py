@@ -398,7 +398,9 @@ class SqliteStore(SqliteFile):
         return (last if len(names) == limit else 0), names
 
     def _scan(self, cursor: int, limit: int) -> tuple[int, list[bytes]]:
-        """The page after ``cursor`` and its last rowid (0: empty), read as one row (``_names``)."""
+        """The page after ``cursor`` and its last rowid (0: empty), read as one row (``_names``): the
+        names in rowid order as SQLite joins them (in practice; not its promise), and whatever their
+        order the next cursor is the page's largest rowid, so a pass still returns each name once."""
         sql = (
             "SELECT max(id), group_concat(hex(key), ',') FROM"
             " (SELECT rowid AS id, key FROM sequences WHERE rowid > ? ORDER BY rowid LIMIT ?)"
