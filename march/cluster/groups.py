@@ -347,6 +347,9 @@ class Keyspaces:
     def keys(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> Any:
         return self._any().keys(selection, prefix, budget)
 
+    def keys_reply(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> Any:
+        return self._any().keys_reply(selection, prefix, budget)
+
     def scan(self, cursor: int, count: int) -> Any:
         return self._any().scan(cursor, count)
 

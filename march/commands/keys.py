@@ -251,7 +251,7 @@ def list_names(client: Client, pattern: bytes) -> Any:
     budget = client.reply_room()
     if budget <= 0:
         raise CommandError(errors.REPLY_TOO_LARGE.format(client.app.config.max_output_buffer))
-    return client.app.keyspace.keys(plan.selection, plan.prefix, budget)
+    return client.app.keyspace.keys_reply(plan.selection, plan.prefix, budget)
 
 
 @dataclass(frozen=True)
@@ -284,10 +284,12 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
         globs += (compile_glob(p) for p in readable)  # only to cost the check: may_access is the check
         checks.append(lambda k: user.may_access(k, write=False))
     if pattern is not None and pattern != b"*":  # Redis matches nothing for "*": every name, the empty one too
-        glob = compile_glob(pattern)
-        globs.append(glob)
-        checks.append(glob.match)
-        fixed = literal_prefix(pattern)
+        fixed = _prefix_only(pattern)
+        if fixed is None:
+            glob = compile_glob(pattern)
+            globs.append(glob)
+            checks.append(glob.match)
+            fixed = literal_prefix(pattern)
         if fixed.startswith(prefix):
             prefix = fixed
         elif not prefix.startswith(fixed):
@@ -298,6 +300,19 @@ def _plan(client: Client, pattern: bytes | None) -> _Plan | None:
     extra = 1 + (0 if slots is None else SLOT_CHECK_COST)
     cost = partial(_one_cost, globs[0].cost, extra) if len(globs) == 1 else partial(_costs, globs, extra)
     return _Plan(Selection(keep, cost), prefix)
+
+
+def _prefix_only(pattern: bytes) -> bytes | None:
+    """``p`` when the glob ``pattern`` is ``p*`` (trailing stars after bytes that are all literal): it
+    keeps exactly the names that start with ``p``, which the store's read is narrowed to already, so
+    no name is matched against it (KEYS ``user:*`` costs its page reads only); else None."""
+    fixed = pattern.rstrip(b"*")
+    if len(fixed) == len(pattern) or any(c in _WILD for c in fixed):
+        return None
+    return fixed
+
+
+_WILD = frozenset(b"*?[\\")  # the bytes that make a glob's byte not a literal
 
 
 def _every(checks: list[Callable[[bytes], bool]], name: bytes) -> bool:
@@ -369,12 +384,12 @@ async def _scan(client: Client, cursor: int, count: int, plan: _Plan | None) -> 
     nxt, page = await client.app.keyspace.scan(cursor, count)
     if plan is None:
         found: list[bytes] = []
-    elif plan.selection is None:
-        found = page
     else:
+        found = page
         if plan.prefix:  # (KEYS reads only names with the prefix; SCAN's page has any names)
-            page = [k for k in page if k.startswith(plan.prefix)]
-        found = await sift(page, plan.selection)
+            found = [k for k in found if k.startswith(plan.prefix)]
+        if plan.selection is not None:
+            found = await sift(found, plan.selection)
     budget = client.reply_room()
     if sum(len(k) + 16 for k in found) + 64 > budget:  # a bulk string's framing is at most 16 bytes
         raise CommandError(errors.REPLY_TOO_LARGE.format(client.app.config.max_output_buffer))

@@ -96,6 +96,7 @@ from march.keyspace.sequence_table import SequenceTable
 from march.keyspace.serving import Change, Phase, ServingState, Term
 from march.keyspace.shared_calls import SharedCalls
 from march.keyspace.worker_ids import Workers
+from march.resp import Encoded
 from march.store.contract import SequenceRecord, Store
 
 Generator = SequenceGenerator | TimestampGenerator
@@ -655,6 +656,10 @@ class Keyspace(Creations):
     async def keys(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> list[bytes]:
         """Every name starting with ``prefix`` that ``selection`` keeps (``march.keyspace.listing.names``)."""
         return await listing.names(self.store, selection, prefix, budget, self.config.max_output_buffer)
+
+    async def keys_reply(self, selection: Selection | None = None, prefix: bytes = b"", budget: int = 0) -> Encoded:
+        """``keys``' names as their RESP reply, encoded a page at a time (``march.keyspace.listing.reply``)."""
+        return await listing.reply(self.store, selection, prefix, budget, self.config.max_output_buffer)
 
     async def scan(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
         """About ``count`` names from ``cursor`` on, and the cursor to continue with (0: done): the

@@ -9,7 +9,8 @@ turns with every other client. The slices of every listing of the node share one
 per turn of the event loop for all of them together, round robin (``Turns``), so twenty listings at
 once stretch a turn no more than one does; they take longer instead. A reply that would pass the caller's
 budget (the room left in its output buffer) is an error before it is built: a listing holds its
-reply and one page.
+reply and one page. KEYS' reply is encoded a page at a time as the pages come (``reply``), never
+all at once in one step of the loop.
 """
 
 from __future__ import annotations
@@ -17,15 +18,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from march import errors
 from march.errors import CommandError
+from march.resp import Encoded
 from march.store.contract import Store
 
 PAGE = 1000  # names per store read when listing
+HEADS = 1024  # name lengths whose bulk string header is made once (a longer name's is formatted)
 SLICE = 20_000  # work units (~0.1 us each) a listing does between two yields to the event loop: ~2 ms
+
+
+_HEADS = [b"$%d\r\n" % n for n in range(HEADS)]
+_CRLF = b"\r\n"
 
 
 @dataclass(frozen=True)
@@ -115,18 +122,53 @@ async def names(
     instead of a reply that the client's output limit would drop anyway: the list is never built
     past it)."""
     out: list[bytes] = []
+    async for found in _pages(store, selection, prefix, budget, max_output_buffer):
+        out.extend(found)
+    return out
+
+
+async def reply(
+    store: Store, selection: Selection | None, prefix: bytes, budget: int, max_output_buffer: int
+) -> Encoded:
+    """``names``' list as its RESP reply (an array of bulk strings, the same in RESP2 and RESP3), each
+    page's names encoded as the page comes: a reply of 20,000 names is never one step of the loop
+    (encoded at once it was one of 2 ms, tens under load, while every other client waited)."""
+    parts = [b""]
+    count = 0
+    async for found in _pages(store, selection, prefix, budget, max_output_buffer):
+        parts.append(bulk_strings(found))
+        count += len(found)
+    parts[0] = b"*%d\r\n" % count
+    return Encoded(b"".join(parts))
+
+
+def bulk_strings(names: list[bytes]) -> bytes:
+    """``names`` as RESP bulk strings one after the other (an array's elements), about 45 ns a name."""
+    heads = _HEADS
+    out: list[bytes] = [_CRLF] * (3 * len(names))
+    out[0::3] = [heads[n] if n < HEADS else b"$%d\r\n" % n for n in map(len, names)]
+    out[1::3] = names
+    return b"".join(out)
+
+
+async def _pages(
+    store: Store, selection: Selection | None, prefix: bytes, budget: int, max_output_buffer: int
+) -> AsyncIterator[list[bytes]]:
+    """The names ``names`` returns, a page at a time (see there)."""
     size = 0
     after: bytes | None = None
     while True:
+        if selection is None:  # (a page to sift waits for its turn in ``sift``)
+            await turns().take()  # one page a turn for all listings: seventy KEYS at once read no faster than one
         page = await store.list_keys(prefix, after, PAGE)
         found = page if selection is None else await sift(page, selection)
-        out.extend(found)
         if budget:
-            size += sum(len(k) + 16 for k in found)  # a bulk string's framing is at most 16 bytes
+            size += sum(map(len, found)) + 16 * len(found)  # a bulk string's framing is at most 16 bytes
             if size > budget:
                 raise CommandError(errors.REPLY_TOO_LARGE.format(max_output_buffer))
+        yield found
         if len(page) < PAGE:
-            return out
+            return
         after = page[-1]
 
 

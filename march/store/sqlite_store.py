@@ -10,9 +10,11 @@
   batch one SELECT of every name, one ``executemany`` of the absent ones, one commit.
 - Listings (``list_keys``, ``scan``) run on a second connection (``query_only``) on a thread of
   their own: in WAL mode it reads the last committed state while the writer goes on, so no KEYS
-  or SCAN ever queues in front of a ceiling write. ``count`` reads no disk at all: the sequences
-  are counted once at open (on the writer's thread, before anything is served), then this
-  store's own creations are added as they commit (the flock: no one else writes the file).
+  or SCAN ever queues in front of a ceiling write. A page is read as one value (the names' hex
+  joined by SQLite: ``_names``), so a page costs its thread one GIL hand-over, not one per row.
+  ``count`` reads no disk at all: the sequences are counted once at open (on the writer's thread,
+  before anything is served), then this store's own creations are added as they commit (the
+  flock: no one else writes the file).
 - SCAN cursors are rowids: a sequence's rowid is given once when it is created (one more than the
   largest, as no row is ever deleted) and never changes, so a cursor (the last rowid returned)
   describes itself. Any cursor resumes in O(log n) at the next rowid; a pass returns every name
@@ -375,8 +377,10 @@ class SqliteStore(SqliteFile):
         if prefix and end != b"\0":  # b"\0": a prefix of 0xff bytes, with no end
             sql += " AND key < ?"
             args.append(end)
-        rows = self._reading().execute(sql + " ORDER BY key LIMIT ?", (*args, limit)).fetchall()
-        return [bytes(row[0]) for row in rows]
+        sql = f"SELECT group_concat(hex(key), ',') FROM ({sql} ORDER BY key LIMIT ?)"
+        names = _names(self._reading().execute(sql, (*args, limit)).fetchone()[0])
+        names.sort()  # (already in order in practice: the aggregate's order is not SQLite's promise)
+        return names
 
     async def export_sequences(self, after: bytes | None, limit: int) -> list[SequenceRecord]:
         return await self._read(self._export, after, limit)
@@ -390,12 +394,19 @@ class SqliteStore(SqliteFile):
     async def scan(self, cursor: int, limit: int, guard: Guard) -> tuple[int, list[bytes]]:
         if cursor >= _MAX_ROWID:  # past every rowid SQLite gives
             return 0, []
-        rows = await self._read(self._scan, cursor, limit)
-        return (int(rows[-1][0]) if len(rows) == limit else 0), [bytes(row[1]) for row in rows]
+        last, names = await self._read(self._scan, cursor, limit)
+        return (last if len(names) == limit else 0), names
 
-    def _scan(self, cursor: int, limit: int) -> list[tuple[int, bytes]]:
-        sql = "SELECT rowid, key FROM sequences WHERE rowid > ? ORDER BY rowid LIMIT ?"
-        return self._reading().execute(sql, (cursor, limit)).fetchall()
+    def _scan(self, cursor: int, limit: int) -> tuple[int, list[bytes]]:
+        """The page after ``cursor`` and its last rowid (0: empty), read as one row (``_names``): the
+        names in rowid order as SQLite joins them (in practice; not its promise), and whatever their
+        order the next cursor is the page's largest rowid, so a pass still returns each name once."""
+        sql = (
+            "SELECT max(id), group_concat(hex(key), ',') FROM"
+            " (SELECT rowid AS id, key FROM sequences WHERE rowid > ? ORDER BY rowid LIMIT ?)"
+        )
+        last, names = self._reading().execute(sql, (cursor, limit)).fetchone()
+        return int(last or 0), _names(names)
 
     async def count(self) -> int:
         if self._pool is None:
@@ -670,6 +681,14 @@ def _raise_retired(db: sqlite3.Connection, floor_ms: int, dry_run: bool) -> Rest
     if not dry_run:
         db.execute(_RAISE_RETIRED, (floor_ms,))
     return Restored.RAISED
+
+
+def _names(joined: str | None) -> list[bytes]:
+    """A page of names read as one value (``group_concat`` of their hex, None: no names): the page
+    is one step of SQLite with the GIL released, not a step per row each taking the GIL back (in
+    the middle of a flood of listings that was a GIL hand-over per name, and the writer's thread,
+    which a new key's reply waits on, queued behind them); decoding it is one short hold."""
+    return [] if joined is None else list(map(bytes.fromhex, joined.split(",")))
 
 
 def _record(row: tuple[bytes, str, str, str]) -> SequenceRecord:
