@@ -806,8 +806,8 @@ def _whole_requests(data: bytes, max_args: int, max_bulk: int) -> list[list[byte
             pos = end + 2
             count -= 1
         requests.append(args)
-        last = args
-        same = data[start:pos]
+        if pos < n:  # (a read of one request makes no copy of it)
+            last, same = args, data[start:pos]
     return requests
 
 
