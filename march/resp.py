@@ -944,10 +944,42 @@ def encode_integers(values: Sequence[int]) -> bytes:
     bytes object (what ``encode`` makes of each integer within 64 bits), in one format operation per
     ``_RUN_CHUNK`` values instead of a format and an object per reply."""
     k = len(values)
+    if _FAST and k > 1 and values.__class__ is range and values.step == 1 and values.start >= 0:
+        return _integer_run(values.start, k)
     if k <= _RUN_CHUNK:
         return _RUN_FORMATS[k] % tuple(values)
     parts = [values[i : i + _RUN_CHUNK] for i in range(0, k, _RUN_CHUNK)]
     return b"".join([_RUN_FORMATS[len(part)] % tuple(part) for part in parts])
+
+
+def _integer_run(first: int, count: int) -> bytes:
+    """``encode_integers(range(first, first + count))`` for ``first >= 0`` and ``count >= 1``, as
+    compiled code does it fastest (``_FAST``): each value's digits made from the one before (add
+    one, carry), written in place into one buffer, instead of a decimal conversion per value."""
+    digits = bytearray(b"%d" % first)
+    width = len(digits)
+    out = bytearray(count * (len(b"%d" % (first + count - 1)) + 3))  # (no value is wider than the last)
+    at = 0
+    for _i in range(count):
+        out[at] = 58  # `:`
+        at += 1
+        for j in range(width):
+            out[at + j] = digits[j]
+        at += width
+        out[at] = 13
+        out[at + 1] = 10
+        at += 2
+        j = width - 1
+        while j >= 0 and digits[j] == 57:  # a 9: 0, and carry
+            digits[j] = 48
+            j -= 1
+        if j >= 0:
+            digits[j] += 1
+        else:
+            digits.insert(0, 49)
+            width += 1
+    del out[at:]
+    return bytes(out)
 
 
 def encode_error(message: str) -> bytes:

@@ -1001,7 +1001,13 @@ def test_any_stream_of_repeats_reads_as_redis_reads_it(
         test_any_stream_any_split_reads_as_redis_reads_it.hypothesis.inner_test(frames, authenticated, data)  # type: ignore[attr-defined]
 
 
-def test_integer_runs_encode_as_one_by_one() -> None:
+def test_integer_runs_encode_as_one_by_one(fast: bool) -> None:
+    for first in (0, 1, 7, 95, 999, 123456789, (1 << 63) - 20):
+        for count in (1, 2, 16, 100):
+            assert march.resp.encode_integers(range(first, first + count)) == b"".join(
+                b":%d\r\n" % v for v in range(first, first + count)
+            )
+    assert march.resp._integer_run(9998, 3) == b":9998\r\n:9999\r\n:10000\r\n"
     for values in ([], [1], list(range(5, 21)), list(range(-3, 200)), [1 << 63, -(1 << 63), 7]):
         assert march.resp.encode_integers(values) == b"".join(b":%d\r\n" % v for v in values)
     assert march.resp.encode_integers(range(10, 150)) == b"".join(b":%d\r\n" % v for v in range(10, 150))
