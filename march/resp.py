@@ -7,7 +7,9 @@ into ``nc``), split by ``split_inline`` with Redis' ``sdssplitargs`` quoting rul
 means "need more": the parser keeps it. Malformed input raises ``ProtocolError`` with Redis' own
 text; the server runs the requests that came before it, answers it and closes that one connection.
 
-Two parsers, one behaviour:
+Two parsers, one behaviour (and, compiled, a shortcut in front of them: ``_whole_requests`` takes a
+read made only of whole plain multibulk requests at a request boundary, each request that repeats
+the one before it sharing its list, and returns None, changing nothing, for anything else):
 
 - hiredis, the hot path: a read that starts a multibulk (or goes on with one) is fed to hiredis,
   which returns every request the read completes. The result is used as it is only when it is
