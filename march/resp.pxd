@@ -48,3 +48,12 @@ cdef class RequestParser(ExactParser):
     cpdef bytes _take_over(self)
     cpdef _feed_exact(self, data, list requests)
     cpdef discard(self)
+
+
+@cython.locals(requests=list, n=Py_ssize_t, pos=Py_ssize_t, last=list, same=bytes, start=Py_ssize_t,
+               count=Py_ssize_t, args=list, digits=Py_ssize_t, length=Py_ssize_t, end=Py_ssize_t)
+cpdef list _whole_requests(bytes data, Py_ssize_t max_args, Py_ssize_t max_bulk)
+
+
+@cython.locals(digits=bytearray, width=Py_ssize_t, out=bytearray, at=Py_ssize_t, _i=Py_ssize_t, j=Py_ssize_t)
+cpdef bytes _integer_run(first, Py_ssize_t count)

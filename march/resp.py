@@ -7,7 +7,9 @@ into ``nc``), split by ``split_inline`` with Redis' ``sdssplitargs`` quoting rul
 means "need more": the parser keeps it. Malformed input raises ``ProtocolError`` with Redis' own
 text; the server runs the requests that came before it, answers it and closes that one connection.
 
-Two parsers, one behaviour:
+Two parsers, one behaviour (and, compiled, a shortcut in front of them: ``_whole_requests`` takes a
+read made only of whole plain multibulk requests at a request boundary, each request that repeats
+the one before it sharing its list, and returns None, changing nothing, for anything else):
 
 - hiredis, the hot path: a read that starts a multibulk (or goes on with one) is fed to hiredis,
   which returns every request the read completes. The result is used as it is only when it is
@@ -61,6 +63,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import hiredis
@@ -453,6 +456,11 @@ class RequestParser(ExactParser):
 
         This runs once per read on every connection: keep the hiredis path lean.
         """
+        if _FAST and not self._slow and self._last_req is _NOTHING and data.__class__ is bytes:
+            # At a request boundary, nothing held: a read of whole plain requests needs no hiredis.
+            whole = _whole_requests(data, self._max_args, self._max_bulk)
+            if whole is not None:
+                return whole
         requests: list[list[bytes]] = []
         if not data:
             return requests
@@ -730,10 +738,79 @@ _BIG_READ = 64 << 10
 # arguments fit in a client's query buffer limit, whatever max_args says.
 ARG_OVERHEAD = 48
 _COUNTS_UNCHECKED = not _MAX_ELEMENTS_AT
+# Whether ``feed`` tries ``_whole_requests`` first: where it is compiled (faster than hiredis there,
+# and it shares repeated requests' lists); interpreted, hiredis' C loop is faster. Tests set it.
+_FAST = not __file__.endswith(".py")
 # An aggregate header hiredis could parse with a count of 6 digits or more (past
 # _HIREDIS_MAX_ELEMENTS), or whose count may go on in the next read (used only when maxelements
 # cannot be set).
 _BIG_AGGREGATE = re.compile(rb"[*~>|%](?:[0-9]{6}|[0-9]{0,5}\Z)")
+
+
+def _whole_requests(data: bytes, max_args: int, max_bulk: int) -> list[list[bytes]] | None:
+    """The requests of a read made only of whole requests of the common shape, or None.
+
+    The common shape: each request ``*N\\r\\n`` (1 <= N <= ``max_args``) followed by N bulk strings
+    ``$L\\r\\n<L bytes>\\r\\n`` (L <= ``max_bulk``), lengths in plain decimal (no sign, no leading
+    zero), every CRLF where it belongs, and the read ends with the last one. A request that repeats
+    the one before it byte for byte is that request's list again (the same object: a pipeline of 16
+    identical INCRs is one list, checked with one compare, found by ``requests[i] is args``). Anything
+    else (another type byte, an inline command, a limit passed, a read that ends inside a request)
+    returns None, having changed nothing: the caller parses the read as before, and that path
+    answers it (errors included) exactly as it did. So this path refuses nothing on its own and
+    holds nothing; every limit it checks is one a whole request of this shape could break.
+
+    Runs compiled (``resp.pxd``: C integers, the bytes read in place); interpreted, ``feed`` uses
+    hiredis instead (``_FAST``), whose C loop is faster there.
+    """
+    requests: list[list[bytes]] = []
+    n = len(data)
+    pos = 0
+    last: list[bytes] | None = None  # the request before, and its bytes
+    same = b""
+    while pos < n:
+        if last is not None and data.startswith(same, pos):
+            requests.append(last)
+            pos += len(same)
+            continue
+        start = pos
+        if data[pos] != 42:  # `*` (literals: a module constant is a dict lookup, compiled)
+            return None
+        pos += 1
+        count = 0
+        while pos < n and 48 <= data[pos] <= 57:
+            count = count * 10 + data[pos] - 48
+            pos += 1
+            if count > max_args:
+                return None
+        # (at least one digit, no leading zero: count >= 1 then; and the header's CRLF)
+        if count == 0 or data[start + 1] == 48 or pos + 1 >= n or data[pos] != 13 or data[pos + 1] != 10:
+            return None
+        pos += 2
+        args: list[bytes] = []
+        while count > 0:
+            if pos >= n or data[pos] != 36:  # `$`
+                return None
+            pos += 1
+            digits = pos
+            length = 0
+            while pos < n and 48 <= data[pos] <= 57:
+                length = length * 10 + data[pos] - 48
+                pos += 1
+                if length > max_bulk:
+                    return None
+            if pos == digits or (data[digits] == 48 and pos - digits > 1):
+                return None
+            end = pos + 2 + length  # the body's end, its CRLF after it
+            if end + 2 > n or data[pos] != 13 or data[pos + 1] != 10 or data[end] != 13 or data[end + 1] != 10:
+                return None
+            args.append(data[pos + 2 : end])
+            pos = end + 2
+            count -= 1
+        requests.append(args)
+        if pos < n:  # (a read of one request makes no copy of it)
+            last, same = args, data[start:pos]
+    return requests
 
 
 def _all_bulks(req: list[Any], max_args: int) -> bool:
@@ -857,6 +934,54 @@ def _is_hex(line: bytes, at: int) -> bool:
 
 
 # --- encoding ----------------------------------------------------------------------------------
+
+
+# A run of integer replies is one format operation per this many (the format strings are made once).
+_RUN_CHUNK = 64
+_RUN_FORMATS = [b":%d\r\n" * k for k in range(_RUN_CHUNK + 1)]
+
+
+def encode_integers(values: Sequence[int]) -> bytes:
+    """The integer replies ``values`` (a run of requests answered at once), ``:v\r\n`` each, as one
+    bytes object (what ``encode`` makes of each integer within 64 bits), in one format operation per
+    ``_RUN_CHUNK`` values instead of a format and an object per reply."""
+    k = len(values)
+    if _FAST and k > 1 and values.__class__ is range and values.step == 1 and values.start >= 0:
+        return _integer_run(values.start, k)
+    if k <= _RUN_CHUNK:
+        return _RUN_FORMATS[k] % tuple(values)
+    parts = [values[i : i + _RUN_CHUNK] for i in range(0, k, _RUN_CHUNK)]
+    return b"".join([_RUN_FORMATS[len(part)] % tuple(part) for part in parts])
+
+
+def _integer_run(first: int, count: int) -> bytes:
+    """``encode_integers(range(first, first + count))`` for ``first >= 0`` and ``count >= 1``, as
+    compiled code does it fastest (``_FAST``): each value's digits made from the one before (add
+    one, carry), written in place into one buffer, instead of a decimal conversion per value."""
+    digits = bytearray(b"%d" % first)
+    width = len(digits)
+    out = bytearray(count * (len(b"%d" % (first + count - 1)) + 3))  # (no value is wider than the last)
+    at = 0
+    for _i in range(count):
+        out[at] = 58  # `:`
+        at += 1
+        for j in range(width):
+            out[at + j] = digits[j]
+        at += width
+        out[at] = 13
+        out[at + 1] = 10
+        at += 2
+        j = width - 1
+        while j >= 0 and digits[j] == 57:  # a 9: 0, and carry
+            digits[j] = 48
+            j -= 1
+        if j >= 0:
+            digits[j] += 1
+        else:
+            digits.insert(0, 49)
+            width += 1
+    del out[at:]
+    return bytes(out)
 
 
 def encode_error(message: str) -> bytes:

@@ -898,3 +898,116 @@ def test_encode_round_trips_through_hiredis(value: object) -> None:
         reader.feed(encode(value, proto))
         assert reader.gets() == value
         assert reader.gets() is False  # exactly one reply, nothing left over
+
+
+# --- whole reads of plain requests (``_whole_requests``), repeated requests sharing one list ----------
+# Compiled, ``feed`` tries this path first; interpreted it uses hiredis (``_FAST``). These tests force
+# the path on, so both builds run it, and off, where the answers must be the same.
+
+
+@pytest.fixture(params=[True, False], ids=["whole_reads", "hiredis_first"])
+def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    monkeypatch.setattr(march.resp, "_FAST", request.param)
+    return bool(request.param)
+
+
+INCR = mb("INCR", "k")
+
+
+def test_a_pipeline_of_identical_requests_is_one_list(fast: bool) -> None:
+    got = parser().feed(INCR * 16)
+    assert got == [[b"INCR", b"k"]] * 16
+    if fast:  # the same list: Connection.run finds the run with ``is``
+        assert all(r is got[0] for r in got)
+
+
+def test_identical_requests_interleaved_with_others(fast: bool) -> None:
+    other = mb("INCR", "kk")  # one byte longer: a prefix of it is INCR k's bytes but for the CRLF
+    wire = INCR * 3 + other + INCR * 2 + mb("INCR", "j") + mb("GET", "k") * 2 + mb("INCR", "k", "x")
+    expected = [[b"INCR", b"k"]] * 3 + [[b"INCR", b"kk"]] + [[b"INCR", b"k"]] * 2
+    expected += [[b"INCR", b"j"], [b"GET", b"k"], [b"GET", b"k"], [b"INCR", b"k", b"x"]]
+    assert parser().feed(wire) == expected
+    assert feed_all([wire[:7], wire[7:]]) == expected
+    # The same length and the same start as the run before it: only its last argument differs.
+    assert parser().feed(INCR * 2 + mb("INCR", "j")) == [[b"INCR", b"k"]] * 2 + [[b"INCR", b"j"]]
+
+
+def test_a_read_that_ends_inside_a_repeated_request(fast: bool) -> None:
+    p = parser()
+    assert p.feed(INCR * 3 + INCR[:-3]) == [[b"INCR", b"k"]] * 3
+    assert p.held > 0
+    assert p.feed(INCR[-3:] + INCR * 2) == [[b"INCR", b"k"]] * 3
+    assert p.held == 0
+    assert p.feed(INCR * 4) == [[b"INCR", b"k"]] * 4
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (mb("GET", "x" * (MAX_BULK + 1)), "invalid bulk length"),
+        (mb(*["a"] * (MAX_ARGS + 1)), "invalid multibulk length"),
+        (b"*2\r\n$4\r\nINCR\r\n$01\r\nk\r\n", "invalid bulk length"),
+        (b"*2\r\n$4\r\nINCR\r\n%1\r\n", "expected '$', got '%'"),
+    ],
+)
+def test_a_limit_broken_after_a_run_of_identical_requests(fast: bool, bad: bytes, error: str) -> None:
+    assert protocol_error([INCR * 5 + bad + INCR]) == (error, [[b"INCR", b"k"]] * 5)
+
+
+def test_repeated_requests_before_auth_keep_the_strict_limits(fast: bool) -> None:
+    big = mb("SET", "k", "v" * (march.resp.UNAUTH_MAX_BULK + 1))
+    assert protocol_error([big * 3], locked()) == ("unauthenticated bulk length", [])
+    many = mb(*["a"] * 11)
+    refused = ("unauthenticated multibulk length", [[b"PING"]] * 2)
+    assert protocol_error([mb("PING") * 2 + many * 2], locked()) == refused
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        INCR[:-1],  # ends inside a request
+        INCR + b"PING\r\n",  # an inline command
+        b"*1\r\n+PING\r\n",  # another type than a bulk string
+        b"*0\r\n",
+        b"*-1\r\n",
+        b"*01\r\n$1\r\nx\r\n",  # a leading zero
+        b"*1\r\n$01\r\nx\r\n",
+        b"*1\r\n$-1\r\n",
+        b"*1\n$1\r\nx\r\n",  # a header line without its CR
+        b"*1\r\n$1\r\nxy\r\n",  # a body not followed by CRLF
+        b"*1\r\n$1\r\nx\rx",
+        b"*%d\r\n" % (MAX_ARGS + 1) + b"$1\r\nx\r\n" * (MAX_ARGS + 1),
+        b"*1\r\n$%d\r\n" % (MAX_BULK + 1) + b"x" * (MAX_BULK + 1) + b"\r\n",
+    ],
+)
+def test_whole_reads_leave_anything_else_to_the_parser(data: bytes) -> None:
+    assert march.resp._whole_requests(data, MAX_ARGS, MAX_BULK) == ([] if not data else None)
+
+
+_repeated_frames = st.lists(st.tuples(_frame, st.integers(1, 4)), min_size=1, max_size=6).map(
+    lambda runs: [f for f, k in runs for _ in range(k)]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames=_repeated_frames, authenticated=st.booleans(), data=st.data())
+def test_any_stream_of_repeats_reads_as_redis_reads_it(
+    frames: list[bytes], authenticated: bool, data: st.DataObject
+) -> None:
+    """The property above, with runs of repeated frames, through the whole-read path (forced on)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(march.resp, "_FAST", True)
+        test_any_stream_any_split_reads_as_redis_reads_it.hypothesis.inner_test(frames, authenticated, data)  # type: ignore[attr-defined]
+
+
+def test_integer_runs_encode_as_one_by_one(fast: bool) -> None:
+    for first in (0, 1, 7, 95, 999, 123456789, (1 << 63) - 20):
+        for count in (1, 2, 16, 100):
+            assert march.resp.encode_integers(range(first, first + count)) == b"".join(
+                b":%d\r\n" % v for v in range(first, first + count)
+            )
+    assert march.resp._integer_run(9998, 3) == b":9998\r\n:9999\r\n:10000\r\n"
+    for values in ([], [1], list(range(5, 21)), list(range(-3, 200)), [1 << 63, -(1 << 63), 7]):
+        assert march.resp.encode_integers(values) == b"".join(b":%d\r\n" % v for v in values)
+    assert march.resp.encode_integers(range(10, 150)) == b"".join(b":%d\r\n" % v for v in range(10, 150))

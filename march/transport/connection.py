@@ -48,7 +48,7 @@ from march.client import Client
 from march.cluster.groups import FastCommand
 from march.commands import MONITOR_STARTED, NO_REPLY, QUEUED, Relayed, as_error, call, waits
 from march.errors import Rejected
-from march.resp import RequestParser, encode, encode_error
+from march.resp import RequestParser, encode, encode_error, encode_integers
 from march.stats.counters import error_kind
 from march.transport.feed import MonitorFeed
 from march.transport.flow import DROP, STALL, TURN_REQUESTS, Backpressure, InputBudget, Intake, Stalled
@@ -256,7 +256,11 @@ class Connection:
             entry = hot.get(args[0])
             try:
                 if entry is not None and len(args) == entry.arity:
-                    if entry.consecutive is not None and i < n and (i < same_until or requests[i] == args):
+                    if (  # (``is``: the parser shares repeated requests' lists)
+                        entry.consecutive is not None
+                        and i < n
+                        and (i < same_until or requests[i] is args or requests[i] == args)
+                    ):
                         same_until = same_until if i < same_until else repeats(requests, args, i)
                         ids = entry.consecutive(client, args, same_until - i + 1)
                         if ids is not None:
@@ -308,7 +312,7 @@ class Connection:
         """Identical requests ``args`` answered with ``ids`` from one call: as if run one by one."""
         if self.monitors:  # (the first was shown already)
             self.feed.show(args, len(ids) - 1)
-        out.extend([b":%d\r\n" % v for v in ids])
+        out.append(encode_integers(ids))  # (one bytes object for the run, not one per reply)
 
     def called(self, result: Any) -> Mapping[bytes, FastCommand]:
         """After a request ``call`` ran (it may have changed the connection: AUTH, MULTI, MONITOR, ...)."""

@@ -458,7 +458,7 @@ def _lane_of(args: list[bytes]) -> int:
 def repeats(requests: list[list[bytes]], args: list[bytes], i: int) -> int:
     """The end of the run of requests equal to ``args`` that ``requests[i]`` (known equal) continues."""
     j, n = i + 1, len(requests)
-    while j < n and requests[j] == args:
+    while j < n and (requests[j] is args or requests[j] == args):  # (``is``: the parser shares their lists)
         j += 1
     return j
 

@@ -81,6 +81,22 @@ def test_pipelined_runs_of_incr(server: Server, key: str) -> None:
         c.call(mb("GET", key) + mb("GET", other), bulk("3210") + bulk("300"))
 
 
+def test_reads_of_identical_requests_interleaved_and_split(server: Server, key: str) -> None:
+    """Reads made of identical requests (the parser shares their list: march.resp._whole_requests),
+    runs broken by other requests and by a read that ends inside one: the replies of one by one."""
+    twin = key[:-1] + ("y" if key[-1] != "y" else "z")  # the same length: only its last byte differs
+    incr, other = mb("INCR", key), mb("INCR", twin)
+    reads = [incr * 16, incr * 3 + other + incr * 2 + mb("GET", key), incr * 4 + incr[:-3], incr[-3:] + incr * 2]
+    replies = [b":%d\r\n" % i for i in range(1, 17)] + [b":17\r\n:18\r\n:19\r\n:1\r\n:20\r\n:21\r\n", bulk("21")]
+    replies += [b":%d\r\n" % i for i in range(22, 29)]
+    with Raw(server.port) as c:
+        for data in reads:
+            c.sock.sendall(data)
+            barrier(server.port)  # (each in a read of its own)
+        c.expect(b"".join(replies))
+        c.call(mb("GET", key) + mb("GET", twin), bulk("28") + bulk("1"))
+
+
 def test_pipelined_run_of_incr_up_to_overflow(server: Server, key: str) -> None:
     top = 9223372036854775807
     overflow = b"-ERR increment or decrement would overflow\r\n"
