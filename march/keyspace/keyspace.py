@@ -144,7 +144,8 @@ class ActiveSequences:
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
         self._absent: dict[bytes, Term] = {}  # keys read and found absent lately, and the term that read them
         self._loading: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
-        self._creating: SharedCalls[Generator] = SharedCalls(lambda: self.config.max_wait)
+        # (None: made as a row of the table, ``take_new``; its sharers find it there, ``_shared``)
+        self._creating: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
         self.census = Census(store, state, lambda: self.config, clock)
         self.idle = IdleSweeper(
             self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock, self._park
@@ -255,7 +256,7 @@ class ActiveSequences:
         term = self._term()
         creating = self._creating.get(key)
         if creating is not None:
-            return await self._creating.wait(creating, key)
+            return await self._shared(creating, key)
         if len(key) > self.config.max_key_len:
             return None  # no sequence has such a name
         loading = self._loading.get(key)
@@ -317,6 +318,16 @@ class ActiveSequences:
         """Nothing under way for ``key`` may hold a record read before its generator's last write."""
         return key not in self._loading and key not in self._creating and not self._altering.locked()
 
+    async def _shared(self, call: asyncio.Future[Generator | None], key: bytes) -> Generator:
+        """The generator of a creation (or read) under way for ``key`` that this request shares, once it
+        is done: if it made a row of the table (``Creations.take_new``), the generator made from the row."""
+        gen = await self._creating.wait(call, key)
+        if gen is None:
+            gen = self.generators.get(key) or self._unpark(key)
+            if gen is None:  # (the table is emptied when a term ends)
+                raise NotServing(self._term().ended or "the term changed")
+        return gen
+
     def _check(self, term: Term) -> None:
         """The term a read or creation started in is still served (else its result is not used)."""
         if self.state.term is not term:
@@ -338,7 +349,7 @@ class Creations(ActiveSequences):
         if self.config.auto_create and not absent:
             found = self._load_or_create(key)
             if found is not None:
-                return await self._creating.wait(found, key)
+                return await self._shared(found, key)
         if not absent:
             gen = await self.activate(key)
             if gen is not None:
@@ -378,22 +389,63 @@ class Creations(ActiveSequences):
         record = SequenceRecord(key, "sequence", min(MAX_ID + 1, 1 + self.policies.default.min_batch), {})
         stored = self.store.load_or_create_soon(record, term.guard)
         loop = asyncio.get_running_loop()
-        made: asyncio.Future[Generator] = loop.create_future()
+        made: asyncio.Future[Generator | None] = loop.create_future()
         self._creating.put(key, made)
-        stored.add_done_callback(lambda f: self._made(f, made, record, term))
         answer: asyncio.Future[int] = loop.create_future()
         timer = loop.call_later(config.max_wait, _too_late, answer, key)
-        made.add_done_callback(lambda m: self._answer(m, answer, timer, n))
+        stored.add_done_callback(lambda f: self._landed(f, made, answer, timer, term, key, n))
         return answer
 
-    def _made(
+    def _landed(
         self,
         stored: asyncio.Future[tuple[SequenceRecord, bool]],
-        made: asyncio.Future[Generator],
-        record: SequenceRecord,
+        made: asyncio.Future[Generator | None],
+        answer: asyncio.Future[int],
+        timer: asyncio.TimerHandle,
         term: Term,
+        key: bytes,
+        n: int,
     ) -> None:
-        """``take_new``'s store call is done: the generator of its record, or why there is none."""
+        """``take_new``'s store call is done: everything else in this one callback. A name it created
+        becomes a row of the table at once, its first ``n`` IDs taken from the row (no generator: the
+        record is durable and nothing else is under way for the name; the row checks the lease and the
+        watermark as for any other); ``made`` says "a row" (None) to the requests that share the
+        creation (``_shared``). Anything else (a name found existing, a failure, a term that changed,
+        IDs the row cannot hand out without a store write) goes through a generator (``_made``)."""
+        if not stored.cancelled() and stored.exception() is None:
+            found, created = stored.result()
+            if created and self.state.term is term and key not in self.generators and key not in self.table:
+                self.census.added(term)
+                self._context(term)  # (the table checks this term's lease, with the default policy's watermark)
+                table = self.table
+                table.put(key, 1, found.ceiling)  # (a new name's first ID is 1: take_new's record)
+                self._absent.pop(key, None)
+                made.set_result(None)
+                if answer.done():  # (timed out, or its client went away: the row keeps its IDs for the next)
+                    return
+                timer.cancel()
+                value = table.take(key, n)
+                if value is not None:
+                    answer.set_result(value)
+                    return
+                gen = self._unpark(key)  # (the row just put)
+                assert gen is not None
+                self._take_for(gen, answer, n)
+                return
+        made_gen = self._made(stored, made, key, term)
+        if answer.done():  # (timed out, or its client went away: the generator stays for the next)
+            return
+        timer.cancel()
+        if made_gen is None:
+            answer.set_exception(made.exception() or NotServing("the store call was cancelled"))
+        else:
+            self._take_for(made_gen, answer, n)
+
+    def _made(
+        self, stored: asyncio.Future[tuple[SequenceRecord, bool]], made: asyncio.Future[Generator | None], key: bytes,
+        term: Term,
+    ) -> Generator | None:  # fmt: skip
+        """``made`` gets the generator of ``take_new``'s record (returned), or why there is none (None)."""
         try:
             if stored.cancelled():
                 raise NotServing("the store call was cancelled")
@@ -401,7 +453,7 @@ class Creations(ActiveSequences):
             self._check(term)
             if created:
                 self.census.added(term)
-            gen = self.generators.get(record.key) or self._add(found, term, 1 if created else None)
+            gen = self.generators.get(key) or self._unpark(key) or self._add(found, term, 1 if created else None)
         except GuardFailed as exc:  # leadership is gone: the term ends, the request got nothing
             term.lost(str(exc))
             made.set_exception(NotServing(str(exc)))
@@ -409,22 +461,11 @@ class Creations(ActiveSequences):
             made.set_exception(exc)
         else:
             made.set_result(gen)
+            return gen
+        return None
 
-    def _answer(
-        self, made: asyncio.Future[Generator], answer: asyncio.Future[int], timer: asyncio.TimerHandle, n: int
-    ) -> None:
-        """``take_new``'s generator is made: ``n`` IDs from it for ``answer``, then ``settle``."""
-        if answer.done():  # (timed out, or its client went away: the generator stays for the next)
-            return
-        timer.cancel()
-        failure = NotServing("the store call was cancelled") if made.cancelled() else made.exception()
-        if failure is not None:
-            answer.set_exception(failure)
-            return
-        gen = made.result()
-        current = self.generators.get(gen.key) or self._unpark(gen.key)  # (parked meanwhile: its row)
-        if current is not None:
-            gen = current
+    def _take_for(self, gen: Generator, answer: asyncio.Future[int], n: int) -> None:
+        """``n`` IDs from ``gen`` for ``answer`` (now, or after its next store write), then ``settle``."""
         try:
             value = gen.take(n)
         except Exception as exc:
@@ -450,7 +491,7 @@ class Creations(ActiveSequences):
 
         later.add_done_callback(hand)
 
-    def _load_or_create(self, key: bytes) -> asyncio.Future[Generator] | None:
+    def _load_or_create(self, key: bytes) -> asyncio.Future[Generator | None] | None:
         """The shared call that reads ``key``'s record or creates it with default settings, in one
         store call (``Store.load_or_create``); None where the two steps are kept (a read already
         under way, a name too long to exist, ``max_sequences`` near: a full keyspace still serves
@@ -512,7 +553,7 @@ class Creations(ActiveSequences):
         # From here to _start, nothing awaits: concurrent callers find the one creation and share it.
         pending = self._creating.get(key)
         if pending is not None:
-            return await self._creating.wait(pending, key), False
+            return await self._shared(pending, key), False
         existing = self.generators.get(key)  # activated meanwhile
         if existing is not None:
             return existing, False
@@ -525,7 +566,7 @@ class Creations(ActiveSequences):
             first = start
         created: list[bool] = []
         task = self._creating.start(key, self._create(record, first, term, created))
-        gen = await self._creating.wait(task, key)
+        gen = await self._shared(task, key)
         return gen, bool(created)
 
     async def _create(self, record: SequenceRecord, first: int, term: Term, created: list[bool]) -> Generator:

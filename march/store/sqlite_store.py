@@ -112,6 +112,8 @@ _RAISE_RETIRED = (
     " ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)"
 )
 _BUSY_MS = 5000  # a read-only connection waits this long on a lock (a WAL reader seldom meets one: recovery)
+_INSERT_ROWS = "INSERT INTO sequences (key, kind, ceiling, settings) VALUES "  # + one _ROW_MARKS a record
+_ROW_MARKS = "(?,?,?,?)"  # (_BATCH of them: 2,000 parameters, under SQLite's limit of 32,766)
 _MAX_ROWID = 1 << 63  # SQLite's rowids are signed 64-bit: a SCAN cursor at or past this is past the end
 
 
@@ -303,15 +305,21 @@ class SqliteFile(Store):
         self.note(None)
         return results
 
-    async def _write_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
-        """``each(db, items)`` in one write transaction (one result per item; the whole batch fails together)."""
+    async def _write_all(
+        self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T], own: bool = False
+    ) -> list[Any]:
+        """``each(db, items)`` in one write transaction (one result per item; the whole batch fails
+        together). ``own``: ``each`` makes its writes in one statement, its own transaction (autocommit)."""
         try:
-            results = await self._run(self._transaction_all, each, items)
+            results = await self._run(self._statement if own else self._transaction_all, each, items)
         except StoreError as exc:
             self.note(exc)
             raise
         self.note(None)
         return results
+
+    def _statement(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
+        return each(self._conn(), items)
 
     def _transaction_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
         db = self._conn()
@@ -464,7 +472,7 @@ class SqliteStore(SqliteFile):
         return self._finds.submit(record)  # (no task: the group commit's own future for this record)
 
     async def _load_or_create_batch(self, records: list[SequenceRecord]) -> Sequence[tuple[SequenceRecord, bool]]:
-        results = await self._write_all(_select_or_insert, records)
+        results = await self._write_all(_select_or_insert, records, own=True)
         self._count += sum(1 for _, created in results if created)
         return results
 
@@ -475,7 +483,7 @@ class SqliteStore(SqliteFile):
         return await self._write(_raise_ceiling, items)
 
     async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:
-        text = json.dumps(dict(settings), sort_keys=True)
+        text = _settings_text(settings)
         (result,) = await self._write(_replace_settings, [(key, text)])
         if isinstance(result, BaseException):
             raise result
@@ -551,18 +559,26 @@ class SqliteStore(SqliteFile):
         return [bytes(row[0]) for row in rows]
 
 
+def _settings_text(settings: Mapping[str, Any]) -> str:
+    """A record's settings as stored (JSON, keys sorted); most have none: no encoder call for those."""
+    return json.dumps(dict(settings), sort_keys=True) if settings else "{}"
+
+
+def _row(record: SequenceRecord) -> tuple[bytes, str, str, str]:
+    return record.key, record.kind, str(record.ceiling), _settings_text(record.settings)
+
+
 def _insert(db: sqlite3.Connection, record: SequenceRecord) -> bool:
-    cur = db.execute(
-        "INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
-        (record.key, record.kind, str(record.ceiling), json.dumps(dict(record.settings), sort_keys=True)),
-    )
+    cur = db.execute("INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)", _row(record))
     return cur.rowcount == 1
 
 
 def _select_or_insert(db: sqlite3.Connection, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
-    """Each record's stored one (False), or the record inserted (True): one SELECT and one
-    ``executemany`` for the batch, inside its write transaction (so nothing lands in between).
-    A name twice in one batch is inserted once; its later entries find the first."""
+    """Each record's stored one (False), or the record inserted (True): one SELECT, then one INSERT
+    of every absent name, which is its own transaction (autocommit: the commit, and its fsync, within
+    the statement's one step). Nothing lands in between: this thread is the file's only writer (the
+    data dir's lock), and a name there after all fails the INSERT, so the batch, whole (a statement
+    is atomic). A name twice in one batch is inserted once; its later entries find the first."""
     marks = ",".join("?" * len(records))
     rows = db.execute(
         f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", [r.key for r in records]
@@ -577,10 +593,9 @@ def _select_or_insert(db: sqlite3.Connection, records: list[SequenceRecord]) -> 
             new.append(record)
         results.append((stored, False) if stored is not None else (record, True))
     if new:  # a plain INSERT: a name there after all fails the batch (never reported created)
-        db.executemany(
-            "INSERT INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
-            [(r.key, r.kind, str(r.ceiling), json.dumps(dict(r.settings), sort_keys=True)) for r in new],
-        )
+        # One statement of many rows, not ``executemany``: one step of SQLite, so this thread takes the
+        # GIL back once for the batch, not once a row (each a wait on the busy event loop's thread).
+        db.execute(_INSERT_ROWS + ",".join([_ROW_MARKS] * len(new)), [v for r in new for v in _row(r)])
     return results
 
 
