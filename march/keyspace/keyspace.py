@@ -146,6 +146,7 @@ class ActiveSequences:
         self._loading: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
         # (None: made as a row of the table, ``take_new``; its sharers find it there, ``_shared``)
         self._creating: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
+        self._deadlines = _Deadlines()  # (take_new's waits)
         self.census = Census(store, state, lambda: self.config, clock)
         self.idle = IdleSweeper(
             self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock, self._park
@@ -363,7 +364,7 @@ class Creations(ActiveSequences):
         """The INCR of a user who may create any name, on a key with no generator and no row: its
         ``n`` IDs as a future, the key read or created with default settings in one store call
         (``ensure``'s ``_load_or_create``) and everything after it run by callbacks, no task per
-        request (``Store.load_or_create_soon``: on SQLite the group commit's own future). None where
+        request (``Store.load_or_create_then``: on SQLite called from the group commit's pass). None where
         ``ensure`` keeps its other paths (see ``_load_or_create``; auto_create off, not serving, a
         read or creation of the key under way): then the caller runs it as a coroutine.
 
@@ -387,21 +388,20 @@ class Creations(ActiveSequences):
         ):
             return None
         record = SequenceRecord(key, "sequence", min(MAX_ID + 1, 1 + self.policies.default.min_batch), {})
-        stored = self.store.load_or_create_soon(record, term.guard)
         loop = asyncio.get_running_loop()
         made: asyncio.Future[Generator | None] = loop.create_future()
-        self._creating.put(key, made)
+        self._creating.hold(key, made)  # (released by ``_landed``, which completes it)
         answer: asyncio.Future[int] = loop.create_future()
-        timer = loop.call_later(config.max_wait, _too_late, answer, key)
-        stored.add_done_callback(lambda f: self._landed(f, made, answer, timer, term, key, n))
+        self._deadlines.add(loop, config.max_wait, answer, key)
+        then = lambda found: self._landed(found, made, answer, term, key, n)  # noqa: E731 (the store's callback)
+        self.store.load_or_create_then(record, term.guard, then)
         return answer
 
     def _landed(
         self,
-        stored: asyncio.Future[tuple[SequenceRecord, bool]],
+        stored: tuple[SequenceRecord, bool] | BaseException,
         made: asyncio.Future[Generator | None],
         answer: asyncio.Future[int],
-        timer: asyncio.TimerHandle,
         term: Term,
         key: bytes,
         n: int,
@@ -412,8 +412,9 @@ class Creations(ActiveSequences):
         watermark as for any other); ``made`` says "a row" (None) to the requests that share the
         creation (``_shared``). Anything else (a name found existing, a failure, a term that changed,
         IDs the row cannot hand out without a store write) goes through a generator (``_made``)."""
-        if not stored.cancelled() and stored.exception() is None:
-            found, created = stored.result()
+        self._creating.release(key, made)  # (its sharers are woken by its result, a loop turn later)
+        if not isinstance(stored, BaseException):
+            found, created = stored
             if created and self.state.term is term and key not in self.generators and key not in self.table:
                 self.census.added(term)
                 self._context(term)  # (the table checks this term's lease, with the default policy's watermark)
@@ -423,7 +424,6 @@ class Creations(ActiveSequences):
                 made.set_result(None)
                 if answer.done():  # (timed out, or its client went away: the row keeps its IDs for the next)
                     return
-                timer.cancel()
                 value = table.take(key, n)
                 if value is not None:
                     answer.set_result(value)
@@ -433,23 +433,25 @@ class Creations(ActiveSequences):
                 self._take_for(gen, answer, n)
                 return
         made_gen = self._made(stored, made, key, term)
+        failure = made.exception()  # (retrieved here: its sharers, if any, re-raise it)
         if answer.done():  # (timed out, or its client went away: the generator stays for the next)
             return
-        timer.cancel()
         if made_gen is None:
-            answer.set_exception(made.exception() or NotServing("the store call was cancelled"))
+            answer.set_exception(failure or NotServing("the store call was cancelled"))
         else:
             self._take_for(made_gen, answer, n)
 
     def _made(
-        self, stored: asyncio.Future[tuple[SequenceRecord, bool]], made: asyncio.Future[Generator | None], key: bytes,
+        self, stored: tuple[SequenceRecord, bool] | BaseException, made: asyncio.Future[Generator | None], key: bytes,
         term: Term,
     ) -> Generator | None:  # fmt: skip
         """``made`` gets the generator of ``take_new``'s record (returned), or why there is none (None)."""
         try:
-            if stored.cancelled():
+            if isinstance(stored, asyncio.CancelledError):
                 raise NotServing("the store call was cancelled")
-            found, created = stored.result()
+            if isinstance(stored, BaseException):
+                raise stored
+            found, created = stored
             self._check(term)
             if created:
                 self.census.added(term)
@@ -716,10 +718,32 @@ class Keyspace(Creations):
         return known if known is not None else self.count()
 
 
-def _too_late(answer: asyncio.Future[int], key: bytes) -> None:
-    """``take_new``'s answer after ``max_wait``: TRYAGAIN (it got no ID; the store call goes on)."""
-    if not answer.done():
-        answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
+class _Deadlines:
+    """``take_new``'s bound on a wait: the answers asked in one turn of the loop share one timer,
+    ``max_wait`` after the turn's first (a timer each cost more than the rest of a creation's bookkeeping)."""
+
+    __slots__ = ("group",)
+
+    def __init__(self) -> None:
+        self.group: list[tuple[asyncio.Future[int], bytes]] | None = None  # this turn's
+
+    def add(self, loop: asyncio.AbstractEventLoop, wait: float, answer: asyncio.Future[int], key: bytes) -> None:
+        group = self.group
+        if group is None:
+            group = self.group = []
+            loop.call_soon(self._close)  # (runs after this turn's callbacks: the next turn starts a group)
+            loop.call_later(wait, _too_late, group)
+        group.append((answer, key))
+
+    def _close(self) -> None:
+        self.group = None
+
+
+def _too_late(group: list[tuple[asyncio.Future[int], bytes]]) -> None:
+    """``take_new``'s answers not given after ``max_wait``: TRYAGAIN (they got no ID; the store call goes on)."""
+    for answer, key in group:
+        if not answer.done():
+            answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
 
 
 def _altered(

@@ -56,6 +56,7 @@ from march.errors import GuardFailed, IdentityConflict, StoreError, StoreFull, S
 from march.etcd.keypath import prefix_end
 from march.store.batch import Batcher
 from march.store.contract import (
+    Found,
     Guard,
     Restored,
     SequenceRecord,
@@ -468,8 +469,8 @@ class SqliteStore(SqliteFile):
     async def load_or_create(self, record: SequenceRecord, guard: Guard) -> tuple[SequenceRecord, bool]:
         return await self._finds(record)
 
-    def load_or_create_soon(self, record: SequenceRecord, guard: Guard) -> asyncio.Future[tuple[SequenceRecord, bool]]:
-        return self._finds.submit(record)  # (no task: the group commit's own future for this record)
+    def load_or_create_then(self, record: SequenceRecord, guard: Guard, then: Found) -> None:
+        self._finds.submit_then(record, then)  # (no task, no future: called in the group commit's pass)
 
     async def _load_or_create_batch(self, records: list[SequenceRecord]) -> Sequence[tuple[SequenceRecord, bool]]:
         results = await self._write_all(_select_or_insert, records, own=True)
