@@ -117,7 +117,7 @@ _RAISE_RETIRED = (
     " ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)"
 )
 _BUSY_MS = 5000  # a read-only connection waits this long on a lock (a WAL reader seldom meets one: recovery)
-_INSERT_ROWS = "INSERT INTO sequences (key, kind, ceiling, settings) VALUES "  # + one _ROW_MARKS a record
+_INSERT_ROWS = "INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES "  # + one _ROW_MARKS a record
 _ROW_MARKS = "(?,?,?,?)"  # (_BATCH of them: 2,000 parameters, under SQLite's limit of 32,766)
 _MAX_ROWID = 1 << 63  # SQLite's rowids are signed 64-bit: a SCAN cursor at or past this is past the end
 
@@ -540,7 +540,7 @@ class SqliteStore(SqliteFile):
         self._finds.submit_then(record, then)  # (no task, no future: called in the group commit's pass)
 
     async def _load_or_create_batch(self, records: list[SequenceRecord]) -> Sequence[tuple[SequenceRecord, bool]]:
-        results = await self._write_all(_select_or_insert, records, own=True)
+        results = await self._write_all(_insert_or_select, records, own=True)
         self._count += sum(1 for _, created in results if created)
         return results
 
@@ -641,29 +641,42 @@ def _insert(db: sqlite3.Connection, record: SequenceRecord) -> bool:
     return cur.rowcount == 1
 
 
-def _select_or_insert(db: sqlite3.Connection, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
-    """Each record's stored one (False), or the record inserted (True): one SELECT, then one INSERT
-    of every absent name, which is its own transaction (autocommit: the commit, and its fsync, within
-    the statement's one step). Nothing lands in between: this thread is the file's only writer (the
-    data dir's lock), and a name there after all fails the INSERT, so the batch, whole (a statement
-    is atomic). A name twice in one batch is inserted once; its later entries find the first."""
-    marks = ",".join("?" * len(records))
-    rows = db.execute(
-        f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", [r.key for r in records]
-    )
-    found: dict[bytes, SequenceRecord] = {bytes(row[0]): _record(row) for row in rows}
-    results: list[tuple[SequenceRecord, bool]] = []
-    new: list[SequenceRecord] = []
+def _insert_or_select(db: sqlite3.Connection, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
+    """Each record inserted (True), or its stored one (False). First one ``INSERT OR IGNORE`` of every
+    name of the batch, its own transaction (autocommit: the commit, and its fsync, within the
+    statement's one step); when it inserted them all (a batch of new names: the common case), that is
+    all: one call into SQLite, so this thread takes the GIL back from the busy event loop once a batch
+    (each time is a wait of up to the switch interval). Otherwise one SELECT of the batch's names tells
+    the rows inserted now from the stored ones by rowid: this thread is the file's only writer (the
+    data dir's lock) and no row is ever deleted, so the statement's rows are the last ``rowcount``
+    rowids; a count that does not add up fails the batch (its callers got no ID; their retries find
+    the names). A name twice in one batch is inserted once; its later entries find the first."""
+    unique: dict[bytes, SequenceRecord] = {}
     for record in records:
-        stored = found.get(record.key)
-        if stored is None:
-            found[record.key] = record
-            new.append(record)
-        results.append((stored, False) if stored is not None else (record, True))
-    if new:  # a plain INSERT: a name there after all fails the batch (never reported created)
-        # One statement of many rows, not ``executemany``: one step of SQLite, so this thread takes the
-        # GIL back once for the batch, not once a row (each a wait on the busy event loop's thread).
-        db.execute(_INSERT_ROWS + ",".join([_ROW_MARKS] * len(new)), [v for r in new for v in _row(r)])
+        unique.setdefault(record.key, record)
+    new = list(unique.values())
+    cursor = db.execute(_INSERT_ROWS + ",".join([_ROW_MARKS] * len(new)), [v for r in new for v in _row(r)])
+    inserted = cursor.rowcount
+    if inserted == len(new):
+        created = {key: True for key in unique}
+    else:
+        above = (cursor.lastrowid or 0) - inserted if inserted > 0 else _MAX_ROWID  # rowids of this statement's rows
+        marks = ",".join("?" * len(new))
+        rows = db.execute(
+            f"SELECT rowid, key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", list(unique)
+        )
+        created = {}
+        for row in rows:
+            key = bytes(row[1])
+            created[key] = row[0] > above
+            if not created[key]:
+                unique[key] = _record(row[1:])
+        if len(created) != len(new) or sum(created.values()) != inserted:
+            raise StoreError(f"sequences: {inserted} of {len(new)} names inserted, not told apart from the stored")
+    results: list[tuple[SequenceRecord, bool]] = []
+    for record in records:
+        first = created.pop(record.key, False)  # (a name twice: its later entries find the first)
+        results.append((record if first else unique[record.key], first))
     return results
 
 
