@@ -44,7 +44,9 @@ lately (GET, SEQ.INFO, SET). Every other active sequence is a row of the compact
 takes from it (``parked``) until the row would need a store write, then the row becomes a
 generator again (``_unpark``). A request that had to wait for a read or a creation puts its
 sequence into the table right after its first ID when nothing is under way (``take_from``,
-``settle``): a new sequence, or one touched once after a restart, costs a row, not a generator.
+``settle``): a new sequence, or one touched once after a restart, costs a row, not a generator. A
+name created by an INCR (``take_new``) is a row from the start: made in the store call's callback,
+its first IDs taken from it there (``_landed``), never a generator unless it needs one.
 Generators idle for ``sequence_idle_seconds`` become rows too (``march.keyspace.idle``, ``_park``),
 or, for those that cannot (settings of their own, timestamps), leave memory (their unspent range
 becomes a gap; the next request reads the record again); INFO counts them (``idle_dropped``,
@@ -363,15 +365,17 @@ class Creations(ActiveSequences):
     def take_new(self, key: bytes, n: int) -> asyncio.Future[int] | None:
         """The INCR of a user who may create any name, on a key with no generator and no row: its
         ``n`` IDs as a future, the key read or created with default settings in one store call
-        (``ensure``'s ``_load_or_create``) and everything after it run by callbacks, no task per
-        request (``Store.load_or_create_then``: on SQLite called from the group commit's pass). None where
-        ``ensure`` keeps its other paths (see ``_load_or_create``; auto_create off, not serving, a
-        read or creation of the key under way): then the caller runs it as a coroutine.
+        (``ensure``'s ``_load_or_create``) and everything after it in one callback (``_landed``),
+        no task per request (``Store.load_or_create_then``: on SQLite called from the group
+        commit's pass, for all of its records at once). None where ``ensure`` keeps its other paths
+        (see ``_load_or_create``; auto_create off, not serving, a read or creation of the key under
+        way): then the caller runs it as a coroutine.
 
         Answered at most ``max_wait`` after it was asked (TRYAGAIN, the store call goes on and a
-        later request finds its result). The generator made from the record is shared with every
-        request for the key meanwhile (``_creating``) and goes to the table after the first ID
-        (``settle``), as in ``take_from``."""
+        later request finds its result; ``_Deadlines``: one timer per loop turn). The creation is
+        shared with every request for the key meanwhile (``_creating``, ``_shared``): a new name
+        is a row of the table from the start, a name found existing a generator that goes to the
+        table after the first ID (``settle``), as in ``take_from``."""
         state = self.state
         term = state.term
         config = self.config

@@ -6,8 +6,10 @@
   the event loop never blocks on disk and writes land in the order they were made. Calls made in
   the same loop turn share one SQLite transaction (one fsync): the first requests of thousands of
   keys after a restart cost a few commits.
-- ``load_or_create`` (an auto-creating INCR) reads and creates in the same write transaction: per
-  batch one SELECT of every name, one ``executemany`` of the absent ones, one commit.
+- ``load_or_create`` (an auto-creating INCR) creates first: per batch one ``INSERT OR IGNORE`` of
+  every name, its own transaction (one call into SQLite, commit included); only when some names
+  were there already, one SELECT tells them from the new ones by rowid (``_insert_or_select``).
+  ``load_or_create_then`` calls each caller's callback from the batch's one pass, no future each.
 - Listings (``list_keys``, ``scan``) run on a second connection (``query_only``) on a thread of
   their own: in WAL mode it reads the last committed state while the writer goes on, so no KEYS
   or SCAN ever queues in front of a ceiling write. ``count`` reads no disk at all: the sequences
