@@ -396,8 +396,8 @@ class Creations(ActiveSequences):
         made: asyncio.Future[Generator | None] = loop.create_future()
         self._creating.hold(key, made)  # (released by ``_landed``, which completes it)
         answer: asyncio.Future[int] = loop.create_future()
-        self._deadlines.add(loop, config.max_wait, answer, key)
-        then = lambda found: self._landed(found, made, answer, term, key, n)  # noqa: E731 (the store's callback)
+        waits = self._deadlines.add(loop, config.max_wait, answer, key)
+        then = lambda found: self._landed(found, made, answer, waits, term, key, n)  # noqa: E731 (the store's callback)
         self.store.load_or_create_then(record, term.guard, then)
         return answer
 
@@ -406,6 +406,7 @@ class Creations(ActiveSequences):
         stored: tuple[SequenceRecord, bool] | BaseException,
         made: asyncio.Future[Generator | None],
         answer: asyncio.Future[int],
+        waits: _Waits,
         term: Term,
         key: bytes,
         n: int,
@@ -417,6 +418,7 @@ class Creations(ActiveSequences):
         creation (``_shared``). Anything else (a name found existing, a failure, a term that changed,
         IDs the row cannot hand out without a store write) goes through a generator (``_made``)."""
         self._creating.release(key, made)  # (its sharers are woken by its result, a loop turn later)
+        waits.answered()  # (the answer is set below, or it was already: timed out, or its client went away)
         if not isinstance(stored, BaseException):
             found, created = stored
             if created and self.state.term is term and key not in self.generators and key not in self.table:
@@ -722,32 +724,54 @@ class Keyspace(Creations):
         return known if known is not None else self.count()
 
 
-class _Deadlines:
-    """``take_new``'s bound on a wait: the answers asked in one turn of the loop share one timer,
-    ``max_wait`` after the turn's first (a timer each cost more than the rest of a creation's bookkeeping)."""
+class _Waits:
+    """The waits of the new names asked in one turn of the loop (``take_new``): one timer for them
+    all, ``max_wait`` after the turn's first (a timer each cost more than the rest of a creation's
+    bookkeeping). Let go of as soon as the last of them is answered (``answered``): no answer is
+    held longer than its wait."""
 
-    __slots__ = ("group",)
+    __slots__ = ("answers", "left", "timer")
 
     def __init__(self) -> None:
-        self.group: list[tuple[asyncio.Future[int], bytes]] | None = None  # this turn's
+        self.answers: list[tuple[asyncio.Future[int], bytes]] = []
+        self.left = 0  # not answered yet
+        self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, loop: asyncio.AbstractEventLoop, wait: float, answer: asyncio.Future[int], key: bytes) -> None:
-        group = self.group
-        if group is None:
-            group = self.group = []
-            loop.call_soon(self._close)  # (runs after this turn's callbacks: the next turn starts a group)
-            loop.call_later(wait, _too_late, group)
-        group.append((answer, key))
+    def answered(self) -> None:
+        """One of them was answered (or given up on): the last one cancels the timer."""
+        self.left -= 1
+        if self.left == 0 and self.timer is not None:
+            self.timer.cancel()
+            self.answers.clear()
+
+    def too_late(self) -> None:
+        """``max_wait`` is over: TRYAGAIN for those not answered (they got no ID; the store call goes on)."""
+        for answer, key in self.answers:
+            if not answer.done():
+                answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
+        self.answers.clear()
+
+
+class _Deadlines:
+    """``take_new``'s bound on a wait: the ``_Waits`` of the current turn of the loop."""
+
+    __slots__ = ("waits",)
+
+    def __init__(self) -> None:
+        self.waits: _Waits | None = None  # this turn's
+
+    def add(self, loop: asyncio.AbstractEventLoop, wait: float, answer: asyncio.Future[int], key: bytes) -> _Waits:
+        waits = self.waits
+        if waits is None:
+            waits = self.waits = _Waits()
+            loop.call_soon(self._close)  # (runs after this turn's callbacks: the next turn starts anew)
+            waits.timer = loop.call_later(wait, waits.too_late)
+        waits.answers.append((answer, key))
+        waits.left += 1
+        return waits
 
     def _close(self) -> None:
-        self.group = None
-
-
-def _too_late(group: list[tuple[asyncio.Future[int], bytes]]) -> None:
-    """``take_new``'s answers not given after ``max_wait``: TRYAGAIN (they got no ID; the store call goes on)."""
-    for answer, key in group:
-        if not answer.done():
-            answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
+        self.waits = None
 
 
 def _altered(
