@@ -44,7 +44,9 @@ lately (GET, SEQ.INFO, SET). Every other active sequence is a row of the compact
 takes from it (``parked``) until the row would need a store write, then the row becomes a
 generator again (``_unpark``). A request that had to wait for a read or a creation puts its
 sequence into the table right after its first ID when nothing is under way (``take_from``,
-``settle``): a new sequence, or one touched once after a restart, costs a row, not a generator.
+``settle``): a new sequence, or one touched once after a restart, costs a row, not a generator. A
+name created by an INCR (``take_new``) is a row from the start: made in the store call's callback,
+its first IDs taken from it there (``_landed``), never a generator unless it needs one.
 Generators idle for ``sequence_idle_seconds`` become rows too (``march.keyspace.idle``, ``_park``),
 or, for those that cannot (settings of their own, timestamps), leave memory (their unspent range
 becomes a gap; the next request reads the record again); INFO counts them (``idle_dropped``,
@@ -145,7 +147,9 @@ class ActiveSequences:
         self._retired: list[Generator] = []  # of ended terms, with a store write still in flight
         self._absent: dict[bytes, Term] = {}  # keys read and found absent lately, and the term that read them
         self._loading: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
-        self._creating: SharedCalls[Generator] = SharedCalls(lambda: self.config.max_wait)
+        # (None: made as a row of the table, ``take_new``; its sharers find it there, ``_shared``)
+        self._creating: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
+        self._deadlines = _Deadlines()  # (take_new's waits)
         self.census = Census(store, state, lambda: self.config, clock)
         self.idle = IdleSweeper(
             self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock, self._park
@@ -256,7 +260,7 @@ class ActiveSequences:
         term = self._term()
         creating = self._creating.get(key)
         if creating is not None:
-            return await self._creating.wait(creating, key)
+            return await self._shared(creating, key)
         if len(key) > self.config.max_key_len:
             return None  # no sequence has such a name
         loading = self._loading.get(key)
@@ -318,6 +322,16 @@ class ActiveSequences:
         """Nothing under way for ``key`` may hold a record read before its generator's last write."""
         return key not in self._loading and key not in self._creating and not self._altering.locked()
 
+    async def _shared(self, call: asyncio.Future[Generator | None], key: bytes) -> Generator:
+        """The generator of a creation (or read) under way for ``key`` that this request shares, once it
+        is done: if it made a row of the table (``Creations.take_new``), the generator made from the row."""
+        gen = await self._creating.wait(call, key)
+        if gen is None:
+            gen = self.generators.get(key) or self._unpark(key)
+            if gen is None:  # (the table is emptied when a term ends)
+                raise NotServing(self._term().ended or "the term changed")
+        return gen
+
     def _check(self, term: Term) -> None:
         """The term a read or creation started in is still served (else its result is not used)."""
         if self.state.term is not term:
@@ -339,7 +353,7 @@ class Creations(ActiveSequences):
         if self.config.auto_create and not absent:
             found = self._load_or_create(key)
             if found is not None:
-                return await self._creating.wait(found, key)
+                return await self._shared(found, key)
         if not absent:
             gen = await self.activate(key)
             if gen is not None:
@@ -352,15 +366,17 @@ class Creations(ActiveSequences):
     def take_new(self, key: bytes, n: int) -> asyncio.Future[int] | None:
         """The INCR of a user who may create any name, on a key with no generator and no row: its
         ``n`` IDs as a future, the key read or created with default settings in one store call
-        (``ensure``'s ``_load_or_create``) and everything after it run by callbacks, no task per
-        request (``Store.load_or_create_soon``: on SQLite the group commit's own future). None where
-        ``ensure`` keeps its other paths (see ``_load_or_create``; auto_create off, not serving, a
-        read or creation of the key under way): then the caller runs it as a coroutine.
+        (``ensure``'s ``_load_or_create``) and everything after it in one callback (``_landed``),
+        no task per request (``Store.load_or_create_then``: on SQLite called from the group
+        commit's pass, for all of its records at once). None where ``ensure`` keeps its other paths
+        (see ``_load_or_create``; auto_create off, not serving, a read or creation of the key under
+        way): then the caller runs it as a coroutine.
 
         Answered at most ``max_wait`` after it was asked (TRYAGAIN, the store call goes on and a
-        later request finds its result). The generator made from the record is shared with every
-        request for the key meanwhile (``_creating``) and goes to the table after the first ID
-        (``settle``), as in ``take_from``."""
+        later request finds its result; ``_Deadlines``: one timer per loop turn). The creation is
+        shared with every request for the key meanwhile (``_creating``, ``_shared``): a new name
+        is a row of the table from the start, a name found existing a generator that goes to the
+        table after the first ID (``settle``), as in ``take_from``."""
         state = self.state
         term = state.term
         config = self.config
@@ -377,32 +393,76 @@ class Creations(ActiveSequences):
         ):
             return None
         record = SequenceRecord(key, "sequence", min(MAX_ID + 1, 1 + self.policies.default.min_batch), {})
-        stored = self.store.load_or_create_soon(record, term.guard)
         loop = asyncio.get_running_loop()
-        made: asyncio.Future[Generator] = loop.create_future()
-        self._creating.put(key, made)
-        stored.add_done_callback(lambda f: self._made(f, made, record, term))
+        made: asyncio.Future[Generator | None] = loop.create_future()
+        self._creating.hold(key, made)  # (released by ``_landed``, which completes it)
         answer: asyncio.Future[int] = loop.create_future()
-        timer = loop.call_later(config.max_wait, _too_late, answer, key)
-        made.add_done_callback(lambda m: self._answer(m, answer, timer, n))
+        waits = self._deadlines.add(loop, config.max_wait, answer, key)
+        then = lambda found: self._landed(found, made, answer, waits, term, key, n)  # noqa: E731 (the store's callback)
+        self.store.load_or_create_then(record, term.guard, then)
         return answer
 
-    def _made(
+    def _landed(
         self,
-        stored: asyncio.Future[tuple[SequenceRecord, bool]],
-        made: asyncio.Future[Generator],
-        record: SequenceRecord,
+        stored: tuple[SequenceRecord, bool] | BaseException,
+        made: asyncio.Future[Generator | None],
+        answer: asyncio.Future[int],
+        waits: _Waits,
         term: Term,
+        key: bytes,
+        n: int,
     ) -> None:
-        """``take_new``'s store call is done: the generator of its record, or why there is none."""
+        """``take_new``'s store call is done: everything else in this one callback. A name it created
+        becomes a row of the table at once, its first ``n`` IDs taken from the row (no generator: the
+        record is durable and nothing else is under way for the name; the row checks the lease and the
+        watermark as for any other); ``made`` says "a row" (None) to the requests that share the
+        creation (``_shared``). Anything else (a name found existing, a failure, a term that changed,
+        IDs the row cannot hand out without a store write) goes through a generator (``_made``)."""
+        self._creating.release(key, made)  # (its sharers are woken by its result, a loop turn later)
+        waits.answered()  # (the answer is set below, or it was already: timed out, or its client went away)
+        if not isinstance(stored, BaseException):
+            found, created = stored
+            if created and self.state.term is term and key not in self.generators and key not in self.table:
+                self.census.added(term)
+                self._context(term)  # (the table checks this term's lease, with the default policy's watermark)
+                table = self.table
+                table.put(key, 1, found.ceiling)  # (a new name's first ID is 1: take_new's record)
+                self._absent.pop(key, None)
+                made.set_result(None)
+                if answer.done():  # (timed out, or its client went away: the row keeps its IDs for the next)
+                    return
+                value = table.take(key, n)
+                if value is not None:
+                    answer.set_result(value)
+                    return
+                gen = self._unpark(key)  # (the row just put)
+                assert gen is not None
+                self._take_for(gen, answer, n)
+                return
+        made_gen = self._made(stored, made, key, term)
+        failure = made.exception()  # (retrieved here: its sharers, if any, re-raise it)
+        if answer.done():  # (timed out, or its client went away: the generator stays for the next)
+            return
+        if made_gen is None:
+            answer.set_exception(failure or NotServing("the store call was cancelled"))
+        else:
+            self._take_for(made_gen, answer, n)
+
+    def _made(
+        self, stored: tuple[SequenceRecord, bool] | BaseException, made: asyncio.Future[Generator | None], key: bytes,
+        term: Term,
+    ) -> Generator | None:  # fmt: skip
+        """``made`` gets the generator of ``take_new``'s record (returned), or why there is none (None)."""
         try:
-            if stored.cancelled():
+            if isinstance(stored, asyncio.CancelledError):
                 raise NotServing("the store call was cancelled")
-            found, created = stored.result()
+            if isinstance(stored, BaseException):
+                raise stored
+            found, created = stored
             self._check(term)
             if created:
                 self.census.added(term)
-            gen = self.generators.get(record.key) or self._add(found, term, 1 if created else None)
+            gen = self.generators.get(key) or self._unpark(key) or self._add(found, term, 1 if created else None)
         except GuardFailed as exc:  # leadership is gone: the term ends, the request got nothing
             term.lost(str(exc))
             made.set_exception(NotServing(str(exc)))
@@ -410,22 +470,11 @@ class Creations(ActiveSequences):
             made.set_exception(exc)
         else:
             made.set_result(gen)
+            return gen
+        return None
 
-    def _answer(
-        self, made: asyncio.Future[Generator], answer: asyncio.Future[int], timer: asyncio.TimerHandle, n: int
-    ) -> None:
-        """``take_new``'s generator is made: ``n`` IDs from it for ``answer``, then ``settle``."""
-        if answer.done():  # (timed out, or its client went away: the generator stays for the next)
-            return
-        timer.cancel()
-        failure = NotServing("the store call was cancelled") if made.cancelled() else made.exception()
-        if failure is not None:
-            answer.set_exception(failure)
-            return
-        gen = made.result()
-        current = self.generators.get(gen.key) or self._unpark(gen.key)  # (parked meanwhile: its row)
-        if current is not None:
-            gen = current
+    def _take_for(self, gen: Generator, answer: asyncio.Future[int], n: int) -> None:
+        """``n`` IDs from ``gen`` for ``answer`` (now, or after its next store write), then ``settle``."""
         try:
             value = gen.take(n)
         except Exception as exc:
@@ -451,7 +500,7 @@ class Creations(ActiveSequences):
 
         later.add_done_callback(hand)
 
-    def _load_or_create(self, key: bytes) -> asyncio.Future[Generator] | None:
+    def _load_or_create(self, key: bytes) -> asyncio.Future[Generator | None] | None:
         """The shared call that reads ``key``'s record or creates it with default settings, in one
         store call (``Store.load_or_create``); None where the two steps are kept (a read already
         under way, a name too long to exist, ``max_sequences`` near: a full keyspace still serves
@@ -513,7 +562,7 @@ class Creations(ActiveSequences):
         # From here to _start, nothing awaits: concurrent callers find the one creation and share it.
         pending = self._creating.get(key)
         if pending is not None:
-            return await self._creating.wait(pending, key), False
+            return await self._shared(pending, key), False
         existing = self.generators.get(key)  # activated meanwhile
         if existing is not None:
             return existing, False
@@ -526,7 +575,7 @@ class Creations(ActiveSequences):
             first = start
         created: list[bool] = []
         task = self._creating.start(key, self._create(record, first, term, created))
-        gen = await self._creating.wait(task, key)
+        gen = await self._shared(task, key)
         return gen, bool(created)
 
     async def _create(self, record: SequenceRecord, first: int, term: Term, created: list[bool]) -> Generator:
@@ -680,10 +729,54 @@ class Keyspace(Creations):
         return known if known is not None else self.count()
 
 
-def _too_late(answer: asyncio.Future[int], key: bytes) -> None:
-    """``take_new``'s answer after ``max_wait``: TRYAGAIN (it got no ID; the store call goes on)."""
-    if not answer.done():
-        answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
+class _Waits:
+    """The waits of the new names asked in one turn of the loop (``take_new``): one timer for them
+    all, ``max_wait`` after the turn's first (a timer each cost more than the rest of a creation's
+    bookkeeping). Let go of as soon as the last of them is answered (``answered``): no answer is
+    held longer than its wait."""
+
+    __slots__ = ("answers", "left", "timer")
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[asyncio.Future[int], bytes]] = []
+        self.left = 0  # not answered yet
+        self.timer: asyncio.TimerHandle | None = None
+
+    def answered(self) -> None:
+        """One of them was answered (or given up on): the last one cancels the timer."""
+        self.left -= 1
+        if self.left == 0 and self.timer is not None:
+            self.timer.cancel()
+            self.answers.clear()
+
+    def too_late(self) -> None:
+        """``max_wait`` is over: TRYAGAIN for those not answered (they got no ID; the store call goes on)."""
+        for answer, key in self.answers:
+            if not answer.done():
+                answer.set_exception(CommandError(errors.TRYAGAIN_LOADING_KEY.format(key.decode("utf-8", "replace"))))
+        self.answers.clear()
+
+
+class _Deadlines:
+    """``take_new``'s bound on a wait: the ``_Waits`` of the current turn of the loop."""
+
+    __slots__ = ("waits",)
+
+    def __init__(self) -> None:
+        self.waits: _Waits | None = None  # this turn's
+
+    def add(self, loop: asyncio.AbstractEventLoop, wait: float, answer: asyncio.Future[int], key: bytes) -> _Waits:
+        waits = self.waits
+        if waits is None:
+            waits = self.waits = _Waits()
+            loop.call_soon(self._close)  # (runs after this turn's callbacks: the next turn starts anew)
+            waits.timer = loop.call_later(wait, waits.too_late)
+        waits.answers.append((answer, key))
+        waits.left += 1
+        return waits
+
+    def _close(self) -> None:
+        self.waits = None
 
 
 def _altered(

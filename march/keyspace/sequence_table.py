@@ -11,18 +11,19 @@ Why one packed int and not a name -> slot dict over typed arrays: the slot would
 boxed int (32 bytes), as much as the packed row; the arrays would add 16 bytes more. A take makes
 a new int in place of the old one (no growth), and is two integer operations.
 
-**Guarantees (docs/architecture.md section 1).** A row is made only from a generator of the
-current term that had nothing under way (``SequenceGenerator.park``: no store write in
-flight, nobody waiting, no failure, no target above its ceiling), so ``next + room`` is at most a
-durable ceiling and every ID handed out so far is below ``next``; the generator is retired at the
-same moment (a reference left anywhere hands out nothing). ``take`` hands out IDs only below
-``next + room``, only while the term's lease is valid (``valid``, the term's own ``Term.valid``),
-and only while the rest of the range stays at or above the watermark (``low``): whatever would
-need a store write is refused, and the caller turns the row back into a generator (``pop``) that
-does it. A key is never both a row and a generator: the keyspace removes the row whenever it makes
-a generator. The table is emptied when its term ends (its rows' unspent ranges become gaps, as
-after a restart). A range longer than ``ROOM`` keeps only ``ROOM`` of it (the rest is a gap; the
-generator made from the row learns the stored ceiling again from its first write).
+**Guarantees (docs/architecture.md section 1).** A row is made only from a generator of the current
+term that had nothing under way (``SequenceGenerator.park``: no store write in flight, nobody
+waiting, no failure, no target above its ceiling), or from the record a creation just stored for a
+name with no generator and no row (``Creations._landed``: next 1, its durable ceiling), so ``next +
+room`` is at most a durable ceiling and every ID handed out so far is below ``next``; a generator
+is retired at the same moment (a reference left anywhere hands out nothing). ``take`` hands out IDs
+only below ``next + room``, only while the term's lease is valid (``valid``, the term's own
+``Term.valid``), and only while the rest of the range stays at or above the watermark (``low``):
+whatever would need a store write is refused, and the caller turns the row back into a generator
+(``pop``) that does it. A key is never both a row and a generator: the keyspace removes the row
+whenever it makes a generator. The table is emptied when its term ends (its rows' unspent ranges
+become gaps, as after a restart). A range longer than ``ROOM`` keeps only ``ROOM`` of it (the rest
+is a gap; the generator made from the row learns the stored ceiling again from its first write).
 
 It never reads or writes the store, and never awaits.
 """

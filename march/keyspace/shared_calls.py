@@ -50,6 +50,16 @@ class SharedCalls(Generic[T]):
         call.add_done_callback(done)
         return call
 
+    def hold(self, key: bytes, call: asyncio.Future[T]) -> None:
+        """Share ``call`` for ``key`` until its owner ``release``s it (``put`` without a done-callback:
+        for an owner that completes the call itself, and retrieves its exception)."""
+        self._running[key] = call
+
+    def release(self, key: bytes, call: asyncio.Future[T]) -> None:
+        """``call`` is no longer shared (its owner is about to complete it)."""
+        if self._running.get(key) is call:
+            del self._running[key]
+
     async def wait(self, task: asyncio.Future[T], key: bytes) -> T:
         """Wait for a shared call at most ``max_wait`` (it goes on after a timeout)."""
         try:

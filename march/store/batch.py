@@ -26,6 +26,7 @@ listener must be quick and must not raise; it never changes what callers get.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
@@ -34,11 +35,20 @@ from march.errors import GuardFailed
 
 T = TypeVar("T")
 R = TypeVar("R")
+log = logging.getLogger("march")
 
 Run = Callable[[list[T]], Awaitable[Sequence[R | BaseException]]]
+Waiter = asyncio.Future[R] | Callable[[R | BaseException], None]  # a caller's future, or its callback
 # (operation, items, seconds, store failure or None), once per chunk sent; see the module docstring
 ChunkListener = Callable[[str, int, float, BaseException | None], None]
 listeners: list[ChunkListener] = []
+
+
+def _call(then: Callable[[R | BaseException], None], outcome: R | BaseException) -> None:
+    try:
+        then(outcome)
+    except Exception:  # (a bug in one caller's callback: logged, never the other callers' answers)
+        log.exception("store batch: a caller's callback failed")
 
 
 def _operation(run: Callable[..., object]) -> str:
@@ -68,7 +78,7 @@ class Batcher(Generic[T, R]):
         self._max_bytes = max_bytes
         self._size = size
         self._serial = serial
-        self._pending: list[tuple[T, asyncio.Future[R]]] = []
+        self._pending: list[tuple[T, Waiter[R]]] = []  # each item's future, or its callback (``submit_then``)
         self._scheduled = False
         self._running: set[asyncio.Task[None]] = set()
         self._sending = False  # (serial) a chunk is with the store: the calls made meanwhile wait for it
@@ -86,6 +96,15 @@ class Batcher(Generic[T, R]):
             self._scheduled = True
             loop.call_soon(self._flush)
         return fut
+
+    def submit_then(self, item: T, then: Callable[[R | BaseException], None]) -> None:
+        """``item``'s result (or exception) passed to ``then``, called from the pass that answers its
+        chunk, with the others of the chunk (no future, no loop turn of its own). ``then`` must not
+        raise (one that does is logged; the chunk's other callers are answered all the same)."""
+        self._pending.append((item, then))
+        if not self._scheduled and not self._sending:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._scheduled = False
@@ -117,14 +136,17 @@ class Batcher(Generic[T, R]):
                 self._scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)
 
-    async def _send(self, chunk: list[tuple[T, asyncio.Future[R]]]) -> None:
+    async def _send(self, chunk: list[tuple[T, Waiter[R]]]) -> None:
         results: Sequence[R | BaseException]
         started = time.perf_counter()
         try:
             results = await self._run([item for item, _ in chunk])
         except asyncio.CancelledError:
             for _, fut in chunk:
-                fut.cancel()
+                if isinstance(fut, asyncio.Future):
+                    fut.cancel()
+                else:
+                    _call(fut, asyncio.CancelledError())
             raise
         except Exception as exc:
             results = [exc] * len(chunk)
@@ -135,6 +157,9 @@ class Batcher(Generic[T, R]):
         if listeners:
             self._report(len(chunk), time.perf_counter() - started, results)
         for (_, fut), result in zip(chunk, results, strict=True):
+            if not isinstance(fut, asyncio.Future):
+                _call(fut, result)
+                continue
             if fut.done():  # its caller stopped waiting
                 continue
             if isinstance(result, BaseException):

@@ -138,6 +138,10 @@ class SequenceRecord:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
+# ``load_or_create_then``'s callback: the stored record and whether it was created, or why there is none
+Found = Callable[[tuple[SequenceRecord, bool] | BaseException], None]
+
+
 @dataclass(frozen=True)
 class WorkerRecord:
     """One worker id of one namespace, as the store keeps it (``march.keyspace.worker_ids``).
@@ -265,11 +269,15 @@ class Store(abc.ABC):
             raise StoreError(f"sequence {record.key!r} was neither created nor found")
         return loaded, False
 
-    def load_or_create_soon(self, record: SequenceRecord, guard: Guard) -> asyncio.Future[tuple[SequenceRecord, bool]]:
-        """``load_or_create`` as a future (an auto-creating INCR chains a callback on it instead of
-        running a task per request). The default runs it in a task; SQLite hands out its group
-        commit's own future."""
-        return asyncio.ensure_future(self.load_or_create(record, guard))
+    def load_or_create_then(self, record: SequenceRecord, guard: Guard, then: Found) -> None:
+        """``load_or_create``, its outcome (the result, or the exception) passed to ``then`` once done
+        (an auto-creating INCR goes on from there instead of running a task per request). The default
+        runs it in a task; SQLite calls ``then`` from its group commit, in one pass for the batch."""
+
+        def done(call: asyncio.Future[tuple[SequenceRecord, bool]]) -> None:
+            then(asyncio.CancelledError() if call.cancelled() else call.exception() or call.result())
+
+        asyncio.ensure_future(self.load_or_create(record, guard)).add_done_callback(done)
 
     @abc.abstractmethod
     async def save_ceiling(self, key: bytes, ceiling: int, guard: Guard) -> int:

@@ -6,8 +6,10 @@
   the event loop never blocks on disk and writes land in the order they were made. Calls made in
   the same loop turn share one SQLite transaction (one fsync): the first requests of thousands of
   keys after a restart cost a few commits.
-- ``load_or_create`` (an auto-creating INCR) reads and creates in the same write transaction: per
-  batch one SELECT of every name, one ``executemany`` of the absent ones, one commit.
+- ``load_or_create`` (an auto-creating INCR) creates first: per batch one ``INSERT OR IGNORE`` of
+  every name, its own transaction (one call into SQLite, commit included); only when some names
+  were there already, one SELECT tells them from the new ones by rowid (``_insert_or_select``).
+  ``load_or_create_then`` calls each caller's callback from the batch's one pass, no future each.
 - Listings (``list_keys``, ``scan``) run on a second connection (``query_only``) on a thread of
   their own: in WAL mode it reads the last committed state while the writer goes on, so no KEYS
   or SCAN ever queues in front of a ceiling write. A page is read as one value (the names' hex
@@ -42,14 +44,18 @@ Ceilings are stored as decimal text: the largest ceiling, 2**63, does not fit SQ
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import errno
 import fcntl
 import json
 import logging
 import os
+import queue
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -58,6 +64,7 @@ from march.errors import GuardFailed, IdentityConflict, StoreError, StoreFull, S
 from march.etcd.keypath import prefix_end
 from march.store.batch import Batcher
 from march.store.contract import (
+    Found,
     Guard,
     Restored,
     SequenceRecord,
@@ -114,7 +121,69 @@ _RAISE_RETIRED = (
     " ON CONFLICT (one) DO UPDATE SET floor_ms = max(floor_ms, excluded.floor_ms)"
 )
 _BUSY_MS = 5000  # a read-only connection waits this long on a lock (a WAL reader seldom meets one: recovery)
+_INSERT_ROWS = "INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES "  # + one _ROW_MARKS a record
+_ROW_MARKS = "(?,?,?,?)"  # (_BATCH of them: 2,000 parameters, under SQLite's limit of 32,766)
 _MAX_ROWID = 1 << 63  # SQLite's rowids are signed 64-bit: a SCAN cursor at or past this is past the end
+
+
+class Writer(Executor):
+    """The writer's thread: ``call``s run one after another on it, in the order made. What
+    ``ThreadPoolExecutor(max_workers=1)`` did, with less Python on either side of each call (a C
+    queue, no locks or concurrent future): the event loop's thread and this one share the GIL,
+    and a group commit's hand-offs were a good part of a creation's time on the loop. (An
+    ``Executor`` too, for ``run_in_executor``: ``submit`` runs in the same order, as any call.)"""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """The future of ``fn(*args)`` run on the thread (a caller that stops waiting does not stop it)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._calls.put((loop, future, fn, args))
+        return future
+
+    def _serve(self) -> None:
+        calls = self._calls
+        while (item := calls.get()) is not None:
+            loop, future, fn, args = item
+            if loop is None:  # (``submit``'s)
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn(*args))
+                    except BaseException as exc:
+                        future.set_exception(exc)
+                del item, future
+                continue
+            try:
+                outcome, failed = fn(*args), False
+            except BaseException as exc:  # (handed to the caller, as an executor would)
+                outcome, failed = exc, True
+            with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits any more)
+                loop.call_soon_threadsafe(_settle, future, outcome, failed)
+            del item, future, outcome  # (nothing kept alive until the next call)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._calls.put((None, future, partial(fn, *args, **kwargs), ()))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Run the calls made so far, then end the thread (and wait for it, with ``wait``)."""
+        self._calls.put(None)
+        if wait:
+            self._thread.join()
+
+
+def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
+    if future.cancelled():
+        return
+    if failed:
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 class SqliteFile(Store):
@@ -128,7 +197,7 @@ class SqliteFile(Store):
         self.read_only = read_only  # a reader beside a running node: no lock, nothing written
         self._lock_fd: int | None = None
         self._db: sqlite3.Connection | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Writer | None = None
         self._reader: sqlite3.Connection | None = None  # listings: their own connection and thread
         self._read_pool: ThreadPoolExecutor | None = None
         self._count = 0  # sequences in the file: counted at open, then this store's creations added
@@ -168,7 +237,7 @@ class SqliteFile(Store):
         await self._open_connections()
 
     async def _open_connections(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite")
+        self._pool = Writer("march-sqlite")
         self._read_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="march-sqlite-read")
         try:
             await self._run(self._open_db)
@@ -242,7 +311,7 @@ class SqliteFile(Store):
         if self._pool is not None:
             if self._db is not None:
                 await self._run(self._db.close)
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown()
             self._pool = None
             self._db = None
         if self._lock_fd is not None:
@@ -251,17 +320,20 @@ class SqliteFile(Store):
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the writer's thread."""
-        return await self._on(self._pool, fn, *args)
+        if self._pool is None:
+            raise StoreError("store is closed")
+        return await self._on(self._pool.call(fn, *args))
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the listings' thread (``_reading()`` is its connection)."""
-        return await self._on(self._read_pool, fn, *args)
-
-    async def _on(self, pool: ThreadPoolExecutor | None, fn: Callable[..., T], *args: Any) -> T:
-        if pool is None:
+        if self._read_pool is None:
             raise StoreError("store is closed")
+        return await self._on(asyncio.get_running_loop().run_in_executor(self._read_pool, fn, *args))
+
+    async def _on(self, call: Awaitable[T]) -> T:
+        """``call``'s result, its SQLite and OS errors as ``StoreError`` (``StoreFull`` for a full disk)."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+            return await call
         except sqlite3.Error as exc:
             kind = StoreFull if "full" in str(exc) else StoreError  # SQLITE_FULL: "database or disk is full"
             raise kind(f"sqlite {self.path}: {exc}") from exc
@@ -305,15 +377,21 @@ class SqliteFile(Store):
         self.note(None)
         return results
 
-    async def _write_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
-        """``each(db, items)`` in one write transaction (one result per item; the whole batch fails together)."""
+    async def _write_all(
+        self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T], own: bool = False
+    ) -> list[Any]:
+        """``each(db, items)`` in one write transaction (one result per item; the whole batch fails
+        together). ``own``: ``each`` makes its writes in one statement, its own transaction (autocommit)."""
         try:
-            results = await self._run(self._transaction_all, each, items)
+            results = await self._run(self._statement if own else self._transaction_all, each, items)
         except StoreError as exc:
             self.note(exc)
             raise
         self.note(None)
         return results
+
+    def _statement(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
+        return each(self._conn(), items)
 
     def _transaction_all(self, each: Callable[[sqlite3.Connection, list[T]], list[Any]], items: list[T]) -> list[Any]:
         db = self._conn()
@@ -471,11 +549,11 @@ class SqliteStore(SqliteFile):
     async def load_or_create(self, record: SequenceRecord, guard: Guard) -> tuple[SequenceRecord, bool]:
         return await self._finds(record)
 
-    def load_or_create_soon(self, record: SequenceRecord, guard: Guard) -> asyncio.Future[tuple[SequenceRecord, bool]]:
-        return self._finds.submit(record)  # (no task: the group commit's own future for this record)
+    def load_or_create_then(self, record: SequenceRecord, guard: Guard, then: Found) -> None:
+        self._finds.submit_then(record, then)  # (no task, no future: called in the group commit's pass)
 
     async def _load_or_create_batch(self, records: list[SequenceRecord]) -> Sequence[tuple[SequenceRecord, bool]]:
-        results = await self._write_all(_select_or_insert, records)
+        results = await self._write_all(_insert_or_select, records, own=True)
         self._count += sum(1 for _, created in results if created)
         return results
 
@@ -486,7 +564,7 @@ class SqliteStore(SqliteFile):
         return await self._write(_raise_ceiling, items)
 
     async def save_settings(self, key: bytes, settings: Mapping[str, Any], guard: Guard) -> None:
-        text = json.dumps(dict(settings), sort_keys=True)
+        text = _settings_text(settings)
         (result,) = await self._write(_replace_settings, [(key, text)])
         if isinstance(result, BaseException):
             raise result
@@ -562,36 +640,56 @@ class SqliteStore(SqliteFile):
         return [bytes(row[0]) for row in rows]
 
 
+def _settings_text(settings: Mapping[str, Any]) -> str:
+    """A record's settings as stored (JSON, keys sorted); most have none: no encoder call for those."""
+    return json.dumps(dict(settings), sort_keys=True) if settings else "{}"
+
+
+def _row(record: SequenceRecord) -> tuple[bytes, str, str, str]:
+    return record.key, record.kind, str(record.ceiling), _settings_text(record.settings)
+
+
 def _insert(db: sqlite3.Connection, record: SequenceRecord) -> bool:
-    cur = db.execute(
-        "INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
-        (record.key, record.kind, str(record.ceiling), json.dumps(dict(record.settings), sort_keys=True)),
-    )
+    cur = db.execute("INSERT OR IGNORE INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)", _row(record))
     return cur.rowcount == 1
 
 
-def _select_or_insert(db: sqlite3.Connection, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
-    """Each record's stored one (False), or the record inserted (True): one SELECT and one
-    ``executemany`` for the batch, inside its write transaction (so nothing lands in between).
-    A name twice in one batch is inserted once; its later entries find the first."""
-    marks = ",".join("?" * len(records))
-    rows = db.execute(
-        f"SELECT key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", [r.key for r in records]
-    )
-    found: dict[bytes, SequenceRecord] = {bytes(row[0]): _record(row) for row in rows}
-    results: list[tuple[SequenceRecord, bool]] = []
-    new: list[SequenceRecord] = []
+def _insert_or_select(db: sqlite3.Connection, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
+    """Each record inserted (True), or its stored one (False). First one ``INSERT OR IGNORE`` of every
+    name of the batch, its own transaction (autocommit: the commit, and its fsync, within the
+    statement's one step); when it inserted them all (a batch of new names: the common case), that is
+    all: one call into SQLite, so this thread takes the GIL back from the busy event loop once a batch
+    (each time is a wait of up to the switch interval). Otherwise one SELECT of the batch's names tells
+    the rows inserted now from the stored ones by rowid: this thread is the file's only writer (the
+    data dir's lock) and no row is ever deleted, so the statement's rows are the last ``rowcount``
+    rowids; a count that does not add up fails the batch (its callers got no ID; their retries find
+    the names). A name twice in one batch is inserted once; its later entries find the first."""
+    unique: dict[bytes, SequenceRecord] = {}
     for record in records:
-        stored = found.get(record.key)
-        if stored is None:
-            found[record.key] = record
-            new.append(record)
-        results.append((stored, False) if stored is not None else (record, True))
-    if new:  # a plain INSERT: a name there after all fails the batch (never reported created)
-        db.executemany(
-            "INSERT INTO sequences (key, kind, ceiling, settings) VALUES (?, ?, ?, ?)",
-            [(r.key, r.kind, str(r.ceiling), json.dumps(dict(r.settings), sort_keys=True)) for r in new],
+        unique.setdefault(record.key, record)
+    new = list(unique.values())
+    cursor = db.execute(_INSERT_ROWS + ",".join([_ROW_MARKS] * len(new)), [v for r in new for v in _row(r)])
+    inserted = cursor.rowcount
+    if inserted == len(new):
+        created = {key: True for key in unique}
+    else:
+        above = (cursor.lastrowid or 0) - inserted if inserted > 0 else _MAX_ROWID  # rowids of this statement's rows
+        marks = ",".join("?" * len(new))
+        rows = db.execute(
+            f"SELECT rowid, key, kind, ceiling, settings FROM sequences WHERE key IN ({marks})", list(unique)
         )
+        created = {}
+        for row in rows:
+            key = bytes(row[1])
+            created[key] = row[0] > above
+            if not created[key]:
+                unique[key] = _record(row[1:])
+        if len(created) != len(new) or sum(created.values()) != inserted:
+            raise StoreError(f"sequences: {inserted} of {len(new)} names inserted, not told apart from the stored")
+    results: list[tuple[SequenceRecord, bool]] = []
+    for record in records:
+        first = created.pop(record.key, False)  # (a name twice: its later entries find the first)
+        results.append((record if first else unique[record.key], first))
     return results
 
 

@@ -312,7 +312,7 @@ async def test_auto_creation_on_sqlite_reads_or_creates_in_one_store_call(
         def broken(db: object, records: list[SequenceRecord]) -> list[tuple[SequenceRecord, bool]]:
             raise sqlite3.OperationalError("disk I/O error")
 
-        monkeypatch.setattr(sqlite_store, "_select_or_insert", broken)
+        monkeypatch.setattr(sqlite_store, "_insert_or_select", broken)
         results = await asyncio.gather(*(ks.ensure(b"f%d" % i) for i in range(5)), return_exceptions=True)
         assert all(isinstance(r, StoreError) for r in results), results
         monkeypatch.undo()

@@ -384,18 +384,22 @@ async def test_load_or_create_creates_an_absent_name_and_finds_an_existing_one_u
     assert await store.count() == 2
     # Concurrent calls (one batch): one name twice is created once, the other call finds it; a
     # name that exists in the same batch as new ones is found; every new one is created once.
+    # A name stored exactly as the call's record would be (never written since) is found all the same.
+    await store.create(rec(b"same", 7), guard)
     calls = [
         rec(b"twice", 1, who=1),
         rec(b"twice", 2, who=2),
         rec(b"old", 5),
+        rec(b"same", 7),
         *(rec(b"n%d" % i, 7) for i in range(600)),
     ]
     results = await asyncio.gather(*(store.load_or_create(r, guard) for r in calls))
     (a, a_created), (b, b_created) = results[0], results[1]
     assert sorted([a_created, b_created]) == [False, True] and a == b == await store.load(b"twice")
     assert results[2] == (rec(b"old", 900, min_batch=3), False)
-    assert all(result == (r, True) for r, result in zip(calls[3:], results[3:], strict=True))
-    assert await store.count() == 2 + 1 + 600
+    assert results[3] == (rec(b"same", 7), False)
+    assert all(result == (r, True) for r, result in zip(calls[4:], results[4:], strict=True))
+    assert await store.count() == 3 + 1 + 600
     assert await store.load(b"n599") == rec(b"n599", 7)
 
 

@@ -1,0 +1,79 @@
+"""New names created by many real clients at once, on a real server on SQLite: an INCR on a new name
+is created in its group commit and answered from that commit's pass (``Creations.take_new``: the
+name becomes a row of the compact table at once, no generator). Every request is answered once,
+one creation per name is shared by all the requests for it (its IDs 1, 2, 3 ... with none twice),
+and every name that was answered is durable: after ``kill -9`` each continues above every ID it
+handed out.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+from march_harness import MarchServer
+
+pytestmark = pytest.mark.e2e
+
+CLIENTS = 16  # connections creating at once (the bench row's load is 32)
+OWN = 60  # new names each client alone asks for
+SHARED = 40  # new names every client asks for, in the same order: their creations are raced for
+
+
+def _load(port: int) -> list[list[tuple[str, int]]]:
+    """Each client's (name, ID) replies: OWN names of its own and the SHARED ones, interleaved."""
+    start = threading.Barrier(CLIENTS)
+
+    def client(i: int) -> list[tuple[str, int]]:
+        r = redis.Redis(port=port, single_connection_client=True, socket_timeout=30)
+        try:
+            got: list[tuple[str, int]] = []
+            start.wait(timeout=30)
+            for j in range(max(OWN, SHARED)):
+                for name in ([f"shared:{j}"] if j < SHARED else []) + ([f"own:{i}:{j}"] if j < OWN else []):
+                    got.append((name, int(r.incr(name))))
+            assert r.ping() is True  # its replies stayed in step with its requests: none answered twice
+            return got
+        finally:
+            r.close()
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        return list(pool.map(client, range(CLIENTS)))
+
+
+@pytest.mark.timeout(180)
+def test_many_clients_creating_names_at_once_get_each_id_once_and_keep_them_across_kill_9(
+    march_server: MarchServer,
+) -> None:
+    replies = _load(march_server.port)
+    ids: dict[str, list[int]] = {}
+    for got in replies:
+        for name, value in got:
+            ids.setdefault(name, []).append(value)
+    assert len(ids) == CLIENTS * OWN + SHARED
+    own = {name: v for name, v in ids.items() if name.startswith("own:")}
+    assert all(v == [1] for v in own.values()), {n: v for n, v in own.items() if v != [1]}
+    for j in range(SHARED):  # one creation each, shared: the first range's IDs in turn, none twice
+        assert sorted(ids[f"shared:{j}"]) == list(range(1, CLIENTS + 1)), (j, sorted(ids[f"shared:{j}"]))
+    r = redis.Redis(port=march_server.port, single_connection_client=True, socket_timeout=30)
+    try:
+        assert r.dbsize() == len(ids)  # one sequence per name
+    finally:
+        r.close()
+
+    march_server.kill(signal.SIGKILL)
+    march_server.start()
+    r = redis.Redis(port=march_server.port, single_connection_client=True, socket_timeout=30)
+    try:
+        assert r.dbsize() == len(ids)  # every name answered was durable before its answer
+        pipe = r.pipeline(transaction=False)
+        for name in ids:
+            pipe.incr(name)
+        after = dict(zip(ids, pipe.execute(), strict=True))
+    finally:
+        r.close()
+    below = {name: (after[name], max(v)) for name, v in ids.items() if after[name] <= max(v)}
+    assert not below, f"IDs at or below one handed out before the kill: {below}"
