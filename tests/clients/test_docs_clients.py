@@ -157,7 +157,9 @@ def _drawing(failover: Failover, name: str) -> Drawing:
 
 def _assert_resumed(failover: Failover, name: str) -> None:
     drawing = _drawing(failover, name)
-    assert drawing.returncode == 0, f"{name} exited {drawing.returncode}: {drawing.stderr[-2000:]}"
+    assert drawing.returncode == 0, (
+        f"{name} exited {drawing.returncode}: {drawing.stderr[:1500]} ... {drawing.stderr[-800:]}"
+    )
     times = {k: drawing.resumed_after(k, failover.killed_at) for k in KEYS}
     counts = {k: drawing.count(k, failover.killed_at) for k in KEYS}
     assert all(c >= AFTER for c in counts.values()), (
