@@ -1,6 +1,8 @@
 # Cython declarations for march/transport/timing.py (docs/compiled.md). Types only; the code is march/transport/timing.py.
 cimport cython
 
+from march.stats.counters cimport CommandStats
+
 
 cdef class RequestTimer:
     cdef public object client
@@ -10,8 +12,10 @@ cdef class RequestTimer:
     cdef public object latency
     cdef public object limits
 
-    @cython.locals(count=Py_ssize_t)
-    cpdef read(self, requests, Py_ssize_t start, Py_ssize_t end, ns, Py_ssize_t alike, skipped)
-    cpdef mixed(self, requests, Py_ssize_t start, Py_ssize_t end, ns, skipped)
+    @cython.locals(count=Py_ssize_t, stats=CommandStats, share=cython.longlong, slower=cython.longlong)
+    cpdef read(self, requests, Py_ssize_t start, Py_ssize_t end, long long ns, Py_ssize_t alike, skipped)
+    @cython.locals(stats=CommandStats, found=CommandStats, top=CommandStats, count=Py_ssize_t, same=Py_ssize_t,
+                   share=cython.longlong, slot=Py_ssize_t, k=Py_ssize_t)
+    cpdef mixed(self, requests, Py_ssize_t start, Py_ssize_t end, long long ns, skipped)
     cpdef waited(self, args, took, bint throttled, bint skipped=*)
     cpdef slow(self, args, ns)
