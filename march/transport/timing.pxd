@@ -4,6 +4,10 @@ cimport cython
 from march.stats.counters cimport CommandStats
 
 
+@cython.locals(bits=Py_ssize_t)
+cdef Py_ssize_t _bits(long long n)
+
+
 cdef class RequestTimer:
     cdef public object client
     cdef public object commands
@@ -11,8 +15,10 @@ cdef class RequestTimer:
     cdef public object slowlog
     cdef public object latency
     cdef public object limits
+    cdef public object _config
+    cdef public long long _slower
 
-    @cython.locals(count=Py_ssize_t, stats=CommandStats, share=cython.longlong, slower=cython.longlong)
+    @cython.locals(count=Py_ssize_t, stats=CommandStats, share=cython.longlong)
     cpdef read(self, requests, Py_ssize_t start, Py_ssize_t end, long long ns, Py_ssize_t alike, skipped)
     @cython.locals(stats=CommandStats, found=CommandStats, top=CommandStats, count=Py_ssize_t, same=Py_ssize_t,
                    share=cython.longlong, slot=Py_ssize_t, k=Py_ssize_t)
