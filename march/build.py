@@ -35,14 +35,18 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-# The per-read path (issue 27): parse, the request loop, flow control, the accounting, the INCR
-# generator. setup.py compiles exactly these; nothing else may import their compiled types.
+# The per-read path (issue 27): parse, the request loop, flow control, the accounting (and the
+# command counters it bumps), the INCR handler, its generator and its term's lease check. setup.py
+# compiles exactly these; nothing else may import their compiled types.
 COMPILED: tuple[str, ...] = (
     "march.resp",
     "march.transport.flow",
     "march.transport.timing",
     "march.transport.connection",
     "march.generators.sequence",
+    "march.stats.counters",
+    "march.keyspace.serving",
+    "march.commands.sequences",
 )
 MANIFEST = "_compiled.json"  # beside this file: {"module": "sha256 of the source it was built from"}
 PURE_ENV = "MARCH_PURE_PYTHON"  # set (to anything but "" or "0"): run the .py files even if compiled

@@ -26,13 +26,15 @@ cdef class Connection:
     cdef public bint plain
     cdef public object lanes
     cdef public dict monitors
+    cdef public object stats
 
     cpdef data_received(self, data)
-    cpdef object table(self)
-    @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, alike=Py_ssize_t, stall=bint, args=list, turn=Py_ssize_t)
+    cpdef dict table(self)
+    @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, alike=Py_ssize_t, stall=bint, args=list, turn=Py_ssize_t,
+                   hot=dict)
     cpdef run(self, requests, Py_ssize_t start, Py_ssize_t same_until=*, list out=*)
     cpdef answered(self, list args, ids, list out)
-    cpdef object called(self, result)
+    cpdef dict called(self, result)
     cpdef settle(self)
     cpdef next_turn(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out)
     cpdef read_done(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out, bint stall)

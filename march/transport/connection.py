@@ -114,6 +114,7 @@ class Connection:
         self.closing = self.plain = False  # (plain: see ``table``)
         self.lanes: Lanes | None = None  # another node's proven forwarding link: its requests go to lanes
         self.monitors = app.monitors.feeds  # the MONITOR connections (the same dict for the server's life)
+        self.stats = app.stats  # the server's counters (the same object for the server's life)
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -285,7 +286,7 @@ class Connection:
             elif waits(result):  # (a coroutine or a future) answer those before it; this one is timed when it is done
                 if relays is None:
                     flow.write(out)
-                self.app.stats.commands += i - start - (len(skipped) if skipped else 0)
+                self.stats.commands += i - start - (len(skipped) if skipped else 0)
                 now = _perf_ns()
                 self.timer.read(requests, start, i - 1, now - began, alike, skipped)
                 return Waiting(result, args, requests, i, now, same_until, relays).start(self)
@@ -300,7 +301,7 @@ class Connection:
                     break
             if client.close_after:
                 break
-        self.app.stats.commands += i - start - (len(skipped) if skipped else 0)
+        self.stats.commands += i - start - (len(skipped) if skipped else 0)
         self.timer.read(requests, start, i, _perf_ns() - began, alike, skipped)
         if relays is not None:  # the replies are written once the relayed ones are in
             return Waiting(None, requests[i - 1], requests, i, _perf_ns(), same_until, relays).start(self)

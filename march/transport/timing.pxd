@@ -1,6 +1,12 @@
 # Cython declarations for march/transport/timing.py (docs/compiled.md). Types only; the code is march/transport/timing.py.
 cimport cython
 
+from march.stats.counters cimport CommandStats
+
+
+@cython.locals(bits=Py_ssize_t)
+cdef Py_ssize_t _bits(long long n)
+
 
 cdef class RequestTimer:
     cdef public object client
@@ -9,9 +15,13 @@ cdef class RequestTimer:
     cdef public object slowlog
     cdef public object latency
     cdef public object limits
+    cdef public object _config
+    cdef public long long _slower
 
-    @cython.locals(count=Py_ssize_t)
-    cpdef read(self, requests, Py_ssize_t start, Py_ssize_t end, ns, Py_ssize_t alike, skipped)
-    cpdef mixed(self, requests, Py_ssize_t start, Py_ssize_t end, ns, skipped)
+    @cython.locals(count=Py_ssize_t, stats=CommandStats, share=cython.longlong)
+    cpdef read(self, requests, Py_ssize_t start, Py_ssize_t end, long long ns, Py_ssize_t alike, skipped)
+    @cython.locals(stats=CommandStats, found=CommandStats, top=CommandStats, count=Py_ssize_t, same=Py_ssize_t,
+                   share=cython.longlong, slot=Py_ssize_t, k=Py_ssize_t)
+    cpdef mixed(self, requests, Py_ssize_t start, Py_ssize_t end, long long ns, skipped)
     cpdef waited(self, args, took, bint throttled, bint skipped=*)
     cpdef slow(self, args, ns)

@@ -13,8 +13,8 @@ and LATENCY HISTOGRAM leave it out (``CommandStats.skip``; Prometheus still sees
 is never slow. An AUTH held back by the failed-AUTH throttle counts as a call that took no time;
 SLOWLOG takes only commands that exist, not EXEC (``skip_slowlog``: the commands it ran are logged
 one by one). A container's requests count in their subcommand's counters (``client|list``), found
-once per run of one command. ``slowlog_log_slower_than`` and ``slowlog_max_len`` are read at use
-time (CONFIG SET).
+once per run of one command. ``slowlog_log_slower_than`` and ``slowlog_max_len`` follow CONFIG SET
+(which replaces the config object): the threshold is read again when the config is another object.
 
 The client's last command (CLIENT LIST ``cmd``) is set once per read: the counters of the read's
 last request (``Requester.cmd``).
@@ -31,6 +31,23 @@ from march.stats.counters import CommandStats, CommandTable
 from march.stats.diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
 from march.transport.flow import Configured
 
+# Compiled (docs/compiled.md), ``_bits`` counts a duration's bits in a C loop; interpreted,
+# ``int.bit_length`` is faster. Tests set it both ways.
+_FAST = not __file__.endswith(".py")
+
+
+def _bits(n: int) -> int:
+    """``n.bit_length()`` (the histogram's slot of a duration of ``n`` ns, below 2**63)."""
+    if not _FAST:
+        return n.bit_length()
+    if n < 0:
+        n = -n
+    bits = 0
+    while n:
+        n >>= 1
+        bits += 1
+    return bits
+
 
 class Requester(Protocol):
     """What SLOWLOG shows of the client that sent a request (the server's ``Client``)."""
@@ -43,7 +60,7 @@ class Requester(Protocol):
 class RequestTimer:
     """One connection's request accounting (see the module docstring)."""
 
-    __slots__ = ("client", "commands", "latency", "limits", "slowlog", "spellings")
+    __slots__ = ("_config", "_slower", "client", "commands", "latency", "limits", "slowlog", "spellings")
 
     def __init__(
         self, client: Requester, commands: CommandTable, slowlog: SlowLog, latency: LatencyMonitor, limits: Configured
@@ -54,6 +71,8 @@ class RequestTimer:
         self.slowlog = slowlog
         self.latency = latency
         self.limits = limits
+        self._config: object = None  # the config ``_slower`` was read from (CONFIG SET replaces it)
+        self._slower = -1  # its slowlog_log_slower_than, in ns
 
     def read(
         self, requests: list[list[bytes]], start: int, end: int, ns: int, alike: int, skipped: list[int] | None
@@ -69,10 +88,13 @@ class RequestTimer:
             if stats.subs is not None:  # a container: its subcommand's counters
                 stats = self.commands.sub(stats, args)
             share = ns // count
-            stats.hist[share.bit_length()] += count
+            stats.hist[_bits(share)] += count
             stats.total_ns += ns
             self.client.cmd = stats
-            if share >= self.limits.config.slowlog_log_slower_than * 1000 >= 0:
+            config = self.limits.config
+            if config is not self._config:
+                self._config, self._slower = config, config.slowlog_log_slower_than * 1000
+            if share >= self._slower >= 0:
                 for k in range(start, end):
                     self.slow(requests[k], share)
         else:
@@ -86,7 +108,7 @@ class RequestTimer:
         if count <= 0:
             return
         share = ns // count
-        slot = share.bit_length()
+        slot = _bits(share)
         table, spellings = self.commands, self.spellings
         stats: CommandStats | None = None
         name, plain, same = b"", False, 0  # plain: ``name`` is no container (the name alone says its counters)

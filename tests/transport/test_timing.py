@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 import march.commands  # noqa: F401  (registers the commands: the stats are found by registered name)
 from march import config as config_module
 from march.commands.table import COMMANDS
 from march.config import Config
 from march.stats.counters import CommandStats, CommandTable
 from march.stats.diagnostics import COMMAND_WAIT, LatencyMonitor, SlowLog
+from march.transport import timing
 from march.transport.timing import RequestTimer
 
 MS = 1_000_000  # ns
@@ -156,3 +159,34 @@ def test_an_empty_stretch_counts_nothing() -> None:
     t.timer.read([INCR, GET], 1, 1, 5000, 0, None)  # (a read whose first request waited)
     t.timer.read([INCR, GET], 1, 1, 5000, 0, [])
     assert t.commands.by_name == {} and list(t.slowlog.entries) == []
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["c-loop", "bit_length"])
+def test_a_duration_lands_in_the_slot_of_its_bit_length_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    monkeypatch.setattr(timing, "_FAST", fast)  # (the compiled build's loop, or int.bit_length: both, on both builds)
+    t = timed()
+    durations = [0, 1, 2, 3, 4095, 4096, 1234, 10**9, 2**40 - 1, 2**40, 2**62]
+    for ns in durations:
+        t.timer.read([INCR], 0, 1, ns, 0, None)
+    t.timer.read([INCR, GET], 0, 2, 2 * 4097, 0, None)  # (``mixed``: each its share, 4097)
+    hist = t.commands.by_name["incr"].hist
+    expected = [0] * len(hist)
+    for ns in [*durations, 4097]:
+        expected[ns.bit_length()] += 1
+    assert hist == expected
+    assert t.commands.by_name["get"].hist[(4097).bit_length()] == 1
+
+
+def test_the_slowlog_threshold_follows_a_replaced_config() -> None:
+    t = timed(slower_than_us=10_000)
+    t.timer.read([INCR], 0, 1, 5 * MS, 0, None)
+    assert list(t.slowlog.entries) == []
+    limits = t.timer.limits
+    limits.config = config_module.load(None, {}, {"slowlog_log_slower_than": 1000})  # (as CONFIG SET replaces it)
+    t.timer.read([INCR], 0, 1, 5 * MS, 0, None)
+    assert len(list(t.slowlog.entries)) == 1
+    limits.config = config_module.load(None, {}, {"slowlog_log_slower_than": -1})
+    t.timer.read([INCR], 0, 1, 5 * MS, 0, None)
+    assert len(list(t.slowlog.entries)) == 1
