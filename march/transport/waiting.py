@@ -37,10 +37,11 @@ import asyncio
 import inspect
 import logging
 import time
+import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeGuard, cast
 
 from march import errors
 from march.client import NOBODY, Client
@@ -203,7 +204,7 @@ class Waiting:
         coro = self.coro
         if self.task is not None and not self.task.done():
             self.task.cancel()
-            if asyncio.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            if never_started(coro):
                 coro.close()  # the task never started it: not "a coroutine that was never awaited"
         elif isinstance(coro, asyncio.Future):
             coro.cancel()  # its own future only: the generator's queue skips it, the others go on
@@ -469,5 +470,17 @@ def _unstarted(lane: Lane) -> None:
     waiting, lane.waiting = lane.waiting, None
     if isinstance(waiting, asyncio.Future):
         waiting.cancel()  # its own future only: the generator's queue skips it, the others go on
-    elif asyncio.iscoroutine(waiting) and inspect.getcoroutinestate(waiting) == inspect.CORO_CREATED:
+    elif never_started(waiting):
         waiting.close()
+
+
+def never_started(coro: object) -> TypeGuard[Coroutine[Any, Any, Any]]:
+    """``coro`` is a coroutine nothing has started yet. A handler of a compiled module returns a
+    Cython coroutine, which has no frame for ``inspect.getcoroutinestate`` to look at (it raised
+    AttributeError from ``connection_lost``): one not running and awaiting nothing has not started
+    (asked only while its task is not done, so it has not finished either)."""
+    if not asyncio.iscoroutine(coro):
+        return False
+    if isinstance(coro, types.CoroutineType):
+        return inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+    return not getattr(coro, "cr_running", True) and getattr(coro, "cr_await", True) is None
