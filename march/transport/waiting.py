@@ -477,8 +477,8 @@ def _unstarted(lane: Lane) -> None:
 def never_started(coro: object) -> TypeGuard[Coroutine[Any, Any, Any]]:
     """``coro`` is a coroutine nothing has started yet. A handler of a compiled module returns a
     Cython coroutine, which has no frame for ``inspect.getcoroutinestate`` to look at (it raised
-    AttributeError from ``connection_lost``): one not running and awaiting nothing has not started
-    (asked only while its task is not done, so it has not finished either)."""
+    AttributeError from ``connection_lost``): one not running and awaiting nothing has not started,
+    or has finished (a lane asks after its task ended too): closing a finished coroutine does nothing."""
     if not asyncio.iscoroutine(coro):
         return False
     if isinstance(coro, types.CoroutineType):
