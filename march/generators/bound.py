@@ -7,7 +7,6 @@ store has confirmed. It never knows a socket or a command; the keyspace wires it
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import functools
@@ -173,7 +172,7 @@ _LANDING = 0.001  # seconds: writes landing this close together share one readin
 _LATENCY_UNIT = 100e-6  # seconds: a write's latency is kept in 0.1 ms, a small int (shared by CPython) below 25.6 ms
 
 
-class GeneratorState(abc.ABC):
+class GeneratorState:
     """The fields every generator has, and their accessors (``DurableBound`` is what it does).
 
     **Memory.** A server holds one generator per sequence in use, so each field counts (issue 18:
@@ -185,7 +184,7 @@ class GeneratorState(abc.ABC):
     """
 
     kind = "generator"
-    _top: int  # the highest possible ceiling (a class constant, or the subclass's own)
+    _top = 0  # the highest possible ceiling: a subclass's class constant, or its own field
 
     __slots__ = (
         "_ceiling", "_ctx", "_io", "_latency", "_target", "_write", "key", "last_write_at", "seen", "settings",
@@ -281,17 +280,22 @@ class DurableBound(GeneratorState):
         """New batch bounds and waits (SEQ.ALTER, CONFIG SET): they size and time the next store write."""
         self._ctx = self._ctx.with_policy(policy)
 
-    @abc.abstractmethod
+    def take(self, n: int) -> int | None:
+        """The fast path: hand out ``n`` >= 1 IDs and return the last, or None if the caller must
+        wait (``later``). Every subclass has its own."""
+        raise NotImplementedError
+
     async def take_wait(self, n: int) -> int:
         """``n`` IDs (the last one returned), waiting (bounded) for the store if the range is spent."""
+        raise NotImplementedError
 
     def later(self, n: int) -> asyncio.Future[int]:
         """``take_wait`` as a future (here a task of its own; ``SequenceGenerator`` queues instead)."""
         return asyncio.ensure_future(self.take_wait(n))
 
-    @abc.abstractmethod
     def _next_target(self, need: int) -> int:
         """The ceiling to persist next, for a request that needs ``need`` (the subclass's unit)."""
+        raise NotImplementedError
 
     # --- extension -----------------------------------------------------------------------------
 
@@ -433,9 +437,9 @@ class DurableBound(GeneratorState):
 
     # --- life ----------------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def progress(self) -> int:
         """A number that grows with every ID handed out (the idle sweep compares two readings)."""
+        raise NotImplementedError
 
     @property
     def busy(self) -> bool:

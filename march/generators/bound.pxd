@@ -1,0 +1,23 @@
+# Cython declarations for march/generators/bound.py (docs/compiled.md): a generator's fields as a
+# C-level class, so that the fast path of a sequence (``SequenceGenerator.take``) reads them as C
+# fields. Types only; the code is march/generators/bound.py, which also runs as it is when not
+# compiled. Python code (``TimestampGenerator``, the tests' generators) still subclasses these.
+
+
+cdef class GeneratorState:
+    cdef public object key
+    cdef public object settings
+    cdef public object _ctx
+    cdef public object _ceiling
+    cdef public object _target
+    cdef public object _write
+    cdef public object _io
+    cdef public object writes
+    cdef public object waits
+    cdef public object last_write_at
+    cdef public object _latency
+    cdef public object seen
+
+
+cdef class DurableBound(GeneratorState):
+    cpdef take(self, n)
