@@ -4,10 +4,20 @@
 # compiled. Python code (``TimestampGenerator``, the tests' generators) still subclasses these.
 
 
+cdef class Context:
+    cdef readonly object store
+    cdef readonly object lease
+    cdef readonly object clock
+    cdef readonly object policy
+    cdef readonly object valid
+    cdef readonly dict variants
+    cdef readonly list landing
+
+
 cdef class GeneratorState:
     cdef public object key
     cdef public object settings
-    cdef public object _ctx
+    cdef public Context _ctx
     cdef public object _ceiling
     cdef public object _target
     cdef public object _write

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
@@ -77,19 +77,32 @@ class BatchPolicy:
 monotonic: Monotonic = time.monotonic
 
 
-@dataclass(frozen=True, eq=False)
 class Context:
     """What the generators of one keyspace and term with one batch policy share: made once, pointed
     at by each (a sequence's own fields are its state only: see ``DurableBound``). The contexts of
-    one term that differ only in their policy are made by ``with_policy``, one per distinct policy."""
+    one term that differ only in their policy are made by ``with_policy``, one per distinct policy.
+    Never changed once made (compiled, its fields are read-only: ``bound.pxd``)."""
 
-    store: Store
-    lease: ServingTerm
-    clock: Monotonic
-    policy: BatchPolicy
-    valid: Callable[[], bool]  # ``lease.valid``, bound once: the fast path calls it
-    variants: dict[BatchPolicy, Context] = field(default_factory=dict)  # shared by the term's contexts
-    landing: list[float] = field(default_factory=lambda: [-math.inf])  # (``landed``; shared by the variants too)
+    __slots__ = ("clock", "landing", "lease", "policy", "store", "valid", "variants")
+
+    def __init__(
+        self,
+        store: Store,
+        lease: ServingTerm,
+        clock: Monotonic,
+        policy: BatchPolicy,
+        valid: Callable[[], bool],
+        variants: dict[BatchPolicy, Context] | None = None,
+        landing: list[float] | None = None,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.clock = clock
+        self.policy = policy
+        self.valid = valid  # ``lease.valid``, bound once: the fast path calls it
+        # shared by the term's contexts (``with_policy``): its variants, and the time writes landed (``landed``)
+        self.variants: dict[BatchPolicy, Context] = {} if variants is None else variants
+        self.landing: list[float] = [-math.inf] if landing is None else landing
 
     @classmethod
     def of(cls, store: Store, lease: ServingTerm, clock: Monotonic, policy: BatchPolicy) -> Context:
@@ -112,7 +125,9 @@ class Context:
             return self
         ctx = self.variants.get(policy)
         if ctx is None:
-            ctx = self.variants[policy] = replace(self, policy=policy)
+            ctx = self.variants[policy] = Context(
+                self.store, self.lease, self.clock, policy, self.valid, self.variants, self.landing
+            )
         return ctx
 
 
