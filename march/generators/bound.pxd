@@ -30,4 +30,4 @@ cdef class GeneratorState:
 
 
 cdef class DurableBound(GeneratorState):
-    cpdef take(self, n)
+    cpdef take(self, Py_ssize_t n)
