@@ -15,7 +15,7 @@ cdef class Term:
     cdef public object guard
     cdef public object number
 
-    @cython.locals(state=ServingState)
+    @cython.locals(state=ServingState, now=double)
     cpdef bint valid(self)
 
 
