@@ -43,6 +43,7 @@ COMPILED: tuple[str, ...] = (
     "march.transport.flow",
     "march.transport.timing",
     "march.transport.connection",
+    "march.generators.bound",
     "march.generators.sequence",
     "march.stats.counters",
     "march.keyspace.serving",

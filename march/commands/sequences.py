@@ -90,8 +90,7 @@ def incr(client: Client, args: list[bytes]) -> Any:
         if isinstance(found, int):
             return found
         gen = found
-    value = gen.take(1)
-    return value if value is not None else gen.later(1)
+    return _hand_out(gen, 1)
 
 
 @_hands_out_ids(
@@ -115,6 +114,13 @@ def incrby(client: Client, args: list[bytes]) -> Any:
         if isinstance(found, int):
             return found
         gen = found
+    return _hand_out(gen, n)
+
+
+def _hand_out(gen: Generator, n: int) -> Any:
+    """The last of ``n`` IDs from the fast path, else the request's future (``later``: queued until
+    the range is extended). Compiled, ``gen`` is a C-typed generator (``sequences.pxd``): ``take``
+    is a direct C call."""
     value = gen.take(n)
     return value if value is not None else gen.later(n)
 

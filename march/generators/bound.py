@@ -7,7 +7,6 @@ store has confirmed. It never knows a socket or a command; the keyspace wires it
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import functools
@@ -15,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
@@ -78,19 +77,32 @@ class BatchPolicy:
 monotonic: Monotonic = time.monotonic
 
 
-@dataclass(frozen=True, eq=False)
 class Context:
     """What the generators of one keyspace and term with one batch policy share: made once, pointed
     at by each (a sequence's own fields are its state only: see ``DurableBound``). The contexts of
-    one term that differ only in their policy are made by ``with_policy``, one per distinct policy."""
+    one term that differ only in their policy are made by ``with_policy``, one per distinct policy.
+    Never changed once made (compiled, its fields are read-only: ``bound.pxd``)."""
 
-    store: Store
-    lease: ServingTerm
-    clock: Monotonic
-    policy: BatchPolicy
-    valid: Callable[[], bool]  # ``lease.valid``, bound once: the fast path calls it
-    variants: dict[BatchPolicy, Context] = field(default_factory=dict)  # shared by the term's contexts
-    landing: list[float] = field(default_factory=lambda: [-math.inf])  # (``landed``; shared by the variants too)
+    __slots__ = ("clock", "landing", "lease", "policy", "store", "valid", "variants")
+
+    def __init__(
+        self,
+        store: Store,
+        lease: ServingTerm,
+        clock: Monotonic,
+        policy: BatchPolicy,
+        valid: Callable[[], bool],
+        variants: dict[BatchPolicy, Context] | None = None,
+        landing: list[float] | None = None,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.clock = clock
+        self.policy = policy
+        self.valid = valid  # ``lease.valid``, bound once: the fast path calls it
+        # shared by the term's contexts (``with_policy``): its variants, and the time writes landed (``landed``)
+        self.variants: dict[BatchPolicy, Context] = {} if variants is None else variants
+        self.landing: list[float] = [-math.inf] if landing is None else landing
 
     @classmethod
     def of(cls, store: Store, lease: ServingTerm, clock: Monotonic, policy: BatchPolicy) -> Context:
@@ -113,7 +125,9 @@ class Context:
             return self
         ctx = self.variants.get(policy)
         if ctx is None:
-            ctx = self.variants[policy] = replace(self, policy=policy)
+            ctx = self.variants[policy] = Context(
+                self.store, self.lease, self.clock, policy, self.valid, self.variants, self.landing
+            )
         return ctx
 
 
@@ -173,7 +187,7 @@ _LANDING = 0.001  # seconds: writes landing this close together share one readin
 _LATENCY_UNIT = 100e-6  # seconds: a write's latency is kept in 0.1 ms, a small int (shared by CPython) below 25.6 ms
 
 
-class GeneratorState(abc.ABC):
+class GeneratorState:
     """The fields every generator has, and their accessors (``DurableBound`` is what it does).
 
     **Memory.** A server holds one generator per sequence in use, so each field counts (issue 18:
@@ -185,7 +199,7 @@ class GeneratorState(abc.ABC):
     """
 
     kind = "generator"
-    _top: int  # the highest possible ceiling (a class constant, or the subclass's own)
+    _top = 0  # the highest possible ceiling: a subclass's class constant, or its own field
 
     __slots__ = (
         "_ceiling", "_ctx", "_io", "_latency", "_target", "_write", "key", "last_write_at", "seen", "settings",
@@ -281,17 +295,22 @@ class DurableBound(GeneratorState):
         """New batch bounds and waits (SEQ.ALTER, CONFIG SET): they size and time the next store write."""
         self._ctx = self._ctx.with_policy(policy)
 
-    @abc.abstractmethod
+    def take(self, n: int) -> int | None:
+        """The fast path: hand out ``n`` >= 1 IDs and return the last, or None if the caller must
+        wait (``later``). Every subclass has its own."""
+        raise NotImplementedError
+
     async def take_wait(self, n: int) -> int:
         """``n`` IDs (the last one returned), waiting (bounded) for the store if the range is spent."""
+        raise NotImplementedError
 
     def later(self, n: int) -> asyncio.Future[int]:
         """``take_wait`` as a future (here a task of its own; ``SequenceGenerator`` queues instead)."""
         return asyncio.ensure_future(self.take_wait(n))
 
-    @abc.abstractmethod
     def _next_target(self, need: int) -> int:
         """The ceiling to persist next, for a request that needs ``need`` (the subclass's unit)."""
+        raise NotImplementedError
 
     # --- extension -----------------------------------------------------------------------------
 
@@ -433,9 +452,9 @@ class DurableBound(GeneratorState):
 
     # --- life ----------------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def progress(self) -> int:
         """A number that grows with every ID handed out (the idle sweep compares two readings)."""
+        raise NotImplementedError
 
     @property
     def busy(self) -> bool:

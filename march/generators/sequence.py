@@ -59,7 +59,7 @@ _TICK = 0.001  # seconds: the queue's timer never fires sooner than this after i
 
 
 class SequenceGenerator(DurableBound):
-    __slots__ = ("_base", "_batch", "_low", "_next")
+    __slots__ = ("_base", "_batch", "_bound", "_low", "_next")
     kind = "sequence"
     _top = TOP
 
@@ -74,14 +74,19 @@ class SequenceGenerator(DurableBound):
         # ``issued`` is next - base: the first ID plus those jumped over by raise_floor (not handed out)
         self._base = self._next
 
+    def _set_ceiling(self, ceiling: int) -> None:
+        # ``_bound``: the fast path's copy (compiled, a C integer: ``sequence.pxd``; every ceiling is
+        # at most TOP = 2**63, every ``next`` too, and ``next + n`` below 2**64 for any n it is given)
+        self._ceiling = self._bound = ceiling
+
     # --- the fast path -------------------------------------------------------------------------
 
     def take(self, n: int) -> int | None:
         """Hand out ``n`` >= 1 consecutive IDs and return the last, or None if the caller must wait."""
         end = self._next + n
-        if end <= self._ceiling and self._ctx.valid():
+        if end <= self._bound and self._ctx.valid():
             self._next = end
-            if self._write is None and self._ceiling - end < self._low:
+            if self._write is None and self._bound - end < self._low:
                 self._extend(0)
             return end - 1
         return None
@@ -91,10 +96,10 @@ class SequenceGenerator(DurableBound):
         durable range holds now, or None if it holds none (the caller takes them one by one, and
         waits). A run the range cannot hold whole starts a store write sized for the rest of it."""
         first = self._next
-        end = min(first + n, self._ceiling)
+        end = min(first + n, self._bound)
         if end > first and self._ctx.valid():
             self._next = end
-            if self._write is None and self._ceiling - end < self._low:
+            if self._write is None and self._bound - end < self._low:
                 self._extend(first + n - end)
             return range(first, end)
         return None

@@ -96,7 +96,10 @@ class Term:
     def valid(self) -> bool:
         """True while this term is served and the lease deadline is ahead (checked per hand-out)."""
         state = self._state
-        return state._served is self and self._now() < state.deadline
+        if state._served is not self:
+            return False
+        now = self._now()  # (compiled, a C double: compared with the deadline, a C field, unboxed)
+        return now < state.deadline
 
     def lost(self, reason: str) -> None:
         """A guarded write of this term was refused: if the term still lasts, step down now."""

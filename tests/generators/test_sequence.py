@@ -674,6 +674,22 @@ async def test_the_last_id_is_max_int64_then_overflow(world: World) -> None:
     assert gen.watermark() == MAX_ID
 
 
+async def test_a_run_at_the_top_stops_at_max_int64(world: World) -> None:
+    """The fast path's integers (C integers when compiled: ``sequence.pxd``) hold the top: a run and
+    a large n at ``next`` = 2**63 - 3 hand out the last IDs and nothing past them."""
+    await world.seed(MAX_ID - 2)
+    gen = await world.restart()
+    ledger = Ledger(world.store)
+    assert await ledger.take(gen) == MAX_ID - 2
+    assert durable(world.store) == TOP
+    assert gen.take(1_000_000) is None  # would pass 2**63: nothing handed out
+    ids = gen.take_run(16)
+    assert ids == range(MAX_ID - 1, TOP)
+    assert gen.take_run(16) is None and gen.take(1) is None
+    assert gen.watermark() == MAX_ID == gen.info()["watermark"]
+    assert gen.info()["next"] == TOP
+
+
 async def test_a_failed_write_of_the_top_ceiling_is_tried_again(world: World) -> None:
     await world.seed(TOP - 150)
     gen = await world.restart()
