@@ -2,6 +2,7 @@
 # march/transport/connection.py.
 cimport cython
 
+from march.resp cimport integer_reply
 from march.transport.flow cimport Backpressure, Intake
 from march.transport.timing cimport RequestTimer
 

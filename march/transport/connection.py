@@ -48,7 +48,7 @@ from march.client import Client
 from march.cluster.groups import FastCommand
 from march.commands import MONITOR_STARTED, NO_REPLY, QUEUED, Relayed, as_error, call, waits
 from march.errors import Rejected
-from march.resp import RequestParser, encode, encode_error, encode_integers
+from march.resp import RequestParser, encode, encode_error, encode_integers, integer_reply
 from march.stats.counters import error_kind
 from march.transport.feed import MonitorFeed
 from march.transport.flow import DROP, STALL, TURN_REQUESTS, Backpressure, InputBudget, Intake, Stalled
@@ -279,7 +279,7 @@ class Connection:
                     skipped = [*(skipped or ()), i - 1]
                 continue
             if result.__class__ is int:
-                out.append(b":%d\r\n" % result)
+                out.append(integer_reply(result))
             elif result.__class__ is Relayed:  # written to another node: its reply goes in its place
                 relays = relays or Relays(out)
                 relays.add(result, args)
