@@ -2,6 +2,7 @@
 # march/transport/connection.py.
 cimport cython
 
+from march.client cimport Client
 from march.resp cimport integer_reply
 from march.transport.flow cimport Backpressure, Intake
 from march.transport.timing cimport RequestTimer
@@ -14,7 +15,7 @@ cdef class Connection:
     cdef public bint forwarding
     cdef public bint admitted
     cdef public object transport
-    cdef public object client
+    cdef public Client client
     cdef public Backpressure flow
     cdef public RequestTimer timer
     cdef public object feed
@@ -29,13 +30,15 @@ cdef class Connection:
     cdef public dict monitors
     cdef public object stats
 
+    @cython.locals(began=cython.longlong)
     cpdef data_received(self, data)
     cpdef dict table(self)
     @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, alike=Py_ssize_t, stall=bint, args=list, turn=Py_ssize_t,
-                   hot=dict)
-    cpdef run(self, requests, Py_ssize_t start, Py_ssize_t same_until=*, list out=*)
+                   hot=dict, client=Client, now=cython.longlong)
+    cpdef run(self, requests, Py_ssize_t start, Py_ssize_t same_until=*, list out=*, long long began=*)
     cpdef answered(self, list args, ids, list out)
     cpdef dict called(self, result)
     cpdef settle(self)
     cpdef next_turn(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out)
+    @cython.locals(client=Client)
     cpdef read_done(self, requests, Py_ssize_t i, Py_ssize_t same_until, list out, bint stall)
