@@ -53,7 +53,7 @@ cdef class RequestParser(ExactParser):
 
 
 @cython.locals(requests=list, n=Py_ssize_t, pos=Py_ssize_t, compiled=bint, last=list, same=bytes, start=Py_ssize_t,
-               count=Py_ssize_t, args=list, digits=Py_ssize_t, length=Py_ssize_t, end=Py_ssize_t)
+               count=Py_ssize_t, k=Py_ssize_t, args=list, digits=Py_ssize_t, length=Py_ssize_t, end=Py_ssize_t)
 cpdef list _whole_requests(bytes data, Py_ssize_t max_args, Py_ssize_t max_bulk)
 
 

@@ -456,7 +456,7 @@ class RequestParser(ExactParser):
 
         This runs once per read on every connection: keep the hiredis path lean.
         """
-        if _FAST and not self._slow and self._last_req is _NOTHING and data.__class__ is bytes:
+        if _FAST and not self._slow and self._last_req is _NOTHING and type(data) is bytes:
             # At a request boundary, nothing held: a read of whole plain requests needs no hiredis.
             whole = _whole_requests(data, self._max_args, self._max_bulk)
             if whole is not None:
@@ -792,8 +792,11 @@ def _whole_requests(data: bytes, max_args: int, max_bulk: int) -> list[list[byte
         if count == 0 or data[start + 1] == 48 or pos + 1 >= n or data[pos] != 13 or data[pos + 1] != 10:
             return None
         pos += 2
-        args: list[bytes] = []
-        while count > 0:
+        if count * 6 > n - pos:  # (each argument takes 6 bytes at least, `$0` and two CRLF: not all in this read)
+            return None
+        args: list[bytes] = [b""] * count  # (sized once, bounded by the read's length as checked)
+        k = 0
+        while k < count:
             if pos >= n or data[pos] != 36:  # `$`
                 return None
             pos += 1
@@ -810,9 +813,9 @@ def _whole_requests(data: bytes, max_args: int, max_bulk: int) -> list[list[byte
             if end + 2 > n or data[pos] != 13 or data[pos + 1] != 10 or data[end] != 13 or data[end + 1] != 10:
                 return None
             # (compiled: the argument made from the read's bytes in place; a slice there costs a slice object)
-            args.append(_c_slice(data, pos + 2, end) if compiled else data[pos + 2 : end])  # type: ignore[name-defined]  # noqa: F821
+            args[k] = _c_slice(data, pos + 2, end) if compiled else data[pos + 2 : end]  # type: ignore[name-defined]  # noqa: F821
             pos = end + 2
-            count -= 1
+            k += 1
         requests.append(args)
         if pos < n:  # (a read of one request makes no copy of it)
             last, same = args, _c_slice(data, start, pos) if compiled else data[start:pos]  # type: ignore[name-defined]  # noqa: F821
