@@ -36,7 +36,8 @@ from pathlib import Path
 from types import ModuleType
 
 # The per-read path (issue 27): parse, the request loop, flow control, the accounting (and the
-# command counters it bumps), the INCR handler, its generator and its term's lease check. setup.py
+# command counters it bumps), the INCR handler, its generator and its term's lease check, and the
+# client's state the request loop reads and writes (``march.client``). setup.py
 # compiles exactly these; nothing else may import their compiled types.
 COMPILED: tuple[str, ...] = (
     "march.resp",
@@ -48,6 +49,7 @@ COMPILED: tuple[str, ...] = (
     "march.stats.counters",
     "march.keyspace.serving",
     "march.commands.sequences",
+    "march.client",
 )
 MANIFEST = "_compiled.json"  # beside this file: {"module": "sha256 of the source it was built from"}
 PURE_ENV = "MARCH_PURE_PYTHON"  # set (to anything but "" or "0"): run the .py files even if compiled

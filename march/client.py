@@ -100,7 +100,9 @@ class Client:
         self.addr = addr
         self.laddr = laddr
         self.fd = fd  # the socket's file descriptor (-1: none, as Redis shows a client without a socket)
-        self.cmd: CommandStats | None = None  # the counters of its last request (``timing``): CLIENT LIST ``cmd``
+        # The counters of its last request: CLIENT LIST ``cmd`` (set by its connection's ``RequestTimer``
+        # only, which writes it when it changes).
+        self.cmd: CommandStats | None = None
         self.executing = 0  # while EXEC runs its queued requests: how many (Redis shows them as ``multi=``)
         self.created = time.monotonic()
         self.last_active = self.created  # the last complete request (idle `timeout` counts from it)
@@ -168,7 +170,8 @@ class Client:
         in_multi = self.multi is not None or self.executing > 0
         flags = ("O" if self.id in app.monitors.feeds else "") + ("P" if sub is not None else "")
         flags = (flags + ("x" if in_multi else "")) or "N"
-        channels, patterns = (len(sub.channels), len(sub.patterns)) if sub is not None else (0, 0)
+        channels = len(sub.channels) if sub is not None else 0
+        patterns = len(sub.patterns) if sub is not None else 0
         if self.executing:
             current, multi = "exec", self.executing  # (Redis: the EXEC running them is the command)
         else:

@@ -1,6 +1,8 @@
 # Cython declarations for march/resp.py (docs/compiled.md): the parser as a C-level class. Types
 # only; the code is march/resp.py, which also runs as it is when not compiled.
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 
 
 cdef class ExactParser:
@@ -50,10 +52,46 @@ cdef class RequestParser(ExactParser):
     cpdef discard(self)
 
 
-@cython.locals(requests=list, n=Py_ssize_t, pos=Py_ssize_t, last=list, same=bytes, start=Py_ssize_t,
-               count=Py_ssize_t, args=list, digits=Py_ssize_t, length=Py_ssize_t, end=Py_ssize_t)
+@cython.locals(requests=list, n=Py_ssize_t, pos=Py_ssize_t, compiled=bint, last=list, same=bytes, start=Py_ssize_t,
+               count=Py_ssize_t, k=Py_ssize_t, args=list, digits=Py_ssize_t, length=Py_ssize_t, end=Py_ssize_t)
 cpdef list _whole_requests(bytes data, Py_ssize_t max_args, Py_ssize_t max_bulk)
 
 
 @cython.locals(digits=bytearray, width=Py_ssize_t, out=bytearray, at=Py_ssize_t, _i=Py_ssize_t, j=Py_ssize_t)
 cpdef bytes _integer_run(first, Py_ssize_t count)
+
+
+cpdef bytes integer_reply(value)
+
+
+# The C helpers resp.py calls where it runs compiled (``_COMPILED``); interpreted, the same lines take
+# their Python spelling. Each makes one bytes object from C memory, without a Python object per piece.
+
+cdef inline bytes _c_slice(bytes data, Py_ssize_t start, Py_ssize_t end):
+    """``data[start:end]`` for 0 <= start <= end <= len(data) (the caller's bounds): one copy, no slice object."""
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + start, end - start)
+
+
+cdef inline bytes _c_integer(object value):
+    """``b":%d\\r\\n" % value`` for an int: its digits written backwards into a C buffer."""
+    cdef int overflow = 0
+    cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow:
+        return b":%d\r\n" % value
+    cdef char buf[24]  # `:`, a sign, at most 20 digits (2**64 has 20), CRLF
+    cdef Py_ssize_t at = 21
+    cdef unsigned long long u = (0ULL - <unsigned long long>v) if v < 0 else <unsigned long long>v
+    buf[22] = 13
+    buf[23] = 10
+    while True:
+        buf[at] = <char>(48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+        at -= 1
+    if v < 0:
+        at -= 1
+        buf[at] = 45  # `-`
+    at -= 1
+    buf[at] = 58  # `:`
+    return PyBytes_FromStringAndSize(buf + at, 24 - at)

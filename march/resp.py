@@ -456,7 +456,7 @@ class RequestParser(ExactParser):
 
         This runs once per read on every connection: keep the hiredis path lean.
         """
-        if _FAST and not self._slow and self._last_req is _NOTHING and data.__class__ is bytes:
+        if _FAST and not self._slow and self._last_req is _NOTHING and type(data) is bytes:
             # At a request boundary, nothing held: a read of whole plain requests needs no hiredis.
             whole = _whole_requests(data, self._max_args, self._max_bulk)
             if whole is not None:
@@ -741,6 +741,10 @@ _COUNTS_UNCHECKED = not _MAX_ELEMENTS_AT
 # Whether ``feed`` tries ``_whole_requests`` first: where it is compiled (faster than hiredis there,
 # and it shares repeated requests' lists); interpreted, hiredis' C loop is faster. Tests set it.
 _FAST = not __file__.endswith(".py")
+# Whether this module runs compiled, so that the C helpers ``resp.pxd`` defines (``_c_slice``,
+# ``_c_integer``: a bytes object made from a C buffer, no Python object per piece) exist. Tests never
+# set it (``_FAST`` they do): interpreted, the same lines take their Python spelling.
+_COMPILED = not __file__.endswith(".py")
 # An aggregate header hiredis could parse with a count of 6 digits or more (past
 # _HIREDIS_MAX_ELEMENTS), or whose count may go on in the next read (used only when maxelements
 # cannot be set).
@@ -766,6 +770,7 @@ def _whole_requests(data: bytes, max_args: int, max_bulk: int) -> list[list[byte
     requests: list[list[bytes]] = []
     n = len(data)
     pos = 0
+    compiled = _COMPILED
     last: list[bytes] | None = None  # the request before, and its bytes
     same = b""
     while pos < n:
@@ -787,8 +792,11 @@ def _whole_requests(data: bytes, max_args: int, max_bulk: int) -> list[list[byte
         if count == 0 or data[start + 1] == 48 or pos + 1 >= n or data[pos] != 13 or data[pos + 1] != 10:
             return None
         pos += 2
-        args: list[bytes] = []
-        while count > 0:
+        if count * 6 > n - pos:  # (each argument takes 6 bytes at least, `$0` and two CRLF: not all in this read)
+            return None
+        args: list[bytes] = [b""] * count  # (sized once, bounded by the read's length as checked)
+        k = 0
+        while k < count:
             if pos >= n or data[pos] != 36:  # `$`
                 return None
             pos += 1
@@ -804,12 +812,13 @@ def _whole_requests(data: bytes, max_args: int, max_bulk: int) -> list[list[byte
             end = pos + 2 + length  # the body's end, its CRLF after it
             if end + 2 > n or data[pos] != 13 or data[pos + 1] != 10 or data[end] != 13 or data[end + 1] != 10:
                 return None
-            args.append(data[pos + 2 : end])
+            # (compiled: the argument made from the read's bytes in place; a slice there costs a slice object)
+            args[k] = _c_slice(data, pos + 2, end) if compiled else data[pos + 2 : end]  # type: ignore[name-defined]  # noqa: F821
             pos = end + 2
-            count -= 1
+            k += 1
         requests.append(args)
         if pos < n:  # (a read of one request makes no copy of it)
-            last, same = args, data[start:pos]
+            last, same = args, _c_slice(data, start, pos) if compiled else data[start:pos]  # type: ignore[name-defined]  # noqa: F821
     return requests
 
 
@@ -982,6 +991,15 @@ def _integer_run(first: int, count: int) -> bytes:
             width += 1
     del out[at:]
     return bytes(out)
+
+
+def integer_reply(value: int) -> bytes:
+    """One integer reply, ``:value\r\n`` (what ``encode`` makes of an int). Compiled, its digits are
+    written into a C buffer and the reply is one bytes object made from it (``_c_integer``,
+    resp.pxd; an int outside 64 bits takes the format), instead of a ``%`` format's conversion."""
+    if _COMPILED:
+        return _c_integer(value)  # type: ignore[no-any-return, name-defined]  # noqa: F821 (resp.pxd: compiled only)
+    return b":%d\r\n" % value
 
 
 def encode_error(message: str) -> bytes:

@@ -1001,6 +1001,18 @@ def test_any_stream_of_repeats_reads_as_redis_reads_it(
         test_any_stream_any_split_reads_as_redis_reads_it.hypothesis.inner_test(frames, authenticated, data)  # type: ignore[attr-defined]
 
 
+def test_one_integer_reply_is_what_encode_makes_of_it() -> None:
+    """``integer_reply`` (compiled: digits written into a C buffer) is ``encode``'s bytes for every int
+    of 64 bits: each digit count, both signs, the bounds; past them, the format's ``:v``."""
+    values = [0, 1, -1, 9, 10, -10, 99, 100, 12345, -98765, 1 << 62, (1 << 63) - 1, -(1 << 63)]
+    values += [10**k + d for k in range(19) for d in (-1, 0, 1)] + [-(10**k) for k in range(19)]
+    values += [1 << 63, -(1 << 63) - 1, 1 << 64, -(10**30)]
+    for v in values:
+        assert march.resp.integer_reply(v) == b":%d\r\n" % v, v
+        if -(1 << 63) <= v < 1 << 63:
+            assert march.resp.integer_reply(v) == encode(v, 2), v
+
+
 def test_integer_runs_encode_as_one_by_one(fast: bool) -> None:
     for first in (0, 1, 7, 95, 999, 123456789, (1 << 63) - 20):
         for count in (1, 2, 16, 100):

@@ -37,6 +37,7 @@ import asyncio
 import ipaddress
 import logging
 import ssl
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any, cast
@@ -48,7 +49,7 @@ from march.client import Client
 from march.cluster.groups import FastCommand
 from march.commands import MONITOR_STARTED, NO_REPLY, QUEUED, Relayed, as_error, call, waits
 from march.errors import Rejected
-from march.resp import RequestParser, encode, encode_error, encode_integers
+from march.resp import RequestParser, encode, encode_error, encode_integers, integer_reply
 from march.stats.counters import error_kind
 from march.transport.feed import MonitorFeed
 from march.transport.flow import DROP, STALL, TURN_REQUESTS, Backpressure, InputBudget, Intake, Stalled
@@ -57,8 +58,12 @@ from march.transport.waiting import Lanes, Relays, Waiting, repeats
 
 log = logging.getLogger("march")
 
-_monotonic = time.monotonic
-_perf_ns = time.perf_counter_ns
+# The clock of a read: its requests' durations (``RequestTimer``, ``Waiting``) and the client's
+# ``last_active``, which CLIENT LIST and the idle ``timeout`` compare with ``time.monotonic()`` (the same
+# clock, in ns): one reading serves both. Compiled on Linux, where ``time.monotonic`` is
+# ``clock_gettime(CLOCK_MONOTONIC)``, the read calls that directly (``_c_clock_ns``, connection.pxd).
+_clock_ns = time.monotonic_ns
+_C_CLOCK = not __file__.endswith(".py") and sys.platform.startswith("linux")
 _NO_HOT: dict[bytes, FastCommand] = {}  # the fast-path table of a connection that is not plain (AUTH, MULTI)
 _TOO_BIG = "closing client %s: its request passed client_query_buffer_limit (%d bytes)"
 _OVER_BUDGET = (
@@ -200,12 +205,14 @@ class Connection:
             self.refused_input()
         if self.closing:
             return
+        began = 0
         if requests:  # idle ``timeout`` counts from the last complete request, not the last byte
-            self.client.last_active = _monotonic()
+            began = _c_clock_ns() if _C_CLOCK else _clock_ns()  # type: ignore[name-defined]  # noqa: F821
+            self.client.last_active = began / 1e9  # (time.monotonic(): the same clock)
         if self.busy or self.flow.stalled is not None:
             self.backlog.extend(requests)
             return
-        self.run(requests, 0)
+        self.run(requests, 0, 0, None, began)
 
     def refused_input(self) -> None:
         """The parser refused this client's input: what came before it still runs, then the error closes it."""
@@ -224,7 +231,14 @@ class Connection:
 
     # Longer than 60 lines on purpose: the request loop, one branch per kind of result (a relayed
     # one's place since forwarding); split, it would cost a call per request on the hot path.
-    def run(self, requests: list[list[bytes]], start: int, same_until: int = 0, out: list[bytes] | None = None) -> None:
+    def run(
+        self,
+        requests: list[list[bytes]],
+        start: int,
+        same_until: int = 0,
+        out: list[bytes] | None = None,
+        began: int = 0,
+    ) -> None:
         """Run ``requests[start:]`` in order; stop at the first that must wait and resume after it.
 
         A hot command with its exact arity on a plain connection (``table``) is called directly,
@@ -233,6 +247,7 @@ class Connection:
         together, as many at a time as the command can; the run is found once (``same_until``, kept
         across waits, says how far ``requests`` is known to repeat): no request is compared twice.
         ``out``: replies already made for this read (a waited request's), written with the rest.
+        ``began``: the clock (``_clock_ns``) when the read came in, if it was read already (0: not yet).
         At most ``TURN_REQUESTS`` calls a turn of the event loop: the rest waits for the next
         (``next_turn``), so one connection's deep pipeline never holds the others up for long.
         """
@@ -245,7 +260,8 @@ class Connection:
         turn = TURN_REQUESTS  # calls left to this connection in this turn of the event loop
         skipped: list[int] | None = None  # requests refused before they ran, or queued: no call, as in Redis
         relays: Relays | None = None  # requests forwarded to another node: their replies' places in ``out``
-        began = _perf_ns()  # the read's requests answered at once share its time (``RequestTimer``)
+        if began == 0:  # the read's requests answered at once share its time (``RequestTimer``)
+            began = _c_clock_ns() if _C_CLOCK else _clock_ns()  # type: ignore[name-defined]  # noqa: F821
         while i < n:
             turn -= 1
             if turn < 0:  # its share of this turn is spent: the rest on its next turn (``next_turn``)
@@ -278,16 +294,16 @@ class Connection:
                 if isinstance(exc, Rejected):  # refused before it ran: no call (``RequestTimer``)
                     skipped = [*(skipped or ()), i - 1]
                 continue
-            if result.__class__ is int:
-                out.append(b":%d\r\n" % result)
-            elif result.__class__ is Relayed:  # written to another node: its reply goes in its place
+            if type(result) is int:
+                out.append(integer_reply(result))
+            elif type(result) is Relayed:  # written to another node: its reply goes in its place
                 relays = relays or Relays(out)
                 relays.add(result, args)
             elif waits(result):  # (a coroutine or a future) answer those before it; this one is timed when it is done
                 if relays is None:
                     flow.write(out)
                 self.stats.commands += i - start - (len(skipped) if skipped else 0)
-                now = _perf_ns()
+                now = _clock_ns()
                 self.timer.read(requests, start, i - 1, now - began, alike, skipped)
                 return Waiting(result, args, requests, i, now, same_until, relays).start(self)
             elif result is not NO_REPLY:
@@ -302,9 +318,10 @@ class Connection:
             if client.close_after:
                 break
         self.stats.commands += i - start - (len(skipped) if skipped else 0)
-        self.timer.read(requests, start, i, _perf_ns() - began, alike, skipped)
+        now = _c_clock_ns() if _C_CLOCK else _clock_ns()  # type: ignore[name-defined]  # noqa: F821
+        self.timer.read(requests, start, i, now - began, alike, skipped)
         if relays is not None:  # the replies are written once the relayed ones are in
-            return Waiting(None, requests[i - 1], requests, i, _perf_ns(), same_until, relays).start(self)
+            return Waiting(None, requests[i - 1], requests, i, _clock_ns(), same_until, relays).start(self)
         if turn < 0 and not client.close_after:
             return self.next_turn(requests, i, same_until, out)
         self.read_done(requests, i, same_until, out, stall)

@@ -17,7 +17,7 @@ once per run of one command. ``slowlog_log_slower_than`` and ``slowlog_max_len``
 (which replaces the config object): the threshold is read again when the config is another object.
 
 The client's last command (CLIENT LIST ``cmd``) is set once per read: the counters of the read's
-last request (``Requester.cmd``).
+last request (``Requester.cmd``), written only when they change (nothing else sets it).
 
 This module never runs a request nor writes a reply: it is told what was answered and how long it took.
 """
@@ -60,7 +60,19 @@ class Requester(Protocol):
 class RequestTimer:
     """One connection's request accounting (see the module docstring)."""
 
-    __slots__ = ("_config", "_slower", "client", "commands", "latency", "limits", "slowlog", "spellings")
+    __slots__ = (
+        "_cmd",
+        "_config",
+        "_name",
+        "_slower",
+        "_stats",
+        "client",
+        "commands",
+        "latency",
+        "limits",
+        "slowlog",
+        "spellings",
+    )
 
     def __init__(
         self, client: Requester, commands: CommandTable, slowlog: SlowLog, latency: LatencyMonitor, limits: Configured
@@ -73,6 +85,12 @@ class RequestTimer:
         self.limits = limits
         self._config: object = None  # the config ``_slower`` was read from (CONFIG SET replaces it)
         self._slower = -1  # its slowlog_log_slower_than, in ns
+        # The last spelling counted by ``read`` and its counters: a registered spelling's counters are
+        # the same object for the server's life (``CommandTable.spellings``), so a read of the same
+        # command as the one before finds them with a compare of the name instead of a dict lookup.
+        self._name = b""
+        self._stats: CommandStats | None = None
+        self._cmd: CommandStats | None = None  # what ``client.cmd`` was set to last (only this timer sets it)
 
     def read(
         self, requests: list[list[bytes]], start: int, end: int, ns: int, alike: int, skipped: list[int] | None
@@ -84,13 +102,21 @@ class RequestTimer:
         if skipped is None and (count == 1 or count == alike > 0):
             # One request, or runs of identical ones (pipelines of INCRs): the common cases.
             args = requests[start]
-            stats = self.spellings.get(args[0]) or self.commands.of(args[0])
+            name = args[0]
+            stats = self._stats
+            if stats is None or name != self._name:
+                stats = self.spellings.get(name)
+                if stats is None:
+                    stats = self.commands.of(name)
+                else:
+                    self._name, self._stats = name, stats
             if stats.subs is not None:  # a container: its subcommand's counters
                 stats = self.commands.sub(stats, args)
             share = ns // count
             stats.hist[_bits(share)] += count
             stats.total_ns += ns
-            self.client.cmd = stats
+            if stats is not self._cmd:
+                self._cmd = self.client.cmd = stats
             config = self.limits.config
             if config is not self._config:
                 self._config, self._slower = config, config.slowlog_log_slower_than * 1000
@@ -129,7 +155,8 @@ class RequestTimer:
         assert stats is not None
         stats.hist[slot] += same
         stats.total_ns += share * same if same != count else ns  # (one command: its exact total)
-        self.client.cmd = stats
+        if stats is not self._cmd:
+            self._cmd = self.client.cmd = stats
         if skipped:
             for k in skipped:
                 if start <= k < end:
@@ -146,7 +173,8 @@ class RequestTimer:
         command or a latency event); ``skipped``: refused once its wait was over (MOVED after a
         promotion went elsewhere), no call."""
         stats = self.commands.of_request(args)
-        self.client.cmd = stats
+        if stats is not self._cmd:
+            self._cmd = self.client.cmd = stats
         if throttled:
             stats.observe(0)
             return

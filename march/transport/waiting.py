@@ -56,7 +56,7 @@ from march.transport.timing import RequestTimer
 
 log = logging.getLogger("march")
 
-_perf_ns = time.perf_counter_ns
+_clock_ns = time.monotonic_ns  # (the connection's clock: ``Connection.run`` hands a waiting request its start)
 LANES_KEPT = 1024  # idle lanes a link keeps (a small client state each) before forgetting them all at once
 _IN_LANES = frozenset({"multi", "exec", "discard"})  # what a lane runs besides key commands (a forwarded transaction)
 _PONG = b"*2\r\n:%d\r\n+PONG\r\n" % CONTROL
@@ -113,7 +113,7 @@ class Waiting:
     args: list[bytes]
     requests: list[list[bytes]]
     resume_at: int  # the next request of the read to run once this one is answered
-    began: int  # ``perf_counter_ns`` when it started
+    began: int  # ``time.monotonic_ns()`` when it started
     same_until: int  # as ``Stalled.same_until``: how far the read is known to repeat
     before: Relays | None = None
     task: asyncio.Task[None] | None = None  # the connection's task that awaits ``reply``
@@ -149,7 +149,7 @@ class Waiting:
             value = answer.result()
             reply = b":%d\r\n" % value if value.__class__ is int else encode(value, conn.client.proto)
         spec = lookup(args[0])
-        conn.timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth)
+        conn.timer.waited(args, _clock_ns() - self.began, spec is not None and spec.noauth)
         self.resume(conn, reply)
 
     async def finish(self, conn: Resumable) -> None:
@@ -196,7 +196,7 @@ class Waiting:
         except Exception as exc:
             reply = error_reply(exc, args)
             rejected = isinstance(exc, Rejected)  # refused once its wait was over (MOVED): no call
-        timer.waited(args, time.perf_counter_ns() - self.began, spec is not None and spec.noauth, rejected)
+        timer.waited(args, _clock_ns() - self.began, spec is not None and spec.noauth, rejected)
         return reply
 
     def cancel(self) -> None:
@@ -266,7 +266,7 @@ class Lanes:
         answered: list[list[bytes]] = []  # (the commands answered at once: timed together)
         n, i, stall, same_until = len(requests), start, False, 0  # (same_until: as in ``Connection.run``)
         hot = app.hot
-        began = _perf_ns()
+        began = _clock_ns()
         try:
             while i < n:
                 args = requests[i]
@@ -295,7 +295,7 @@ class Lanes:
         finally:
             app.stats.commands += i - start
             if answered:
-                conn.timer.read(answered, 0, len(answered), _perf_ns() - began, 0, None)
+                conn.timer.read(answered, 0, len(answered), _clock_ns() - began, 0, None)
         conn.read_done(requests, i, 0, out, stall)
 
     def take(self, args: list[bytes], answered: list[list[bytes]]) -> bytes | None:
@@ -394,7 +394,7 @@ class Lanes:
         """Answer ``lane``'s waiting request (``args``) when it is done, then the requests queued
         behind it, in order (each that waits is awaited in turn), until the lane's queue is empty."""
         conn = self.conn
-        began = _perf_ns()
+        began = _clock_ns()
         try:
             while lane.waiting is not None:
                 reply = await self.finish(lane.client, lane.waiting, args[2:], began)
@@ -402,13 +402,13 @@ class Lanes:
                 out = [lane.tag + reply]
                 while lane.queue:
                     args = lane.queue.popleft()
-                    began = _perf_ns()
+                    began = _clock_ns()
                     result = self.execute(lane, args)
                     if not isinstance(result, bytes):
                         lane.waiting = result
                         break
                     out.append(lane.tag + result)
-                    conn.timer.read([args[2:]], 0, 1, _perf_ns() - began, 0, None)
+                    conn.timer.read([args[2:]], 0, 1, _clock_ns() - began, 0, None)
                 if conn.closing:
                     return
                 conn.transport.write(b"".join(out))
@@ -430,7 +430,7 @@ class Lanes:
             reply = encode(value, client.proto) if value is not NO_REPLY else b"+OK\r\n"
         except Exception as exc:
             reply = self.conn.error_reply(exc, command)
-        self.conn.timer.waited(command, _perf_ns() - began, False)
+        self.conn.timer.waited(command, _clock_ns() - began, False)
         return reply
 
     def close(self) -> None:

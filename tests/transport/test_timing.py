@@ -114,6 +114,23 @@ def test_slowlog_skips_unknown_commands_exec_and_requests_multi_queued() -> None
     assert [e.args for e in t.slowlog.entries] == [INCR, [b"MULTI"]]
 
 
+def test_reads_one_after_another_count_each_in_its_own_commands_counters() -> None:
+    """One-request reads in a row (the timer keeps the last spelling and its counters, and sets the
+    client's ``cmd`` only when it changes): each read counts where a lookup of its own would."""
+    t = timed()
+    reads = [INCR, [b"INCR", b"j"], GET, [b"incr", b"k"], [b"InCr", b"k"], [b"NOSUCH"], [b"NOSUCH"], INCR]
+    reads += [[b"CLIENT", b"LIST"], [b"CLIENT", b"SETNAME", b"x"], [b"CLIENT", b"LIST"], GET]
+    for args in reads:
+        t.timer.read([[bytes(a) for a in args]], 0, 1, 1000, 0, None)  # (a new name object each read)
+        assert t.sender.cmd is t.commands.of_request(args), args
+    assert t.calls("incr") == 5 and t.calls("get") == 2 and t.commands.unknown.calls == 2
+    assert t.calls("client|list") == 2 and t.calls("client|setname") == 1 and t.calls("client") == 0
+    t.timer.waited(INCR, 1000, False)  # (a request that waited: counted alone, the client's last command)
+    assert t.sender.cmd is t.commands.by_name["incr"] and t.calls("incr") == 6
+    t.timer.read([GET], 0, 1, 1000, 0, None)
+    assert t.sender.cmd is t.commands.by_name["get"] and t.calls("get") == 3
+
+
 def test_a_containers_requests_count_in_their_subcommands() -> None:
     t = timed()
     listing, name = [b"CLIENT", b"LIST"], [b"client", b"setname", b"x"]

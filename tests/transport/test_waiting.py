@@ -54,7 +54,7 @@ async def answer(value: object, delay: float = 0.0) -> object:
 async def test_a_waiting_request_is_answered_and_timed_as_a_wait(app: App) -> None:
     client, timer = parts(app)
     args = [b"INCR", b"k"]
-    waiting = Waiting(answer(7, 0.01), args, [args], 1, time.perf_counter_ns(), 0)
+    waiting = Waiting(answer(7, 0.01), args, [args], 1, time.monotonic_ns(), 0)
     assert await waiting.reply(client, timer, error_reply) == b":7\r\n"
     stats = app.metrics.commands.by_name["incr"]
     assert stats.calls == 1 and stats.waits == 1 and stats.total_ns >= 10_000_000
