@@ -10,6 +10,9 @@
   every name, its own transaction (one call into SQLite, commit included); only when some names
   were there already, one SELECT tells them from the new ones by rowid (``_insert_or_select``).
   ``load_or_create_then`` calls each caller's callback from the batch's one pass, no future each.
+  Its batcher gathers: the next commit of new names waits (at most the last one's time) for the
+  callers of the last one to come back, so a steady crowd of creating clients shares one commit
+  (``march.store.batch``).
 - Listings (``list_keys``, ``scan``) run on a second connection (``query_only``) on a thread of
   their own: in WAL mode it reads the last committed state while the writer goes on, so no KEYS
   or SCAN ever queues in front of a ceiling write. A page is read as one value (the names' hex
@@ -421,7 +424,10 @@ class SqliteStore(SqliteFile):
         self._creates: Batcher[SequenceRecord, bool] = Batcher(self._create_batch, _BATCH, serial=True)
         self._saves: Batcher[tuple[bytes, int], int] = Batcher(self._save_batch, _BATCH, serial=True)
         self._finds: Batcher[SequenceRecord, tuple[SequenceRecord, bool]] = Batcher(
-            self._load_or_create_batch, _BATCH, serial=True
+            self._load_or_create_batch,
+            _BATCH,
+            serial=True,
+            gather=True,  # (creations: see batch.py)
         )
 
     async def close(self) -> None:
