@@ -150,6 +150,7 @@ class ActiveSequences:
         # (None: made as a row of the table, ``take_new``; its sharers find it there, ``_shared``)
         self._creating: SharedCalls[Generator | None] = SharedCalls(lambda: self.config.max_wait)
         self._deadlines = _Deadlines()  # (take_new's waits)
+        self._loop: asyncio.AbstractEventLoop | None = None  # (take_new's: see ``_running_loop``)
         self.census = Census(store, state, lambda: self.config, clock)
         self.idle = IdleSweeper(
             self.generators, state, lambda: self.config.sequence_idle_seconds, self._may_drop, clock, self._park
@@ -393,7 +394,7 @@ class Creations(ActiveSequences):
         ):
             return None
         record = SequenceRecord(key, "sequence", min(MAX_ID + 1, 1 + self.policies.default.min_batch), {})
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         made: asyncio.Future[Generator | None] = loop.create_future()
         self._creating.hold(key, made)  # (released by ``_landed``, which completes it)
         answer: asyncio.Future[int] = loop.create_future()
@@ -401,6 +402,14 @@ class Creations(ActiveSequences):
         then = lambda found: self._landed(found, made, answer, waits, term, key, n)  # noqa: E731 (the store's callback)
         self.store.load_or_create_then(record, term.guard, then)
         return answer
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running event loop, kept: ``asyncio.get_running_loop`` makes a ``getpid`` system call
+        each time on Python 3.11, once a creation; a kept loop that no longer runs is asked again."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _landed(
         self,

@@ -92,3 +92,22 @@ async def test_a_frozen_store_answers_tryagain_within_max_wait_and_the_creation_
     gen = await ks.ensure(b"late")  # the creation went on: found, not created twice
     assert await ks.take_from(gen, 1) == 1  # (its first request got no ID: 1 is still unused)
     assert store.records[b"late"].ceiling == 1 + CONFIG.min_batch
+
+
+def test_a_keyspace_used_from_a_second_event_loop_makes_its_futures_on_that_loop() -> None:
+    """``take_new`` keeps the running loop (``Creations._running_loop``, no ``getpid`` a creation):
+    one that no longer runs is not used again."""
+    ks = keyspace(MemoryStore())
+
+    async def first_id(key: bytes) -> int:
+        answer = ks.take_new(key, 1)
+        assert answer is not None
+        assert answer.get_loop() is asyncio.get_running_loop()
+        return await answer
+
+    async def counted_then(key: bytes) -> int:
+        await counted(ks)
+        return await first_id(key)
+
+    assert asyncio.run(counted_then(b"a")) == 1
+    assert asyncio.run(first_id(b"b")) == 1
